@@ -1,0 +1,98 @@
+"""Message constants shared by store, broker and clients: property keys, sysflags, properties codec.
+
+This module owns RocketMQ's properties string encoding (MessageDecoder.messageProperties2String /
+string2messageProperties, 4.9.8): ``name \\x01 value \\x02 name \\x01 value`` in UTF-8, where 4.9.8
+strips the trailing ``\\x02``. Parsing accepts both forms.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+NAME_VALUE_SEPARATOR: Final = "\u0001"
+PROPERTY_SEPARATOR: Final = "\u0002"
+_NV_B: Final = b"\x01"
+_PS_B: Final = b"\x02"
+
+# MessageConst property keys (common/.../message/MessageConst.java, 4.9.8).
+PROPERTY_KEYS: Final = "KEYS"
+PROPERTY_TAGS: Final = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK: Final = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL: Final = "DELAY"
+PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID: Final = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
+PROPERTY_MIN_OFFSET: Final = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET: Final = "MAX_OFFSET"
+PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME: Final = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: Final = "UNIQ_KEY"
+PROPERTY_TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: Final = "TRAN_PREPARED_QUEUE_OFFSET"
+KEY_SEPARATOR: Final = " "
+
+# MessageSysFlag (common/.../sysflag/MessageSysFlag.java, 4.9.8).
+COMPRESSED_FLAG: Final = 0x1
+MULTI_TAGS_FLAG: Final = 0x2
+TRANSACTION_NOT_TYPE: Final = 0
+TRANSACTION_PREPARED_TYPE: Final = 0x4
+TRANSACTION_COMMIT_TYPE: Final = 0x8
+TRANSACTION_ROLLBACK_TYPE: Final = 0xC
+BORNHOST_V6_FLAG: Final = 0x10
+STOREHOSTADDRESS_V6_FLAG: Final = 0x20
+NEED_UNWRAP_FLAG: Final = 0x40
+INNER_BATCH_FLAG: Final = 0x80
+
+
+def transaction_value(sys_flag: int) -> int:
+    """MessageSysFlag.getTransactionValue: the transaction type bits."""
+    return sys_flag & TRANSACTION_ROLLBACK_TYPE
+
+
+# Topics (common/.../topic/TopicValidator.java) and prefixes (MixAll).
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+RMQ_SYS_TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
+RMQ_SYS_TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
+
+
+def properties_to_bytes(props: dict[str, str] | None) -> bytes:
+    """Encode properties the 4.9.8 way (no trailing separator)."""
+    if not props:
+        return b""
+    return "\x02".join(f"{k}\x01{v}" for k, v in props.items()).encode("utf-8")
+
+
+def bytes_to_properties(raw: bytes | memoryview) -> dict[str, str]:
+    """Decode a properties blob; tolerant of a trailing separator and of pairs without a value."""
+    out: dict[str, str] = {}
+    if not raw:
+        return out
+    for item in bytes(raw).split(_PS_B):
+        if not item:
+            continue
+        k, sep, v = item.partition(_NV_B)
+        if sep:
+            out[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return out
+
+
+def property_from_bytes(raw: bytes, name: bytes) -> bytes | None:
+    """Find one property value without decoding the whole map (the dispatch hot path)."""
+    if not raw:
+        return None
+    key = name + _NV_B
+    pos = 0
+    if not raw.startswith(key):
+        pos = raw.find(_PS_B + key)
+        if pos < 0:
+            return None
+        pos += 1
+    start = pos + len(key)
+    end = raw.find(_PS_B, start)
+    return raw[start:] if end < 0 else raw[start:end]

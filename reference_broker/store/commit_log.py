@@ -1,0 +1,417 @@
+"""CommitLog: single-writer append of records into the mapped file queue, roll-over and recovery.
+
+This module owns the append path (CommitLog.asyncPutMessage/asyncPutMessages and
+DefaultAppendMessageCallback, 4.9.8), the per topic-queue logical offsets (topicQueueTable), the
+delay-level rewrite to SCHEDULE_TOPIC_XXXX, normal and abnormal recovery, and raw byte access by
+offset for replication. The record format itself is in ``record.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from reference_broker.common import message as mc
+from reference_broker.store import record as rec
+from reference_broker.store.checkpoint import StoreCheckpoint
+from reference_broker.store.config import MessageStoreConfig
+from reference_broker.store.dispatch import DispatchRequest
+from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult
+from reference_broker.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class MessageExtBatch:
+    """A batch for one topic and queue: every message becomes its own record with consecutive offsets."""
+
+    topic: str
+    queue_id: int
+    messages: list[rec.MessageExtBrokerInner] = field(default_factory=list)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    def __init__(self, config: MessageStoreConfig, checkpoint: StoreCheckpoint) -> None:
+        self.config = config
+        self.checkpoint = checkpoint
+        self.mapped_file_queue = MappedFileQueue(config.store_path_commit_log, config.mapped_file_size_commit_log)
+        self.topic_queue_table: dict[str, int] = {}  # "topic-queueId" → next queue offset
+        self.put_lock = threading.Lock()
+        self.begin_time_in_lock = 0  # ms; non-zero while a put holds the lock (isOSPageCacheBusy)
+        self._last_store_ts = 0
+        self.store_ip = rec.host_bytes(config.store_host[0])
+        self.store_port = config.store_host[1]
+        self.delay_table_ms = config.delay_level_table_ms()
+        self.max_delay_level = max(self.delay_table_ms) if self.delay_table_ms else 0
+        self.confirm_offset = -1
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def load(self) -> bool:
+        ok = self.mapped_file_queue.load()
+        log.info("load commit log %s", "OK" if ok else "Failed")
+        return ok
+
+    @property
+    def file_size(self) -> int:
+        return self.config.mapped_file_size_commit_log
+
+    def get_max_offset(self) -> int:
+        return self.mapped_file_queue.get_max_offset()
+
+    def get_min_offset(self) -> int:
+        """Offset of the first available file (CommitLog.getMinOffset)."""
+        mf = self.mapped_file_queue.get_first_mapped_file()
+        if mf is None:
+            return -1
+        if mf.is_available:
+            return mf.file_from_offset
+        return self.roll_next_file(mf.file_from_offset)
+
+    def roll_next_file(self, offset: int) -> int:
+        fs = self.file_size
+        return offset + fs - offset % fs
+
+    @property
+    def flushed_where(self) -> int:
+        return self.mapped_file_queue.flushed_where
+
+    # ---- append -------------------------------------------------------------------------------
+    def _apply_delay(self, msg: rec.MessageExtBrokerInner) -> None:
+        """Delay levels: store in SCHEDULE_TOPIC_XXXX queue level-1 (CommitLog.asyncPutMessage)."""
+        tran = mc.transaction_value(msg.sys_flag)
+        if tran not in (mc.TRANSACTION_NOT_TYPE, mc.TRANSACTION_COMMIT_TYPE):
+            return
+        level = msg.delay_time_level
+        if level <= 0 or not self.max_delay_level:
+            return
+        if level > self.max_delay_level:
+            level = self.max_delay_level
+            msg.set_property(mc.PROPERTY_DELAY_TIME_LEVEL, str(level))
+        msg.set_property(mc.PROPERTY_REAL_TOPIC, msg.topic)
+        msg.set_property(mc.PROPERTY_REAL_QUEUE_ID, str(msg.queue_id))
+        msg.topic = mc.SCHEDULE_TOPIC
+        msg.queue_id = level - 1
+
+    def _check_sizes(self, topic_b: bytes, props_b: bytes, body: bytes) -> AppendMessageStatus | None:
+        if len(props_b) > rec.MAX_PROPERTIES_LENGTH:
+            return AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        if len(topic_b) > rec.MAX_TOPIC_LENGTH or len(body) > self.config.max_message_size:
+            return AppendMessageStatus.MESSAGE_SIZE_EXCEEDED
+        return None
+
+    def put_message(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
+        """Append one message; flushing and replication waits are the caller's (MessageStore's)."""
+        self._apply_delay(msg)
+        topic_b = msg.topic.encode("utf-8")
+        props_b = msg.encoded_properties()
+        body = msg.body
+        bad = self._check_sizes(topic_b, props_b, body)
+        if bad is not None:
+            status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if bad is AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED
+                      else PutMessageStatus.MESSAGE_ILLEGAL)
+            return PutMessageResult(status, AppendMessageResult(bad))
+        born_ip = rec.host_bytes(msg.born_host[0])
+        total = rec.record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(self.store_ip) == 16)
+        crc = rec.crc32(body)
+        tran = mc.transaction_value(msg.sys_flag)
+        no_cq = tran in (mc.TRANSACTION_PREPARED_TYPE, mc.TRANSACTION_ROLLBACK_TYPE)
+        key = f"{msg.topic}-{msg.queue_id}"
+        with self.put_lock:
+            now = _now_ms()
+            self.begin_time_in_lock = now
+            try:
+                store_ts = now if now > self._last_store_ts else self._last_store_ts
+                self._last_store_ts = store_ts
+                try:
+                    mf = self.mapped_file_queue.last_file_for_write()
+                except OSError as e:
+                    log.error("create mapped file failed: %s", e)
+                    return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+                if total + rec.END_FILE_MIN_BLANK_LENGTH > mf.free_space():
+                    nxt = self._end_file(mf)
+                    if nxt is None:
+                        return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+                    mf = nxt
+                pos = mf.wrote_position
+                phys = mf.file_from_offset + pos
+                qoff = 0 if no_cq else self.topic_queue_table.get(key, 0)
+                rec.encode_into(mf.buf, pos, total, msg, topic_b, props_b, qoff, phys, store_ts, born_ip,
+                                self.store_ip, self.store_port, crc)
+                mf.wrote_position = pos + total
+                mf.store_timestamp = store_ts
+                if not no_cq:
+                    self.topic_queue_table[key] = qoff + 1
+            finally:
+                self.begin_time_in_lock = 0
+        msg_id = rec.create_message_id(self.store_ip, self.store_port, phys)
+        return PutMessageResult(PutMessageStatus.PUT_OK,
+                                AppendMessageResult(AppendMessageStatus.PUT_OK, phys, total, msg_id, store_ts, qoff))
+
+    def _end_file(self, mf: MappedFile) -> MappedFile | None:
+        """Fill the rest of ``mf`` with a blank record and open the next file (END_OF_FILE)."""
+        free = mf.free_space()
+        if free >= rec.END_FILE_MIN_BLANK_LENGTH:
+            rec.write_blank(mf.buf, mf.wrote_position, free)
+        mf.wrote_position = mf.file_size
+        try:
+            return self.mapped_file_queue.last_file_for_write()
+        except OSError as e:
+            log.error("create mapped file failed: %s", e)
+            return None
+
+    def put_messages(self, batch: MessageExtBatch) -> PutMessageResult:
+        """Append a batch whole into one file (CommitLog.asyncPutMessages); msgIds comma-joined."""
+        if not batch.messages:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
+        topic_b = batch.topic.encode("utf-8")
+        prepared: list[tuple[rec.MessageExtBrokerInner, bytes, bytes, int, int]] = []
+        grand = 0
+        for m in batch.messages:
+            if m.delay_time_level > 0 or mc.transaction_value(m.sys_flag) != mc.TRANSACTION_NOT_TYPE:
+                # Batches carry neither delays nor transactions (CommitLog.asyncPutMessages).
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                        AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
+            m.topic = batch.topic
+            m.queue_id = batch.queue_id
+            props_b = m.encoded_properties()
+            bad = self._check_sizes(topic_b, props_b, m.body)
+            if bad is not None:
+                status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+                          if bad is AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED else PutMessageStatus.MESSAGE_ILLEGAL)
+                return PutMessageResult(status, AppendMessageResult(bad))
+            born_ip = rec.host_bytes(m.born_host[0])
+            total = rec.record_length(len(m.body), len(topic_b), len(props_b), len(born_ip) == 16,
+                                      len(self.store_ip) == 16)
+            prepared.append((m, props_b, born_ip, total, rec.crc32(m.body)))
+            grand += total
+        # The encoder buffer is maxMessageSize + 64 KiB: a longer batch is illegal (MessageExtBatchEncoder).
+        if grand > self.config.max_message_size + 64 * 1024 or grand + 8 > self.file_size:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
+        key = f"{batch.topic}-{batch.queue_id}"
+        with self.put_lock:
+            now = _now_ms()
+            self.begin_time_in_lock = now
+            try:
+                store_ts = now if now > self._last_store_ts else self._last_store_ts
+                self._last_store_ts = store_ts
+                try:
+                    mf = self.mapped_file_queue.last_file_for_write()
+                except OSError as e:
+                    log.error("create mapped file failed: %s", e)
+                    return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+                if grand + rec.END_FILE_MIN_BLANK_LENGTH > mf.free_space():
+                    nxt = self._end_file(mf)
+                    if nxt is None:
+                        return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+                    mf = nxt
+                start_pos = pos = mf.wrote_position
+                first_q = qoff = self.topic_queue_table.get(key, 0)
+                ids: list[str] = []
+                for m, props_b, born_ip, total, crc in prepared:
+                    phys = mf.file_from_offset + pos
+                    rec.encode_into(mf.buf, pos, total, m, topic_b, props_b, qoff, phys, store_ts, born_ip,
+                                    self.store_ip, self.store_port, crc)
+                    ids.append(rec.create_message_id(self.store_ip, self.store_port, phys))
+                    pos += total
+                    qoff += 1
+                mf.wrote_position = pos
+                mf.store_timestamp = store_ts
+                self.topic_queue_table[key] = qoff
+            finally:
+                self.begin_time_in_lock = 0
+        return PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(
+            AppendMessageStatus.PUT_OK, mf.file_from_offset + start_pos, grand, ",".join(ids), store_ts, first_q,
+            len(prepared)))
+
+    # ---- reads --------------------------------------------------------------------------------
+    def get_data(self, offset: int, return_first_on_not_found: bool = False) -> SelectMappedBufferResult | None:
+        """Bytes from ``offset`` to the write position of its file (reput, replication)."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, return_first_on_not_found)
+        if mf is None:
+            return None
+        return mf.select(offset % self.file_size)
+
+    def get_message(self, offset: int, size: int) -> SelectMappedBufferResult | None:
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        return mf.select(offset % self.file_size, size)
+
+    def read_bytes(self, offset: int, size: int) -> bytes | None:
+        res = self.get_message(offset, size)
+        if res is None:
+            return None
+        try:
+            return bytes(res.data)
+        finally:
+            res.release()
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        """STORETIMESTAMP of the record at ``offset`` (-1 when it cannot be read)."""
+        if offset < self.get_min_offset():
+            return -1
+        res = self.get_message(offset, size)
+        if res is None:
+            return -1
+        try:
+            return rec.store_timestamp_at(res.data, 0)
+        except Exception:  # damaged bytes: no timestamp
+            return -1
+        finally:
+            res.release()
+
+    def get_bulk_data(self, offset: int, max_bytes: int) -> bytes:
+        """Raw commit-log bytes from ``offset``, within one file (replication's read side)."""
+        res = self.get_data(offset)
+        if res is None:
+            return b""
+        try:
+            return bytes(res.data[:max_bytes])
+        finally:
+            res.release()
+
+    def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
+        """Raw append of replicated bytes at ``start_offset`` (CommitLog.appendData on a slave).
+
+        The bytes must continue the log exactly; a chunk never spans files (the master sends within one).
+        """
+        with self.put_lock:
+            if start_offset != self.get_max_offset() and self.get_max_offset() != 0:
+                log.error("append_data at %d but the log ends at %d", start_offset, self.get_max_offset())
+                return False
+            try:
+                mf = self.mapped_file_queue.last_file_for_write(start_offset)
+            except OSError as e:
+                log.error("create mapped file failed: %s", e)
+                return False
+            if mf.file_from_offset + mf.wrote_position != start_offset:
+                log.error("append_data at %d does not continue file %s", start_offset, mf.file_name)
+                return False
+            try:
+                ok = mf.append_bytes(data)
+            except OSError as e:
+                log.error("append_data failed: %s", e)
+                return False
+            if ok and len(data) >= 8:
+                self._note_store_timestamp(mf)
+            return ok
+
+    def _note_store_timestamp(self, mf: MappedFile) -> None:
+        del mf  # the slave's checkpoint is kept by dispatch (logics) and flush; nothing to do here
+
+    # ---- recovery -------------------------------------------------------------------------------
+    def _scan_file(self, mf: MappedFile, check_crc: bool,
+                   on_record: Callable[[DispatchRequest], None] | None) -> tuple[int, bool]:
+        """Scan one file from its start: (valid bytes, reached a clean end of file).
+
+        Notes the last store timestamp seen, which seeds the monotonic store clock after recovery.
+        """
+        buf = mf.buf
+        size = mf.file_size
+        pos = 0
+        delay = self.delay_table_ms
+        while pos < size:
+            req = rec.check_message_and_return_size(buf, pos, size, check_crc, delay)
+            if not req.success or req.msg_size < 0:
+                return pos, False
+            if req.msg_size == 0:
+                return size, True  # blank: the rest of this file is padding
+            if on_record is not None:
+                on_record(req)
+            self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
+            pos += req.msg_size
+        return pos, True
+
+    def _recover_from(self, index: int, check_crc: bool,
+                      on_record: Callable[[DispatchRequest], None] | None) -> int:
+        """Scan files from ``index`` until the first damaged record; return the process offset."""
+        files = self.mapped_file_queue.mapped_files
+        process_offset = files[index].file_from_offset
+        for mf in files[index:]:
+            valid, clean_end = self._scan_file(mf, check_crc, on_record)
+            process_offset = mf.file_from_offset + valid
+            if not clean_end:
+                if valid < mf.file_size:
+                    log.info("recover commit log: stop at %d in %s (%s)", process_offset, mf.file_name,
+                             "end of data" if self._is_zero_tail(mf, valid) else "damaged record, truncated")
+                break
+        return process_offset
+
+    @staticmethod
+    def _is_zero_tail(mf: MappedFile, pos: int) -> bool:
+        return pos + 8 > mf.file_size or bytes(mf.buf[pos : pos + 8]) == bytes(8)
+
+    def recover_normally(self, max_phy_offset_of_cq: int,
+                         truncate_logics: Callable[[int], None]) -> int:
+        """CommitLog.recoverNormally: scan the last three files with CRC, truncate at the first bad record."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            self.mapped_file_queue.flushed_where = 0
+            truncate_logics(-1)
+            return 0
+        index = max(0, len(files) - 3)
+        process_offset = self._recover_from(index, self.config.check_crc_on_recover, None)
+        self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics)
+        return process_offset
+
+    def recover_abnormally(self, max_phy_offset_of_cq: int, dispatch: Callable[[DispatchRequest], None],
+                           truncate_logics: Callable[[int], None]) -> int:
+        """CommitLog.recoverAbnormally: from the newest file older than the checkpoint, re-dispatch all."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            self.mapped_file_queue.flushed_where = 0
+            truncate_logics(-1)
+            return 0
+        index = 0
+        for i in range(len(files) - 1, -1, -1):
+            if self._is_mapped_file_matched_recover(files[i]):
+                index = i
+                break
+        log.info("recover abnormally from file %s", files[index].file_name)
+        process_offset = self._recover_from(index, self.config.check_crc_on_recover, dispatch)
+        self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics)
+        return process_offset
+
+    def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
+        """The file's first record is intact and older than the checkpoint's min timestamp."""
+        buf = mf.buf
+        try:
+            (magic,) = rec.INT.unpack_from(buf, 4)
+            if magic not in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2):
+                return False
+            ts = rec.store_timestamp_at(buf, 0)
+        except Exception:
+            return False
+        if ts == 0:
+            return False
+        if self.config.message_index_enable and self.config.message_index_safe:
+            min_ts = self.checkpoint.get_min_timestamp_index()
+        else:
+            min_ts = self.checkpoint.get_min_timestamp()
+        return ts <= min_ts
+
+    def _finish_recovery(self, process_offset: int, max_phy_offset_of_cq: int,
+                         truncate_logics: Callable[[int], None]) -> None:
+        mfq = self.mapped_file_queue
+        mfq.flushed_where = process_offset
+        mfq.truncate_dirty_files(process_offset)
+        if max_phy_offset_of_cq >= process_offset:
+            log.info("consume queues reach the commit log end (%d >= %d): truncating them there",
+                        max_phy_offset_of_cq, process_offset)
+            truncate_logics(process_offset)
+
+    def destroy(self) -> None:
+        self.mapped_file_queue.destroy()
+
+    def shutdown(self) -> None:
+        self.mapped_file_queue.shutdown(0)

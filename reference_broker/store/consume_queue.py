@@ -1,0 +1,273 @@
+"""ConsumeQueue: the per topic-queue index of commit-log positions.
+
+Unit format (ConsumeQueue.java, 4.9.8, CQ_STORE_UNIT_SIZE = 20), big-endian:
+
+| @  | field            | bytes | notes                                                    |
+|----|------------------|-------|----------------------------------------------------------|
+| 0  | commitLogOffset  | 8     | physical offset of the record                            |
+| 8  | size             | 4     | record size                                              |
+| 12 | tagsCode         | 8     | Java String.hashCode of TAGS; delivery time for delays   |
+
+A unit's logical offset is ``(file_from_offset + pos) / 20``. A queue whose first file starts past
+offset 0 is pre-filled with blank units ``(0, Integer.MAX_VALUE, 0)`` (fillPreBlank).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult
+
+log = logging.getLogger(__name__)
+
+CQ_STORE_UNIT_SIZE: Final = 20
+UNIT: Final = struct.Struct(">qiq")
+BLANK_UNIT: Final = UNIT.pack(0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, store_path: Path, mapped_file_size: int,
+                 alloc_chunk: int = 64 * 1024) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.mapped_file_size = mapped_file_size
+        self.queue_dir = store_path / topic / str(queue_id)
+        self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size,
+                                                 alloc_chunk=min(alloc_chunk, mapped_file_size) if alloc_chunk else 0)
+        self.max_physic_offset = -1  # offset + size of the last unit written
+        self.min_logic_offset = 0  # bytes; correctMinOffset moves it past deleted commit-log data
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def load(self) -> bool:
+        ok = self.mapped_file_queue.load()
+        log.debug("load consume queue %s-%d %s", self.topic, self.queue_id, "OK" if ok else "Failed")
+        return ok
+
+    def recover(self) -> None:
+        """Scan from the third-from-last file while units are valid (ConsumeQueue.recover)."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return
+        index = max(0, len(files) - 3)
+        process_offset = files[index].file_from_offset
+        max_ext = -1
+        for mf in files[index:]:
+            pos, last_end = self._scan_units(mf)
+            process_offset = mf.file_from_offset + pos
+            if last_end >= 0:
+                max_ext = last_end
+            if pos < self.mapped_file_size:
+                break
+        self.max_physic_offset = max_ext
+        self.mapped_file_queue.flushed_where = process_offset
+        self.mapped_file_queue.truncate_dirty_files(process_offset)
+
+    def _scan_units(self, mf: MappedFile) -> tuple[int, int]:
+        buf = mf.buf
+        pos = 0
+        last_end = -1
+        unpack = UNIT.unpack_from
+        size = self.mapped_file_size
+        while pos + CQ_STORE_UNIT_SIZE <= size:
+            offset, sz, _tags = unpack(buf, pos)
+            if offset >= 0 and sz > 0:
+                if sz != 0x7FFFFFFF:
+                    last_end = offset + sz
+                pos += CQ_STORE_UNIT_SIZE
+            else:
+                break
+        return pos, last_end
+
+    # ---- writes -----------------------------------------------------------------------------------
+    def put_message_position_info(self, offset: int, size: int, tags_code: int, cq_offset: int) -> bool:
+        """Write one unit at logical ``cq_offset`` (ConsumeQueue.putMessagePositionInfo).
+
+        Idempotent: a unit already covered (re-dispatch after recovery) is skipped and reported as
+        written. Raises OSError when space cannot be reserved (the store retries, then goes read-only).
+        """
+        if offset + size <= self.max_physic_offset:
+            return True  # already built, e.g. re-dispatched during recovery
+        expect = cq_offset * CQ_STORE_UNIT_SIZE
+        mfq = self.mapped_file_queue
+        mf = mfq.get_last_mapped_file()
+        if mf is None or mf.is_full:
+            mf = mfq.last_file_for_write(expect)
+            if mf.first_create_in_queue and cq_offset != 0 and mf.wrote_position == 0:
+                self._fill_pre_blank(mf, expect)
+                mfq.flushed_where = expect
+                self.min_logic_offset = expect
+        current = mf.file_from_offset + mf.wrote_position
+        if cq_offset != 0 or current != 0:
+            if expect < current:
+                log.warning("build consume queue repeatedly, expect %d < current %d, topic %s queue %d",
+                            expect, current, self.topic, self.queue_id)
+                return True
+            if expect != current:
+                log.warning("[BUG]logic queue order maybe wrong, expect %d, current %d, topic %s queue %d",
+                            expect, current, self.topic, self.queue_id)
+        pos = mf.wrote_position
+        mf.ensure_allocated(pos + CQ_STORE_UNIT_SIZE)
+        UNIT.pack_into(mf.buf, pos, offset, size, tags_code)
+        mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
+        self.max_physic_offset = offset + size
+        return True
+
+    def _fill_pre_blank(self, mf: MappedFile, until_where: int) -> None:
+        until = until_where % self.mapped_file_size
+        mf.ensure_allocated(until)
+        for pos in range(0, until, CQ_STORE_UNIT_SIZE):
+            mf.buf[pos : pos + CQ_STORE_UNIT_SIZE] = BLANK_UNIT
+        mf.wrote_position = until
+
+    def flush(self, least_pages: int) -> bool:
+        return self.mapped_file_queue.flush(least_pages)
+
+    # ---- reads ----------------------------------------------------------------------------------
+    def get_min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    def get_max_offset_in_queue(self) -> int:
+        return self.mapped_file_queue.get_max_offset() // CQ_STORE_UNIT_SIZE
+
+    def get_index_buffer(self, start_index: int) -> SelectMappedBufferResult | None:
+        """Units from ``start_index`` to the end of their file (ConsumeQueue.getIndexBuffer)."""
+        offset = start_index * CQ_STORE_UNIT_SIZE
+        if offset < self.min_logic_offset:
+            return None
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        return mf.select(offset % self.mapped_file_size)
+
+    def get_unit(self, index: int) -> tuple[int, int, int] | None:
+        res = self.get_index_buffer(index)
+        if res is None:
+            return None
+        try:
+            if res.size < CQ_STORE_UNIT_SIZE:
+                return None
+            offset, size, tags = UNIT.unpack_from(res.data, 0)
+            return int(offset), int(size), int(tags)
+        finally:
+            res.release()
+
+    def get_offset_in_queue_by_time(self, timestamp: int,
+                                    store_time_of: Callable[[int, int], int], min_physic_offset: int) -> int:
+        """Binary search of units by store time (ConsumeQueue.getOffsetInQueueByTime).
+
+        Returns the first offset whose message was stored at or after ``timestamp``; when none is,
+        the last unit's offset; when the file cannot be read, 0.
+        """
+        files = [mf for mf in self.mapped_file_queue.iter_files() if mf.last_modified_ms >= timestamp]
+        mf = files[0] if files else self.mapped_file_queue.get_last_mapped_file()
+        if mf is None:
+            return 0
+        res = mf.select(0)
+        if res is None:
+            return 0
+        try:
+            data = res.data
+            low = self.min_logic_offset - mf.file_from_offset if self.min_logic_offset > mf.file_from_offset else 0
+            high = res.size - CQ_STORE_UNIT_SIZE
+            if high < low:
+                return 0
+            left_offset = right_offset = -1
+            left_ts = right_ts = -1
+            target = -1
+            while high >= low:
+                mid = (low + high) // (2 * CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+                phy, size, _ = UNIT.unpack_from(data, mid)
+                if phy < min_physic_offset:
+                    low = mid + CQ_STORE_UNIT_SIZE
+                    left_offset = mid
+                    continue
+                ts = store_time_of(phy, size)
+                if ts < 0:
+                    return 0
+                if ts == timestamp:
+                    target = mid
+                    break
+                if ts > timestamp:
+                    high = mid - CQ_STORE_UNIT_SIZE
+                    right_offset, right_ts = mid, ts
+                else:
+                    low = mid + CQ_STORE_UNIT_SIZE
+                    left_offset, left_ts = mid, ts
+            if target == -1:
+                if left_offset == -1:
+                    target = right_offset
+                elif right_offset == -1:
+                    target = left_offset
+                else:
+                    # RocketMQ picks the closer neighbour; we keep its rule.
+                    target = left_offset if abs(timestamp - left_ts) <= abs(timestamp - right_ts) else right_offset
+                    if left_ts < timestamp < right_ts:
+                        target = right_offset
+            return (mf.file_from_offset + target) // CQ_STORE_UNIT_SIZE
+        finally:
+            res.release()
+
+    # ---- truncation and cleaning -------------------------------------------------------------------
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """Drop units pointing at or past ``phy_offset`` (ConsumeQueue.truncateDirtyLogicFiles)."""
+        mfq = self.mapped_file_queue
+        while True:
+            mf = mfq.get_last_mapped_file()
+            if mf is None:
+                break
+            pos = 0
+            cut = False
+            self.max_physic_offset = -1
+            while pos + CQ_STORE_UNIT_SIZE <= mf.wrote_position:
+                offset, size, _ = UNIT.unpack_from(mf.buf, pos)
+                if pos == 0 and offset >= phy_offset and size != 0x7FFFFFFF:
+                    mfq.delete_last_mapped_file()
+                    cut = True
+                    break
+                if offset >= 0 and size > 0:
+                    if offset + size > phy_offset and size != 0x7FFFFFFF:
+                        mf.set_positions(pos)
+                        mf.zero_tail(pos)
+                        return
+                    if size != 0x7FFFFFFF:
+                        self.max_physic_offset = offset + size
+                    pos += CQ_STORE_UNIT_SIZE
+                else:
+                    return
+            if not cut:
+                return
+
+    def correct_min_offset(self, phy_min_offset: int) -> None:
+        """Move the queue's min offset past units whose commit-log data is gone (correctMinOffset)."""
+        mf = self.mapped_file_queue.get_first_mapped_file()
+        if mf is None:
+            return
+        res = mf.select(0)
+        if res is None:
+            return
+        try:
+            for pos in range(0, res.size - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
+                offset, size, _ = UNIT.unpack_from(res.data, pos)
+                if offset >= phy_min_offset and size != 0x7FFFFFFF:
+                    self.min_logic_offset = mf.file_from_offset + pos
+                    return
+            self.min_logic_offset = mf.file_from_offset + res.size
+        finally:
+            res.release()
+
+    def delete_expired_file(self, offset: int) -> int:
+        n = self.mapped_file_queue.delete_expired_file_by_offset(offset, CQ_STORE_UNIT_SIZE)
+        self.correct_min_offset(offset)
+        return n
+
+    def destroy(self) -> None:
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+        self.mapped_file_queue.destroy()
+
+    def shutdown(self) -> None:
+        self.mapped_file_queue.shutdown(0)

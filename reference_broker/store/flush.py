@@ -1,0 +1,263 @@
+"""Flush services: async real-time flush, synchronous group commit, consume-queue flush.
+
+RocketMQ 4.9.8 (CommitLog.FlushRealTimeService, GroupCommitService, FlushDiskWatcher;
+DefaultMessageStore.FlushConsumeQueueService):
+
+- FlushRealTimeService (ASYNC_FLUSH): every 500 ms flush when at least 4 pages are dirty, and
+  everything every 10 s; on shutdown retry a full flush up to 10 times.
+- GroupCommitService (SYNC_FLUSH): puts that wait hand a request with their end offset to one
+  thread, which flushes once for everything queued and completes each request: PUT_OK, or
+  FLUSH_DISK_TIMEOUT once syncFlushTimeout (5 s) has passed (FlushDiskWatcher) — the message is
+  stored either way.
+- FlushConsumeQueueService: every 1 s flush consume queues with at least 2 dirty pages, and all of
+  them every 60 s, then write the checkpoint.
+
+Every service runs on its own thread; fdatasync releases the GIL, so the writer never waits for one.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, InvalidStateError
+
+from reference_broker.store.checkpoint import StoreCheckpoint
+from reference_broker.store.commit_log import CommitLog
+from reference_broker.store.config import MessageStoreConfig
+from reference_broker.store.consume_queue import ConsumeQueue
+from reference_broker.store.status import PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+
+class ServiceThread:
+    """A named daemon thread with RocketMQ's ServiceThread wake-up/stop protocol."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._stopped = threading.Event()
+        self._wakeup = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def is_stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.run()
+        except Exception:
+            log.exception("%s died", self.name)
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    def wait_for_running(self, interval_s: float) -> None:
+        self._wakeup.wait(interval_s)
+        self._wakeup.clear()
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        self._stopped.set()
+        self._wakeup.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout_s)
+
+
+class FlushRealTimeService(ServiceThread):
+    def __init__(self, commit_log: CommitLog, checkpoint: StoreCheckpoint, config: MessageStoreConfig) -> None:
+        super().__init__("FlushRealTimeService")
+        self.commit_log = commit_log
+        self.checkpoint = checkpoint
+        self.config = config
+        self._last_thorough_ms = 0
+
+    def flush_once(self, least_pages: int) -> None:
+        mfq = self.commit_log.mapped_file_queue
+        mfq.flush(least_pages)
+        if mfq.store_timestamp > 0:
+            self.checkpoint.physic_msg_timestamp = mfq.store_timestamp
+
+    def run(self) -> None:
+        cfg = self.config
+        while not self.is_stopped:
+            interval = cfg.flush_interval_commit_log_ms / 1000
+            if cfg.flush_commit_log_timed:
+                self._stopped.wait(interval)
+            else:
+                self.wait_for_running(interval)
+            least = cfg.flush_commit_log_least_pages
+            now = int(time.time() * 1000)
+            if now >= self._last_thorough_ms + cfg.flush_commit_log_thorough_interval_ms:
+                self._last_thorough_ms = now
+                least = 0
+            try:
+                self.flush_once(least)
+                # flush(0) of a just-filled file leaves the next file's data: loop until caught up.
+                while least == 0 and self.commit_log.mapped_file_queue.how_much_fall_behind() > 0:
+                    if self.commit_log.mapped_file_queue.flush(0):
+                        break
+            except OSError:
+                log.exception("commit log flush failed")
+        for _ in range(10):  # normal shutdown: make sure everything is on disk
+            if self.commit_log.mapped_file_queue.flush(0):
+                break
+        self.flush_once(0)
+
+
+class GroupCommitRequest:
+    """A put waiting for its bytes to be flushed (GroupCommitRequest); completes exactly once."""
+
+    __slots__ = ("deadline", "future", "next_offset")
+
+    def __init__(self, next_offset: int, timeout_ms: int) -> None:
+        self.next_offset = next_offset
+        self.deadline = time.monotonic() + timeout_ms / 1000
+        self.future: Future[PutMessageStatus] = Future()
+
+    def complete(self, status: PutMessageStatus) -> None:
+        try:
+            self.future.set_result(status)
+        except InvalidStateError:
+            pass  # the watcher timed it out first, or the reverse
+
+    def wait(self) -> PutMessageStatus:
+        try:
+            return self.future.result(max(0.0, self.deadline - time.monotonic()) + 0.05)
+        except TimeoutError:
+            self.complete(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            return self.future.result()
+
+
+class GroupCommitService(ServiceThread):
+    def __init__(self, commit_log: CommitLog, checkpoint: StoreCheckpoint) -> None:
+        super().__init__("GroupCommitService")
+        self.commit_log = commit_log
+        self.checkpoint = checkpoint
+        self._lock = threading.Lock()
+        self._requests_write: list[GroupCommitRequest] = []
+        self.watcher = FlushDiskWatcher()
+
+    def put_request(self, req: GroupCommitRequest) -> None:
+        with self._lock:
+            self._requests_write.append(req)
+        self.watcher.add(req)
+        self.wakeup()
+
+    def _do_commit(self, requests: list[GroupCommitRequest]) -> None:
+        mfq = self.commit_log.mapped_file_queue
+        if requests:
+            target = max(r.next_offset for r in requests)
+            for _ in range(3):  # a request may span a file boundary: two files to flush
+                if mfq.flushed_where >= target:
+                    break
+                mfq.flush(0)
+            flushed = mfq.flushed_where
+            for r in requests:
+                r.complete(PutMessageStatus.PUT_OK if flushed >= r.next_offset else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        else:
+            mfq.flush(0)  # puts that do not wait still wake the service
+        if mfq.store_timestamp > 0:
+            self.checkpoint.physic_msg_timestamp = mfq.store_timestamp
+
+    def run(self) -> None:
+        self.watcher.start()
+        while not self.is_stopped:
+            self.wait_for_running(0.010)
+            with self._lock:
+                reqs, self._requests_write = self._requests_write, []
+            try:
+                self._do_commit(reqs)
+            except OSError:
+                log.exception("group commit flush failed")
+                for r in reqs:
+                    r.complete(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        time.sleep(0.01)
+        with self._lock:
+            reqs, self._requests_write = self._requests_write, []
+        self._do_commit(reqs)
+        self.watcher.shutdown()
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        super().shutdown(timeout_s)
+        self.watcher.shutdown()
+
+
+class FlushDiskWatcher(ServiceThread):
+    """Fails flush requests at their deadline even when the flush thread is stuck in the kernel."""
+
+    def __init__(self) -> None:
+        super().__init__("FlushDiskWatcher")
+        self._pending: collections.deque[GroupCommitRequest] = collections.deque()
+
+    def add(self, req: GroupCommitRequest) -> None:
+        self._pending.append(req)
+
+    def run(self) -> None:
+        while not self.is_stopped:
+            try:
+                req = self._pending.popleft()
+            except IndexError:
+                self._stopped.wait(0.01)
+                continue
+            while not req.future.done() and not self.is_stopped:
+                left = req.deadline - time.monotonic()
+                if left <= 0:
+                    req.complete(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+                    break
+                try:
+                    req.future.result(min(left, 0.1))
+                except TimeoutError:
+                    pass
+
+
+class FlushConsumeQueueService(ServiceThread):
+    def __init__(self, queues: Callable[[], Iterable[ConsumeQueue]], checkpoint: StoreCheckpoint,
+                 config: MessageStoreConfig) -> None:
+        super().__init__("FlushConsumeQueueService")
+        self.queues = queues
+        self.checkpoint = checkpoint
+        self.config = config
+        self._last_thorough_ms = int(time.time() * 1000)
+
+    def do_flush(self, retry_times: int) -> None:
+        cfg = self.config
+        least = cfg.flush_consume_queue_least_pages
+        if retry_times == 0:
+            least = 0
+        now = int(time.time() * 1000)
+        if now >= self._last_thorough_ms + cfg.flush_consume_queue_thorough_interval_ms:
+            self._last_thorough_ms = now
+            least = 0
+        logics_ts = self.checkpoint.logics_msg_timestamp
+        for cq in list(self.queues()):
+            for _ in range(retry_times or 1):
+                try:
+                    if cq.flush(least):
+                        break
+                except OSError:
+                    log.exception("consume queue flush failed: %s-%d", cq.topic, cq.queue_id)
+                    break
+        if least == 0:
+            if logics_ts > 0:
+                self.checkpoint.logics_msg_timestamp = logics_ts
+            self.checkpoint.flush()
+
+    def run(self) -> None:
+        while not self.is_stopped:
+            self._stopped.wait(self.config.flush_interval_consume_queue_ms / 1000)
+            try:
+                self.do_flush(1)
+            except Exception:
+                log.exception("consume queue flush failed")
+        self.do_flush(3)

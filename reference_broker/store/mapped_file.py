@@ -1,0 +1,525 @@
+"""MappedFile and MappedFileQueue: fixed-size mmap'd files named by their start offset.
+
+This module owns the file naming rule (UtilAll.offset2FileName: 20 zero-padded digits of the
+file's first absolute offset), reference counting (ReferenceResource: a file is never unmapped
+while a reader holds it; seed Q&A 21) and the queue of files behind the commit log and each
+consume queue (MappedFileQueue, 4.9.8).
+
+Deliberate differences from RocketMQ:
+- Space is reserved with ``posix_fallocate`` before it is written through the mapping (whole file at
+  creation by default, or in ``alloc_chunk`` steps). RocketMQ maps a sparse file; in Python a write
+  through the mapping into a hole on a full disk raises SIGBUS and kills the process, whereas a failed
+  fallocate is a clean ``OSError`` that becomes CREATE_MAPEDFILE_FAILED (commit log) or a failed
+  consume-queue write (retried, then read-only; seed Q&A 18).
+- Flushing uses ``fdatasync`` on the file descriptor, which writes back pages dirtied through the
+  mapping and, unlike ``mmap.flush``, releases the GIL so the writer is never held by a flush.
+- A forced release after the timeout cannot unmap memory that a reader still views (Python's mmap
+  refuses to close with exported buffers); the file is unlinked and the mapping is closed when the last
+  view goes away. RocketMQ unmaps regardless and relies on the timeout being long enough.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+OS_PAGE_SIZE = 4096  # MappedFile.OS_PAGE_SIZE
+
+
+_FALLOC_FL_ZERO_RANGE = 0x10
+_libc: ctypes.CDLL | None = None
+
+
+def _zero_range(fd: int, offset: int, length: int) -> bool:
+    """fallocate(FALLOC_FL_ZERO_RANGE); False when the filesystem or platform does not support it."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        return int(_libc.fallocate(fd, _FALLOC_FL_ZERO_RANGE, offset, length)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def offset_to_file_name(offset: int) -> str:
+    """UtilAll.offset2FileName."""
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    """One fixed-size file, mmap'd read-write, with write/flush positions and a reference count."""
+
+    def __init__(self, path: Path, file_size: int, *, create: bool = True, alloc_chunk: int = 0) -> None:
+        self.path = path
+        self.file_name = path.name
+        self.file_size = file_size
+        self.file_from_offset = int(path.name)
+        self.alloc_chunk = alloc_chunk  # 0: reserve the whole file at creation
+        self._allocated = 0
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self._fd = os.open(path, flags, 0o644)
+        try:
+            size = os.fstat(self._fd).st_size
+            if size != file_size:
+                if not create and size != 0:
+                    raise ValueError(f"{path}: length {size} does not match the configured file size {file_size}")
+                os.ftruncate(self._fd, file_size)
+            if alloc_chunk:
+                # Reserved lazily in steps; for an existing file, re-reserving a reserved range is a no-op.
+                self._reserve(min(alloc_chunk, file_size))
+            elif size == file_size and not create:
+                self._allocated = file_size  # an existing file was reserved whole when it was created
+            else:
+                self._reserve(file_size)
+            self.mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self.buf = memoryview(self.mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0  # store time of the last message appended (commit log only)
+        self.first_create_in_queue = False
+        self._refs = 1
+        self._available = True
+        self._cleanup_over = False
+        self._first_shutdown_ms = 0
+        self._lock = threading.Lock()
+
+    # ---- space reservation -------------------------------------------------------------------
+    def _reserve(self, end: int) -> None:
+        if end > self._allocated:
+            os.posix_fallocate(self._fd, self._allocated, end - self._allocated)
+            self._allocated = end
+
+    def ensure_allocated(self, end: int) -> None:
+        """Reserve disk space up to ``end`` before writing it through the mapping (raises OSError)."""
+        if end > self._allocated:
+            step = self.alloc_chunk or self.file_size
+            self._reserve(min(self.file_size, max(end, self._allocated + step)))
+
+    # ---- state -------------------------------------------------------------------------------
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    @property
+    def is_available(self) -> bool:
+        return self._available
+
+    @property
+    def last_modified_ms(self) -> int:
+        try:
+            return int(os.stat(self.path).st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
+
+    def free_space(self) -> int:
+        return self.file_size - self.wrote_position
+
+    # ---- reference counting (ReferenceResource) ------------------------------------------------
+    def hold(self) -> bool:
+        with self._lock:
+            if self._available and self._refs > 0:
+                self._refs += 1
+                return True
+            return False
+
+    def release(self) -> None:
+        with self._lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+        self._cleanup()
+
+    def shutdown(self, interval_forcibly_ms: int) -> None:
+        """Make the file unavailable; release now, or forcibly once the interval has passed."""
+        with self._lock:
+            if self._available:
+                self._available = False
+                self._first_shutdown_ms = int(time.time() * 1000)
+                self._refs -= 1
+                refs = self._refs
+            elif self._refs > 0 and int(time.time() * 1000) - self._first_shutdown_ms >= interval_forcibly_ms:
+                log.warning("%s: forcing release with %d reader(s) still holding it", self.path, self._refs)
+                self._refs = -1000 - self._refs
+                refs = self._refs
+            else:
+                refs = self._refs
+        if refs <= 0:
+            self._cleanup()
+
+    @property
+    def is_cleanup_over(self) -> bool:
+        return self._cleanup_over
+
+    def _cleanup(self) -> None:
+        with self._lock:
+            if self._cleanup_over:
+                return
+            self._cleanup_over = True
+        self.buf.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            # A reader still has a view; the mapping is closed when its last view is dropped.
+            log.warning("%s: mapping still viewed by a reader; left to close with it", self.path)
+        os.close(self._fd)
+
+    def destroy(self, interval_forcibly_ms: int) -> bool:
+        """Shut down and delete the file once nobody holds it (MappedFile.destroy)."""
+        self.shutdown(interval_forcibly_ms)
+        if not self._cleanup_over:
+            return False
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        return True
+
+    # ---- I/O -----------------------------------------------------------------------------------
+    def append_bytes(self, data: bytes | memoryview) -> bool:
+        """Append raw bytes at the write position (replication and tests)."""
+        n = len(data)
+        pos = self.wrote_position
+        if pos + n > self.file_size:
+            return False
+        self.ensure_allocated(pos + n)
+        self.buf[pos : pos + n] = data
+        self.wrote_position = pos + n
+        return True
+
+    def flush(self, least_pages: int) -> int:
+        """Write back dirty pages when at least ``least_pages`` are dirty (0: whatever is dirty).
+
+        Returns the new flushed position. Called only by the flush thread of the owning queue.
+        """
+        write = self.wrote_position
+        flushed = self.flushed_position
+        if write <= flushed:
+            return flushed
+        if least_pages > 0 and not self.is_full and (write // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE) < least_pages:
+            return flushed
+        if self.hold():
+            try:
+                os.fdatasync(self._fd)
+            finally:
+                self.release()
+            self.flushed_position = write
+        return self.flushed_position
+
+    def select(self, pos: int, size: int = -1) -> SelectMappedBufferResult | None:
+        """A held view of ``size`` bytes at ``pos`` (to the write position when ``size`` < 0)."""
+        read_pos = self.wrote_position
+        if size < 0:
+            size = read_pos - pos
+        if pos < 0 or size <= 0 or pos + size > read_pos:
+            return None
+        if not self.hold():
+            return None
+        return SelectMappedBufferResult(self.file_from_offset + pos, self.buf[pos : pos + size], self)
+
+    def zero_tail(self, pos: int) -> None:
+        """Zero everything from ``pos`` to the end of the file, keeping the space reserved.
+
+        Recovery truncates here. RocketMQ only moves its positions, leaving stale bytes behind; with
+        equal-sized messages new records can end exactly where a stale (valid, CRC-correct) record
+        begins, and a later scan would resurrect it. Zeroing is one FALLOC_FL_ZERO_RANGE call on
+        filesystems that support it, plain writes otherwise.
+        """
+        end = self.file_size
+        if pos >= end:
+            return
+        page_end = min(end, -(-pos // OS_PAGE_SIZE) * OS_PAGE_SIZE)
+        if page_end > pos:
+            self.buf[pos:page_end] = bytes(page_end - pos)
+        if page_end < end and not _zero_range(self._fd, page_end, end - page_end):
+            step = 1 << 20
+            zeros = bytes(step)
+            for p in range(page_end, end, step):
+                n = min(step, end - p)
+                if self.buf[p : p + n] != zeros[:n]:
+                    self.buf[p : p + n] = zeros[:n]
+
+    def set_positions(self, pos: int) -> None:
+        self.wrote_position = pos
+        self.flushed_position = pos
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path}, wrote={self.wrote_position}, flushed={self.flushed_position})"
+
+
+@dataclass
+class SelectMappedBufferResult:
+    """A read-only view of mapped bytes; ``release()`` it (or use ``with``) when done."""
+
+    start_offset: int
+    data: memoryview
+    mapped_file: MappedFile | None = field(repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def release(self) -> None:
+        mf, self.mapped_file = self.mapped_file, None
+        if mf is not None:
+            self.data.release()
+            mf.release()
+
+    def __enter__(self) -> SelectMappedBufferResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class MappedFileQueue:
+    """The ordered files of one log (commit log, or one consume queue)."""
+
+    def __init__(self, store_path: Path, mapped_file_size: int, *, alloc_chunk: int = 0) -> None:
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self.alloc_chunk = alloc_chunk
+        self.mapped_files: list[MappedFile] = []
+        self.flushed_where = 0
+        self.store_timestamp = 0
+        self._lock = threading.Lock()  # guards the list; appends to a file are single-writer
+
+    # ---- loading -------------------------------------------------------------------------------
+    def load(self) -> bool:
+        """Map every existing file; False when a file's length does not match (MappedFileQueue.load)."""
+        if not self.store_path.is_dir():
+            return True
+        names = sorted(p for p in self.store_path.iterdir() if p.is_file() and p.name.isdigit())
+        for p in names:
+            if p.stat().st_size != self.mapped_file_size:
+                log.warning("%s: length %d does not match %d, please check it manually",
+                            p, p.stat().st_size, self.mapped_file_size)
+                return False
+            mf = MappedFile(p, self.mapped_file_size, create=False, alloc_chunk=self.alloc_chunk)
+            mf.set_positions(self.mapped_file_size)
+            self.mapped_files.append(mf)
+        return True
+
+    # ---- lookup --------------------------------------------------------------------------------
+    def get_last_mapped_file(self) -> MappedFile | None:
+        files = self.mapped_files
+        return files[-1] if files else None
+
+    def get_first_mapped_file(self) -> MappedFile | None:
+        files = self.mapped_files
+        return files[0] if files else None
+
+    def last_file_for_write(self, start_offset: int = 0) -> MappedFile:
+        """The last file, creating the next (or the first, at ``start_offset``) when needed.
+
+        Raises OSError when the file cannot be created (no space): CREATE_MAPEDFILE_FAILED.
+        """
+        last = self.get_last_mapped_file()
+        if last is not None and not last.is_full:
+            return last
+        if last is None:
+            create_offset = start_offset - start_offset % self.mapped_file_size
+        else:
+            create_offset = last.file_from_offset + self.mapped_file_size
+        self.store_path.mkdir(parents=True, exist_ok=True)
+        path = self.store_path / offset_to_file_name(create_offset)
+        try:
+            mf = MappedFile(path, self.mapped_file_size, create=True, alloc_chunk=self.alloc_chunk)
+        except OSError:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            raise
+        with self._lock:
+            if not self.mapped_files:
+                mf.first_create_in_queue = True
+            self.mapped_files.append(mf)
+        return mf
+
+    def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
+        files = self.mapped_files
+        if not files:
+            return None
+        first = files[0]
+        last = files[-1]
+        if first.file_from_offset <= offset < last.file_from_offset + self.mapped_file_size:
+            idx = offset // self.mapped_file_size - first.file_from_offset // self.mapped_file_size
+            if 0 <= idx < len(files):
+                mf = files[idx]
+                if mf.file_from_offset <= offset < mf.file_from_offset + self.mapped_file_size:
+                    return mf
+            for mf in files:  # holes after deletions: fall back to a scan
+                if mf.file_from_offset <= offset < mf.file_from_offset + self.mapped_file_size:
+                    return mf
+        return first if return_first_on_not_found else None
+
+    def get_min_offset(self) -> int:
+        files = self.mapped_files
+        return files[0].file_from_offset if files else -1
+
+    def get_max_offset(self) -> int:
+        last = self.get_last_mapped_file()
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    def get_max_wrote_position(self) -> int:
+        return self.get_max_offset()
+
+    def how_much_fall_behind(self) -> int:
+        return max(0, self.get_max_offset() - self.flushed_where)
+
+    def iter_files(self) -> Iterator[MappedFile]:
+        return iter(list(self.mapped_files))
+
+    # ---- flushing ------------------------------------------------------------------------------
+    def flush(self, least_pages: int) -> bool:
+        """Flush the file holding ``flushed_where``; True when nothing was flushed (RocketMQ's result)."""
+        mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
+        if mf is None:
+            return True
+        ts = mf.store_timestamp
+        offset = mf.flush(least_pages)
+        where = mf.file_from_offset + offset
+        result = where == self.flushed_where
+        self.flushed_where = where
+        if least_pages == 0 and ts:
+            self.store_timestamp = ts
+        return result
+
+    # ---- truncation and deletion ---------------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Drop everything at and after ``offset`` (MappedFileQueue.truncateDirtyFiles)."""
+        keep: list[MappedFile] = []
+        for mf in list(self.mapped_files):
+            tail = mf.file_from_offset + self.mapped_file_size
+            if tail > offset:
+                if offset >= mf.file_from_offset:
+                    pos = offset % self.mapped_file_size
+                    mf.set_positions(pos)
+                    mf.zero_tail(pos)
+                    keep.append(mf)
+                else:
+                    mf.destroy(1000)
+                    continue
+            else:
+                keep.append(mf)
+        with self._lock:
+            self.mapped_files = keep
+
+    def delete_last_mapped_file(self) -> None:
+        with self._lock:
+            if not self.mapped_files:
+                return
+            mf = self.mapped_files.pop()
+        mf.destroy(1000)
+
+    def reset_offset(self, offset: int) -> bool:
+        """Used by replication to move the write position back within the last file."""
+        last = self.get_last_mapped_file()
+        if last is None:
+            return False
+        pos = offset - last.file_from_offset
+        if pos < 0 or pos > last.wrote_position:
+            return False
+        last.set_positions(pos)
+        return True
+
+    def delete_expired_file_by_time(
+        self,
+        expired_ms: int,
+        delete_files_interval_ms: int,
+        interval_forcibly_ms: int,
+        clean_immediately: bool,
+        *,
+        now_ms: Callable[[], int] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        max_batch: int = 10,
+    ) -> int:
+        """Delete files older than ``expired_ms`` (never the last), at most ``max_batch`` per call.
+
+        MappedFileQueue.deleteExpiredFileByTime, with DELETE_FILES_BATCH_MAX = 10.
+        """
+        now = now_ms or (lambda: int(time.time() * 1000))
+        files = list(self.mapped_files[:-1])
+        deleted: list[MappedFile] = []
+        for mf in files:
+            live_max = mf.last_modified_ms + expired_ms
+            if now() >= live_max or clean_immediately:
+                if mf.destroy(interval_forcibly_ms):
+                    deleted.append(mf)
+                    if len(deleted) >= max_batch:
+                        break
+                    if delete_files_interval_ms > 0 and mf is not files[-1]:
+                        sleep(delete_files_interval_ms / 1000)
+                else:
+                    break
+            else:
+                break  # files are in age order: stop at the first young one
+        self._remove(deleted)
+        return len(deleted)
+
+    def delete_expired_file_by_offset(self, offset: int, unit_size: int) -> int:
+        """Delete consume-queue files whose last unit points below ``offset`` (commit-log min offset)."""
+        files = list(self.mapped_files[:-1])
+        deleted: list[MappedFile] = []
+        for mf in files:
+            last_unit = self.mapped_file_size - unit_size
+            res = mf.select(last_unit, unit_size) if mf.wrote_position >= self.mapped_file_size else None
+            destroy = False
+            if res is not None:
+                max_offset_in_file = int.from_bytes(res.data[:8], "big", signed=True)
+                res.release()
+                destroy = max_offset_in_file < offset
+            elif not mf.is_available:
+                destroy = True
+            if not destroy:
+                break
+            if mf.destroy(60000):
+                deleted.append(mf)
+            else:
+                break
+        self._remove(deleted)
+        return len(deleted)
+
+    def retry_delete_first_file(self, interval_forcibly_ms: int) -> bool:
+        first = self.get_first_mapped_file()
+        if first is None or first.is_available:
+            return False
+        if first.destroy(interval_forcibly_ms):
+            self._remove([first])
+            return True
+        return False
+
+    def _remove(self, files: list[MappedFile]) -> None:
+        if not files:
+            return
+        gone = {id(f) for f in files}
+        with self._lock:
+            self.mapped_files = [f for f in self.mapped_files if id(f) not in gone]
+
+    def shutdown(self, interval_forcibly_ms: int = 0) -> None:
+        for mf in self.mapped_files:
+            mf.shutdown(interval_forcibly_ms)
+
+    def destroy(self) -> None:
+        for mf in list(self.mapped_files):
+            mf.destroy(1000)
+        with self._lock:
+            self.mapped_files = []
+        self.flushed_where = 0
+        try:
+            self.store_path.rmdir()
+        except OSError:
+            pass

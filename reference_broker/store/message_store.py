@@ -1,0 +1,640 @@
+"""MessageStore: the facade over commit log, consume queues, index, flush, dispatch and cleaning.
+
+Lifecycle (DefaultMessageStore, 4.9.8): ``load()`` maps the files and recovers — normally when the
+last exit removed ``abort``, abnormally (re-dispatch from the checkpoint) when it did not — then
+``start()`` lets dispatch catch up, starts the services and creates ``abort``; ``shutdown()``
+flushes everything and removes ``abort`` only when the store is writeable and dispatch has caught up.
+
+Deliberate difference: the ``lock`` file is taken in ``load()`` rather than ``start()``, so a second
+store can never recover (and truncate) files that a running store is writing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+from reference_broker.common import message as mc
+from reference_broker.store import record as rec
+from reference_broker.store.checkpoint import StoreCheckpoint
+from reference_broker.store.clean import CleanCommitLogService, CleanConsumeQueueService, RunningFlags
+from reference_broker.store.commit_log import CommitLog, MessageExtBatch
+from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
+from reference_broker.store.consume_queue import UNIT as _UNIT
+from reference_broker.store.dispatch import DispatchRequest
+from reference_broker.store.flush import (
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitRequest,
+    GroupCommitService,
+)
+from reference_broker.store.index_file import IndexService, QueryOffsetResult
+from reference_broker.store.reput import ReputMessageService
+from reference_broker.store.status import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+TagsFilter = Callable[[int], bool]
+
+SERVICE_NOT_AVAILABLE_REMARK = (
+    "service not available now. It may be caused by one of the following reasons: "
+    "the broker's disk is full [{disk}], messages are put to the slave, message store has been shut down, etc."
+)
+CQ_WRITE_RETRIES = 3  # seed Q&A 18 (4.9.8 retries 30 times, 1 s apart)
+
+
+class StoreLockedError(RuntimeError):
+    """Another store holds the lock file of this directory."""
+
+
+class MessageStore:
+    def __init__(self, config: MessageStoreConfig) -> None:
+        self.config = config
+        root = config.store_path_root_dir
+        root.mkdir(parents=True, exist_ok=True)
+        self.abort_file = root / "abort"
+        self.lock_path = root / "lock"
+        self.checkpoint = StoreCheckpoint(root / "checkpoint")
+        self.commit_log = CommitLog(config, self.checkpoint)
+        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self._cq_lock = threading.Lock()
+        self.index_service = IndexService(config.store_path_index, config.max_hash_slot_num, config.max_index_num,
+                                          self.checkpoint, message_index_safe=config.message_index_safe)
+        self.running_flags = RunningFlags()
+        self.delay_table_ms = config.delay_level_table_ms()
+        self.reput = ReputMessageService(self.commit_log, self.do_dispatch, self.delay_table_ms)
+        self.flush_service: FlushRealTimeService | GroupCommitService
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
+        else:
+            self.flush_service = FlushRealTimeService(self.commit_log, self.checkpoint, config)
+        self.flush_cq_service = FlushConsumeQueueService(self.iter_consume_queues, self.checkpoint, config)
+        self.clean_commit_log = CleanCommitLogService(config, self.commit_log, self.running_flags)
+        self.clean_consume_queue = CleanConsumeQueueService(self.commit_log, self.iter_consume_queues,
+                                                            self.index_service.delete_expired_file)
+        self.dispatch_listeners: list[Callable[[DispatchRequest], None]] = []
+        self.last_exit_ok = True
+        self.shutdown_normally: bool | None = None
+        self._lock_fd: int | None = None
+        self._started = False
+        self._shutdown = False
+        self._put_count = 0
+        self._sched_stop = threading.Event()
+        self._sched_threads: list[threading.Thread] = []
+        # Not RocketMQ keys: how often the disk is checked and when cleaning first runs (60 s in RocketMQ).
+        self.disk_check_interval_s = 1.0
+        self.clean_initial_delay_s = 60.0
+
+    # ---- lock, load, recover ------------------------------------------------------------------
+    def _acquire_lock(self) -> None:
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreLockedError(
+                f"Lock failed, MQ already started: {self.lock_path} is held by another store "
+                "(a second broker on the same storePathRootDir?)") from None
+        self._lock_fd = fd
+
+    def load(self) -> bool:
+        """Map files and recover (DefaultMessageStore.load). Raises StoreLockedError if locked."""
+        self._acquire_lock()
+        self.last_exit_ok = not self.abort_file.exists()
+        log.info("last shutdown %s", "normally" if self.last_exit_ok else "abnormally")
+        ok = self.commit_log.load() and self._load_consume_queues()
+        if not ok:
+            return False
+        if self.config.message_index_enable:
+            self.index_service.load(self.last_exit_ok)
+        self.recover(self.last_exit_ok)
+        return True
+
+    def _load_consume_queues(self) -> bool:
+        base = self.config.store_path_consume_queue
+        if not base.is_dir():
+            return True
+        for topic_dir in sorted(base.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                if not (qdir.is_dir() and qdir.name.isdigit()):
+                    continue
+                cq = self._new_cq(topic_dir.name, int(qdir.name))
+                if not cq.load():
+                    return False
+                self.consume_queue_table.setdefault(topic_dir.name, {})[int(qdir.name)] = cq
+        return True
+
+    def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(topic, queue_id, self.config.store_path_consume_queue,
+                            self.config.get_mapped_file_size_consume_queue(),
+                            self.config.consume_queue_alloc_chunk_bytes)
+
+    def recover(self, last_exit_ok: bool) -> None:
+        max_phy_of_cq = self._recover_consume_queues()
+        if last_exit_ok:
+            self.commit_log.recover_normally(max_phy_of_cq, self._truncate_logics)
+        else:
+            self.commit_log.recover_abnormally(max_phy_of_cq, self.do_dispatch, self._truncate_logics)
+        self._recover_topic_queue_table()
+
+    def _recover_consume_queues(self) -> int:
+        max_phy = -1
+        for cq in self.iter_consume_queues():
+            cq.recover()
+            max_phy = max(max_phy, cq.max_physic_offset)
+        return max_phy
+
+    def _truncate_logics(self, phy_offset: int) -> None:
+        if phy_offset < 0:
+            for cq in self.iter_consume_queues():
+                cq.destroy()
+            self.consume_queue_table.clear()
+            return
+        for cq in self.iter_consume_queues():
+            cq.truncate_dirty_logic_files(phy_offset)
+
+    def _recover_topic_queue_table(self) -> None:
+        table: dict[str, int] = {}
+        min_phy = self.commit_log.get_min_offset()
+        for cq in self.iter_consume_queues():
+            table[f"{cq.topic}-{cq.queue_id}"] = cq.get_max_offset_in_queue()
+            cq.correct_min_offset(min_phy)
+        self.commit_log.topic_queue_table = table
+
+    # ---- start and stop -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._acquire_lock()
+        if self._started:
+            raise StoreLockedError("store already started")
+        max_phy = max((cq.max_physic_offset for cq in self.iter_consume_queues()), default=0)
+        self.reput.reput_from_offset = max(max_phy, self.commit_log.get_min_offset(), 0)
+        self.reput.start()
+        # Dispatch catches up before the store serves anything (DefaultMessageStore.start).
+        while self.reput.behind() > 0:
+            time.sleep(0.001)
+        self.flush_service.start()
+        self.flush_cq_service.start()
+        self._create_abort_file()
+        self._schedule(self.clean_initial_delay_s, self.config.clean_resource_interval_ms / 1000, self.clean_files)
+        self._schedule(self.disk_check_interval_s, self.disk_check_interval_s, self.clean_commit_log.check_disk)
+        self._started = True
+
+    def _create_abort_file(self) -> None:
+        fd = os.open(self.abort_file, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.fsync(fd)
+        os.close(fd)
+        dfd = os.open(self.config.store_path_root_dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)  # the abort file must survive a power loss to trigger abnormal recovery
+        finally:
+            os.close(dfd)
+
+    def _schedule(self, delay_s: float, period_s: float, fn: Callable[[], object]) -> None:
+        def loop() -> None:
+            if self._sched_stop.wait(delay_s):
+                return
+            while not self._sched_stop.is_set():
+                try:
+                    fn()
+                except Exception:
+                    log.exception("scheduled task %s failed", getattr(fn, "__name__", fn))
+                if self._sched_stop.wait(period_s):
+                    return
+
+        t = threading.Thread(target=loop, name=f"StoreScheduled-{getattr(fn, '__name__', 'task')}", daemon=True)
+        t.start()
+        self._sched_threads.append(t)
+
+    def clean_files(self) -> None:
+        """One cleaning pass (cleanFilesPeriodically): commit log first, then what points into it."""
+        self.clean_commit_log.run()
+        self.clean_consume_queue.run()
+
+    def execute_delete_files_manually(self) -> None:
+        self.clean_commit_log.execute_delete_files_manually()
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.behind()
+
+    def shutdown(self) -> None:
+        """Stop services, flush everything; remove ``abort`` only when the store is consistent."""
+        if self._shutdown:
+            return
+        self._shutdown = True
+        self._sched_stop.set()
+        for t in self._sched_threads:
+            t.join(5)
+        if self._started:
+            self.reput.shutdown()
+            self.flush_cq_service.shutdown()
+            self.flush_service.shutdown()
+        self.index_service.shutdown()
+        self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
+                                                   self.commit_log.mapped_file_queue.store_timestamp)
+        self.checkpoint.shutdown()
+        behind = self.dispatch_behind_bytes()
+        if self._started and self.running_flags.is_writeable() and behind == 0:
+            try:
+                self.abort_file.unlink()
+            except FileNotFoundError:
+                pass
+            self.shutdown_normally = True
+        else:
+            log.warning("shutdown abnormally, and keep abort file (writeable %s, dispatch behind %d bytes)",
+                        self.running_flags.is_writeable(), behind)
+            self.shutdown_normally = False
+        self.commit_log.shutdown()
+        for cq in self.iter_consume_queues():
+            cq.shutdown()
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def destroy(self) -> None:
+        """Delete all data files (tests and tools)."""
+        self.commit_log.destroy()
+        for cq in self.iter_consume_queues():
+            cq.destroy()
+        self.consume_queue_table.clear()
+        self.index_service.destroy()
+        for name in ("abort", "checkpoint"):
+            try:
+                (self.config.store_path_root_dir / name).unlink()
+            except FileNotFoundError:
+                pass
+
+    # ---- consume queues -------------------------------------------------------------------------
+    def iter_consume_queues(self) -> Iterator[ConsumeQueue]:
+        for queues in list(self.consume_queue_table.values()):
+            yield from list(queues.values())
+
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+        queues = self.consume_queue_table.get(topic)
+        if queues is not None:
+            cq = queues.get(queue_id)
+            if cq is not None or not create:
+                return cq
+        elif not create:
+            return None
+        with self._cq_lock:
+            queues = self.consume_queue_table.setdefault(topic, {})
+            cq = queues.get(queue_id)
+            if cq is None:
+                cq = self._new_cq(topic, queue_id)
+                queues[queue_id] = cq
+            return cq
+
+    # ---- dispatch -------------------------------------------------------------------------------
+    def do_dispatch(self, req: DispatchRequest) -> None:
+        """CommitLogDispatcherBuildConsumeQueue, then BuildIndex, then any listeners."""
+        tran = mc.transaction_value(req.sys_flag)
+        if tran in (mc.TRANSACTION_NOT_TYPE, mc.TRANSACTION_COMMIT_TYPE):
+            self._put_cq_position(req)
+        if self.config.message_index_enable:
+            self.index_service.build_index(req)
+        for listener in self.dispatch_listeners:
+            listener(req)
+
+    def _put_cq_position(self, req: DispatchRequest) -> None:
+        cq = self.find_consume_queue(req.topic, req.queue_id)
+        assert cq is not None
+        for attempt in range(CQ_WRITE_RETRIES):
+            if not self.running_flags.is_cq_writeable():
+                break
+            try:
+                cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code,
+                                             req.consume_queue_offset)
+                self.checkpoint.logics_msg_timestamp = req.store_timestamp
+                return
+            except OSError as e:
+                log.warning("[BUG] put commit log position info to %s:%d:%d failed, retry %d: %s",
+                            req.topic, req.queue_id, req.commit_log_offset, attempt + 1, e)
+                time.sleep(0.1)
+        log.error("[BUG] consume queue can not write, %s %d", req.topic, req.queue_id)
+        self.running_flags.make_logics_queue_error()
+
+    # ---- puts -----------------------------------------------------------------------------------
+    def is_os_page_cache_busy(self) -> bool:
+        """One put has held the commit-log lock for more than osPageCacheBusyTimeOutMills."""
+        begin = self.commit_log.begin_time_in_lock
+        diff = int(time.time() * 1000) - begin
+        return begin != 0 and 0 < diff < 10_000_000 and diff > self.config.os_page_cache_busy_timeout_ms
+
+    def service_not_available_remark(self) -> str:
+        return SERVICE_NOT_AVAILABLE_REMARK.format(disk=self.disk_util())
+
+    def disk_util(self) -> str:
+        from reference_broker.store.clean import disk_partition_space_used_percent as used
+
+        c = self.config
+        return (f"CL: {used(c.store_path_commit_log):5.2f} CQ: {used(c.store_path_consume_queue):5.2f} "
+                f"INDEX: {used(c.store_path_index):5.2f}")
+
+    def _check_store_status(self) -> PutMessageStatus | None:
+        if self._shutdown:
+            log.warning("message store has shutdown, so putMessage is forbidden")
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE
+        if self.config.broker_role is BrokerRole.SLAVE:
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE
+        if not self.running_flags.is_writeable():
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE
+        if self.is_os_page_cache_busy():
+            return PutMessageStatus.OS_PAGECACHE_BUSY
+        return None
+
+    def _throttle(self) -> None:
+        """Seed Q&A 19: slow each put by 1 ms while dispatch is far behind."""
+        if (self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water
+                or self.reput.behind() > self.config.dispatch_behind_high_water_bytes):
+            time.sleep(0.001)
+
+    def _rejected(self, status: PutMessageStatus) -> PutMessageResult:
+        remark = self.service_not_available_remark() if status is PutMessageStatus.SERVICE_NOT_AVAILABLE else ""
+        return PutMessageResult(status, None, remark)
+
+    def put_message_async(self, msg: rec.MessageExtBrokerInner) -> Future[PutMessageResult]:
+        """Append and return a future completed once the flush policy is satisfied."""
+        return self._after_append(self._append(msg), msg.properties.get(mc.PROPERTY_WAIT_STORE_MSG_OK) != "false")
+
+    def put_messages_async(self, batch: MessageExtBatch) -> Future[PutMessageResult]:
+        bad = self._check_store_status()
+        if bad is not None:
+            return _done(self._rejected(bad))
+        self._throttle()
+        result = self.commit_log.put_messages(batch)
+        if result.status is PutMessageStatus.PUT_OK:
+            self._put_count += len(batch.messages)
+        return self._after_append(result, True)
+
+    def put_message(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
+        return self.put_message_async(msg).result()
+
+    def put_messages(self, batch: MessageExtBatch) -> PutMessageResult:
+        return self.put_messages_async(batch).result()
+
+    def _append(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
+        bad = self._check_store_status()
+        if bad is not None:
+            return self._rejected(bad)
+        if len(msg.topic.encode("utf-8")) > rec.MAX_TOPIC_LENGTH:
+            log.warning("putMessage message topic length too long %d", len(msg.topic))
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        self._throttle()
+        result = self.commit_log.put_message(msg)
+        if result.status is PutMessageStatus.PUT_OK:
+            self._put_count += 1
+        return result
+
+    def _after_append(self, result: PutMessageResult, wait_store_ok: bool) -> Future[PutMessageResult]:
+        """handleDiskFlush: SYNC_FLUSH waits for group commit, ASYNC_FLUSH wakes the flusher."""
+        if result.status is not PutMessageStatus.PUT_OK or result.append is None:
+            return _done(result)
+        svc = self.flush_service
+        if isinstance(svc, GroupCommitService):
+            if not wait_store_ok:
+                svc.wakeup()
+                return _done(result)
+            req = GroupCommitRequest(result.append.wrote_offset + result.append.wrote_bytes,
+                                     self.config.sync_flush_timeout_ms)
+            out: Future[PutMessageResult] = Future()
+
+            def done(f: Future[PutMessageStatus]) -> None:
+                status = f.result()
+                if status is not PutMessageStatus.PUT_OK:
+                    log.error("do groupcommit, wait for flush failed, topic offset %d", result.append.wrote_offset
+                              if result.append else -1)
+                out.set_result(PutMessageResult(status, result.append))
+
+            req.future.add_done_callback(done)
+            svc.put_request(req)
+            return out
+        if not self.config.flush_commit_log_timed:
+            svc.wakeup()
+        return _done(result)
+
+    # ---- reads ----------------------------------------------------------------------------------
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        return cq.get_max_offset_in_queue() if cq else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        return cq.get_min_offset_in_queue() if cq else -1
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        unit = cq.get_unit(cq_offset) if cq else None
+        return unit[0] if unit else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(timestamp, self.commit_log.pickup_store_timestamp,
+                                              self.commit_log.get_min_offset())
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        unit = cq.get_unit(cq_offset) if cq else None
+        if unit is None:
+            return -1
+        return self.commit_log.pickup_store_timestamp(unit[0], unit[1])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
+
+    def get_max_phy_offset(self) -> int:
+        return self.commit_log.get_max_offset()
+
+    def get_min_phy_offset(self) -> int:
+        return self.commit_log.get_min_offset()
+
+    def look_message_by_offset(self, commit_log_offset: int, size: int = -1) -> rec.MessageExt | None:
+        """Decode the record at ``commit_log_offset`` (its size is read when not given)."""
+        if size < 0:
+            head = self.commit_log.read_bytes(commit_log_offset, 4)
+            if head is None:
+                return None
+            size = int.from_bytes(head, "big", signed=True)
+            if size <= 0:
+                return None
+        raw = self.commit_log.read_bytes(commit_log_offset, size)
+        if raw is None:
+            return None
+        try:
+            return rec.decode_message(raw)
+        except rec.RecordError:
+            return None
+
+    def select_one_message_by_offset(self, commit_log_offset: int, size: int = -1) -> bytes | None:
+        if size < 0:
+            head = self.commit_log.read_bytes(commit_log_offset, 4)
+            if head is None:
+                return None
+            size = int.from_bytes(head, "big", signed=True)
+            if size <= 0:
+                return None
+        return self.commit_log.read_bytes(commit_log_offset, size)
+
+    def look_message_by_msg_id(self, offset_msg_id: str) -> rec.MessageExt | None:
+        """VIEW_MESSAGE_BY_ID: decode the offsetMsgId, then read at its offset (MessageIdError if bad)."""
+        _host, _port, offset = rec.decode_message_id(offset_msg_id)
+        return self.look_message_by_offset(offset)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[rec.MessageExt]:
+        """Messages whose key or UNIQ_KEY is ``key`` within [begin, end] ms (index hash + re-check)."""
+        res: QueryOffsetResult = self.index_service.query_offset(topic, key, max_num, begin, end)
+        out: list[rec.MessageExt] = []
+        for phy in res.phy_offsets:
+            m = self.look_message_by_offset(phy)
+            if m is None or m.topic != topic:
+                continue
+            keys = m.keys.split(mc.KEY_SEPARATOR) if m.keys else []
+            uniq = m.properties.get(mc.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if key in keys or key == uniq:  # the index compares hashes only (MQAdminImpl re-checks)
+                out.append(m)
+        return out
+
+    def check_in_disk_by_commit_offset(self, offset_py: int, max_offset_py: int) -> bool:
+        memory = self.config.total_physical_memory_bytes * self.config.access_message_in_memory_max_ratio // 100
+        return max_offset_py - offset_py > memory
+
+    def _is_batch_full(self, size_py: int, max_msg_nums: int, buffer_total: int, msg_total: int,
+                       in_disk: bool) -> bool:
+        c = self.config
+        if buffer_total == 0 or msg_total == 0:
+            return False
+        if max_msg_nums <= msg_total:
+            return True
+        if in_disk:
+            return (buffer_total + size_py > c.max_transfer_bytes_on_message_in_disk
+                    or msg_total > c.max_transfer_count_on_message_in_disk - 1)
+        return (buffer_total + size_py > c.max_transfer_bytes_on_message_in_memory
+                or msg_total > c.max_transfer_count_on_message_in_memory - 1)
+
+    def _correct(self, old: int, new: int) -> int:
+        """nextOffsetCorrection: only a master moves a client's offset."""
+        return old if self.config.broker_role is BrokerRole.SLAVE else new
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tags_filter: TagsFilter | None = None) -> GetMessageResult:
+        """DefaultMessageStore.getMessage: a batch from ``offset`` within RocketMQ's transfer limits."""
+        del group  # kept for the signature's sake: filters and stats are per group in RocketMQ
+        if self._shutdown or not self.running_flags.is_readable():
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset)
+        max_offset_py = self.commit_log.get_max_offset()
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, self._correct(offset, 0))
+        min_offset = cq.get_min_offset_in_queue()
+        max_offset = cq.get_max_offset_in_queue()
+        result = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset, min_offset, max_offset)
+        if max_offset == 0:
+            result.next_begin_offset = self._correct(offset, 0)
+            return result
+        if offset < min_offset:
+            result.status = GetMessageStatus.OFFSET_TOO_SMALL
+            result.next_begin_offset = self._correct(offset, min_offset)
+            return result
+        if offset == max_offset:
+            result.status = GetMessageStatus.OFFSET_OVERFLOW_ONE
+            result.next_begin_offset = self._correct(offset, offset)
+            return result
+        if offset > max_offset:
+            result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+            result.next_begin_offset = self._correct(offset, min_offset if min_offset == 0 else max_offset)
+            return result
+        buf = cq.get_index_buffer(offset)
+        if buf is None:
+            result.status = GetMessageStatus.OFFSET_FOUND_NULL
+            units_per_file = cq.mapped_file_size // CQ_STORE_UNIT_SIZE
+            result.next_begin_offset = self._correct(offset, offset + units_per_file - offset % units_per_file)
+            log.warning("consumer request topic %s offset %d min %d max %d, but the consume queue is not exist",
+                        topic, offset, min_offset, max_offset)
+            return result
+        try:
+            result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+            next_phy_file_start = -1
+            max_phy_pulling = 0
+            max_filter = max(16000, max_msg_nums * CQ_STORE_UNIT_SIZE)
+            data = buf.data
+            i = 0
+            limit = min(buf.size, max_filter)
+            unpack = _UNIT.unpack_from
+            while i < limit:
+                offset_py, size_py, tags_code = unpack(data, i)
+                max_phy_pulling = offset_py
+                if next_phy_file_start >= 0 and offset_py < next_phy_file_start:
+                    i += CQ_STORE_UNIT_SIZE
+                    continue
+                in_disk = self.check_in_disk_by_commit_offset(offset_py, max_offset_py)
+                if self._is_batch_full(size_py, max_msg_nums, result.buffer_total_size, len(result.messages),
+                                       in_disk):
+                    break
+                if tags_filter is not None and not tags_filter(tags_code):
+                    if result.buffer_total_size == 0:
+                        result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+                    i += CQ_STORE_UNIT_SIZE
+                    continue
+                raw = self.commit_log.read_bytes(offset_py, size_py) if size_py != 0x7FFFFFFF else None
+                if raw is None:
+                    if result.buffer_total_size == 0:
+                        result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    next_phy_file_start = self.commit_log.roll_next_file(offset_py)
+                    i += CQ_STORE_UNIT_SIZE
+                    continue
+                result.messages.append(raw)
+                result.queue_offsets.append(offset + i // CQ_STORE_UNIT_SIZE)
+                result.buffer_total_size += len(raw)
+                result.status = GetMessageStatus.FOUND
+                next_phy_file_start = -1
+                i += CQ_STORE_UNIT_SIZE
+            result.next_begin_offset = offset + i // CQ_STORE_UNIT_SIZE
+            diff = max_offset_py - max_phy_pulling
+            memory = self.config.total_physical_memory_bytes * self.config.access_message_in_memory_max_ratio // 100
+            result.suggest_pulling_from_slave = diff > memory
+        finally:
+            buf.release()
+        return result
+
+    # ---- housekeeping ---------------------------------------------------------------------------
+    def get_runtime_info(self) -> dict[str, str]:
+        cl = self.commit_log
+        return {
+            "commitLogMinOffset": str(cl.get_min_offset()),
+            "commitLogMaxOffset": str(cl.get_max_offset()),
+            "commitLogFlushedOffset": str(cl.flushed_where),
+            "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
+            "putMessageCount": str(self._put_count),
+            "dispatchedCount": str(self.reput.dispatched_count),
+            "diskFull": str(self.running_flags.is_disk_full()).lower(),
+            "writeable": str(self.running_flags.is_writeable()).lower(),
+            "pageCacheLockTimeMills": str(int(time.time() * 1000) - cl.begin_time_in_lock
+                                          if cl.begin_time_in_lock else 0),
+        }
+
+    @property
+    def store_root(self) -> Path:
+        return self.config.store_path_root_dir
+
+
+def _done(result: PutMessageResult) -> Future[PutMessageResult]:
+    f: Future[PutMessageResult] = Future()
+    f.set_result(result)
+    return f
+

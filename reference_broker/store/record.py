@@ -1,0 +1,392 @@
+"""The commit-log message record: layout, encoder, decoder and the dispatch-side check.
+
+Layout (CommitLog.calMsgLength / MessageExtEncoder / checkMessageAndReturnSize, 4.9.8), big-endian,
+offsets for IPv4 hosts (each IPv6 host adds 12 bytes and shifts what follows):
+
+| #  | field                     | bytes   | @   | notes                                         |
+|----|---------------------------|---------|-----|-----------------------------------------------|
+| 1  | TOTALSIZE                 | 4       | 0   | whole record, this field included             |
+| 2  | MAGICCODE                 | 4       | 4   | 0xDAA320A7 message, 0xCBD43194 blank (EOF)    |
+| 3  | BODYCRC                   | 4       | 8   | crc32(body) & 0x7FFFFFFF                      |
+| 4  | QUEUEID                   | 4       | 12  |                                               |
+| 5  | FLAG                      | 4       | 16  | user flag                                     |
+| 6  | QUEUEOFFSET               | 8       | 20  | consume-queue offset                          |
+| 7  | PHYSICALOFFSET            | 8       | 28  | commit-log offset of this record              |
+| 8  | SYSFLAG                   | 4       | 36  | MessageSysFlag                                |
+| 9  | BORNTIMESTAMP             | 8       | 40  | ms                                            |
+| 10 | BORNHOST                  | 8 / 20  | 48  | 4 or 16 address bytes + int port              |
+| 11 | STORETIMESTAMP            | 8       | 56  | ms, monotonic in commit-log order             |
+| 12 | STOREHOSTADDRESS          | 8 / 20  | 64  | as BORNHOST                                   |
+| 13 | RECONSUMETIMES            | 4       | 72  |                                               |
+| 14 | PreparedTransactionOffset | 8       | 76  |                                               |
+| 15 | BODY                      | 4 + n   | 84  | int length + bytes                            |
+| 16 | TOPIC                     | 1 + n   |     | byte length (short with the V2 magic) + UTF-8 |
+| 17 | PROPERTIES                | 2 + n   |     | short length + UTF-8 (common/message.py)      |
+
+The fixed part is 91 bytes with IPv4 hosts. The end-of-file blank is ``int size | int BLANK_MAGIC``
+covering the rest of the file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from reference_broker.common import message as mc
+from reference_broker.common.java_hash import tags_hash_code
+from reference_broker.store.dispatch import DispatchRequest
+
+MESSAGE_MAGIC_CODE: Final = -626843481  # 0xDAA320A7
+MESSAGE_MAGIC_CODE_V2: Final = -626843477  # 0xDAA320AB (5.x: 2-byte topic length)
+BLANK_MAGIC_CODE: Final = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH: Final = 4 + 4
+FIXED_PART_V4: Final = 91
+MAX_TOPIC_LENGTH: Final = 127  # Byte.MAX_VALUE (DefaultMessageStore.checkMessage)
+MAX_PROPERTIES_LENGTH: Final = 32767  # Short.MAX_VALUE
+SYSFLAG_POS: Final = 36
+BORNHOST_POS: Final = 48
+BLANK: Final = struct.Struct(">ii")
+INT: Final = struct.Struct(">i")
+
+
+def _header(born_v6: bool, store_v6: bool) -> struct.Struct:
+    b = "16s" if born_v6 else "4s"
+    s = "16s" if store_v6 else "4s"
+    # TOTAL MAGIC CRC QID FLAG QOFF PHYS SYSFLAG BORNTS BORNIP BORNPORT STORETS STOREIP STOREPORT RECONSUME
+    # PREPARED BODYLEN
+    return struct.Struct(f">iiiiiqqiq{b}iq{s}iiqi")
+
+
+HEADERS: Final = {(bv6, sv6): _header(bv6, sv6) for bv6 in (False, True) for sv6 in (False, True)}
+
+
+def crc32(body: bytes | memoryview) -> int:
+    """UtilAll.crc32: CRC32 masked to a non-negative int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+_HOST_CACHE: dict[str, bytes] = {}
+
+
+def host_bytes(host: str) -> bytes:
+    """4 (IPv4) or 16 (IPv6) address bytes for a host string (cached: hosts repeat)."""
+    b = _HOST_CACHE.get(host)
+    if b is None:
+        b = ipaddress.ip_address(host).packed
+        if len(_HOST_CACHE) < 4096:
+            _HOST_CACHE[host] = b
+    return b
+
+
+def bytes_to_host(raw: bytes) -> str:
+    return str(ipaddress.ip_address(raw))
+
+
+def record_length(body_len: int, topic_len: int, props_len: int, born_v6: bool = False,
+                  store_v6: bool = False) -> int:
+    """CommitLog.calMsgLength."""
+    return FIXED_PART_V4 + (12 if born_v6 else 0) + (12 if store_v6 else 0) + body_len + topic_len + props_len
+
+
+@dataclass(slots=True)
+class MessageExtBrokerInner:
+    """A message on its way into the store (MessageExtBrokerInner)."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    properties_bytes: bytes | None = None  # encoded form; rebuilt from ``properties`` when None
+
+    def encoded_properties(self) -> bytes:
+        if self.properties_bytes is None:
+            self.properties_bytes = mc.properties_to_bytes(self.properties)
+        return self.properties_bytes
+
+    def set_property(self, key: str, value: str) -> None:
+        self.properties[key] = value
+        self.properties_bytes = None
+
+    def clear_property(self, key: str) -> None:
+        if self.properties.pop(key, None) is not None:
+            self.properties_bytes = None
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(mc.PROPERTY_TAGS)
+
+    @property
+    def delay_time_level(self) -> int:
+        v = self.properties.get(mc.PROPERTY_DELAY_TIME_LEVEL)
+        try:
+            return int(v) if v else 0
+        except ValueError:
+            return 0
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A message read back from the commit log (MessageExt, decoded by MessageDecoder.decode)."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+    properties: dict[str, str]
+    store_size: int
+    body_crc: int
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(mc.PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str:
+        return self.properties.get(mc.PROPERTY_KEYS, "")
+
+    @property
+    def msg_id(self) -> str:
+        """The client id (UNIQ_KEY) when present, else the offsetMsgId (MessageClientExt.getMsgId)."""
+        return self.properties.get(mc.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        return create_message_id(host_bytes(self.store_host[0]), self.store_host[1], self.commit_log_offset)
+
+
+# ---- offsetMsgId (MessageDecoder.createMessageId / decodeMessageId) ------------------------------
+
+
+def create_message_id(store_ip: bytes, store_port: int, commit_log_offset: int) -> str:
+    """ip (4|16) + port int + offset long, as uppercase hex (32 or 56 characters)."""
+    return (store_ip + store_port.to_bytes(4, "big") + commit_log_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+class MessageIdError(ValueError):
+    pass
+
+
+def decode_message_id(msg_id: str) -> tuple[str, int, int]:
+    """(store host, port, commit-log offset) from an offsetMsgId; MessageIdError when malformed."""
+    if len(msg_id) not in (32, 56):
+        raise MessageIdError(f"offsetMsgId must be 32 or 56 hex characters, got {len(msg_id)}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise MessageIdError("offsetMsgId is not hexadecimal") from None
+    ip_len = 4 if len(raw) == 16 else 16
+    port = int.from_bytes(raw[ip_len : ip_len + 4], "big")
+    offset = int.from_bytes(raw[ip_len + 4 :], "big", signed=True)
+    return bytes_to_host(raw[:ip_len]), port, offset
+
+
+# ---- encoding --------------------------------------------------------------------------------
+
+
+def encode_into(
+    buf: memoryview,
+    pos: int,
+    total: int,
+    msg: MessageExtBrokerInner,
+    topic_b: bytes,
+    props_b: bytes,
+    queue_offset: int,
+    phys_offset: int,
+    store_ts: int,
+    born_ip: bytes,
+    store_ip: bytes,
+    store_port: int,
+    body_crc: int,
+) -> None:
+    """Write one record of ``total`` bytes at ``pos`` (sizes already validated)."""
+    sys_flag = msg.sys_flag
+    born_v6 = len(born_ip) == 16
+    store_v6 = len(store_ip) == 16
+    if born_v6:
+        sys_flag |= mc.BORNHOST_V6_FLAG
+    if store_v6:
+        sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
+    hdr = HEADERS[(born_v6, store_v6)]
+    body = msg.body
+    hdr.pack_into(buf, pos, total, MESSAGE_MAGIC_CODE, body_crc, msg.queue_id, msg.flag, queue_offset,
+                  phys_offset, sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip,
+                  store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+    p = pos + hdr.size
+    n = len(body)
+    buf[p : p + n] = body
+    p += n
+    tl = len(topic_b)
+    buf[p] = tl
+    buf[p + 1 : p + 1 + tl] = topic_b
+    p += 1 + tl
+    pl = len(props_b)
+    buf[p : p + 2] = pl.to_bytes(2, "big")
+    buf[p + 2 : p + 2 + pl] = props_b
+
+
+def write_blank(buf: memoryview, pos: int, size: int) -> None:
+    """End-of-file filler: ``int size | int BLANK_MAGIC`` (rest of the file untouched)."""
+    BLANK.pack_into(buf, pos, size, BLANK_MAGIC_CODE)
+
+
+# ---- decoding --------------------------------------------------------------------------------
+
+
+class RecordError(ValueError):
+    """A record that does not parse: bad magic, bad length, bad CRC."""
+
+
+def _parse(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool
+           ) -> tuple[tuple[Any, ...], int, int, int, int, int, int]:
+    """Header fields plus (body_start, body_len, topic_start, topic_len, props_start, props_len)."""
+    if limit - pos < 8:
+        raise RecordError("truncated header")
+    total, magic = BLANK.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        raise EOFError
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#x}")
+    if total < FIXED_PART_V4 or total > limit - pos:
+        raise RecordError(f"bad total size {total}")
+    (sys_flag,) = INT.unpack_from(buf, pos + SYSFLAG_POS)
+    hdr = HEADERS[(bool(sys_flag & mc.BORNHOST_V6_FLAG), bool(sys_flag & mc.STOREHOSTADDRESS_V6_FLAG))]
+    if total < hdr.size + 3:
+        raise RecordError(f"bad total size {total}")
+    fields_ = hdr.unpack_from(buf, pos)
+    body_len = fields_[-1]
+    body_start = pos + hdr.size
+    p = body_start + body_len
+    end = pos + total
+    if body_len < 0 or p + 3 > end:
+        raise RecordError(f"bad body length {body_len}")
+    if magic == MESSAGE_MAGIC_CODE:
+        topic_len = buf[p]
+        topic_start = p + 1
+    else:
+        topic_len = int.from_bytes(buf[p : p + 2], "big")
+        topic_start = p + 2
+    p = topic_start + topic_len
+    if p + 2 > end:
+        raise RecordError("bad topic length")
+    props_len = int.from_bytes(buf[p : p + 2], "big")
+    props_start = p + 2
+    if props_start + props_len != end:
+        raise RecordError(f"record length mismatch: total {total}, fields end at {props_start + props_len - pos}")
+    if check_crc and crc32(buf[body_start:body_start + body_len]) != fields_[2]:
+        raise RecordError("body CRC mismatch")
+    return fields_, body_start, body_len, topic_start, topic_len, props_start, props_len
+
+
+_BLANK_REQ: Final = DispatchRequest("", 0, 0, 0, 0, 0, 0, "", None, 0, 0, True)  # size 0: roll to the next file
+
+
+def check_message_and_return_size(
+    buf: memoryview | bytes,
+    pos: int,
+    limit: int,
+    check_crc: bool,
+    delay_table_ms: dict[int, int] | None = None,
+) -> DispatchRequest:
+    """CommitLog.checkMessageAndReturnSize: a DispatchRequest, size 0 for a blank, -1 on damage."""
+    try:
+        f, _bs, _bl, ts, tl, ps, pl = _parse(buf, pos, limit, check_crc)
+    except EOFError:
+        return _BLANK_REQ
+    except (RecordError, UnicodeDecodeError, IndexError, struct.error):
+        return DispatchRequest.failure(-1)
+    try:
+        topic = bytes(buf[ts : ts + tl]).decode("utf-8")
+    except UnicodeDecodeError:
+        return DispatchRequest.failure(-1)
+    props = bytes(buf[ps : ps + pl])
+    tags_code = 0
+    keys = ""
+    uniq: str | None = None
+    if props:
+        tags = mc.property_from_bytes(props, b"TAGS")
+        if tags:
+            tags_code = tags_hash_code(tags.decode("utf-8", "replace"))
+        k = mc.property_from_bytes(props, b"KEYS")
+        if k:
+            keys = k.decode("utf-8", "replace")
+        u = mc.property_from_bytes(props, b"UNIQ_KEY")
+        if u:
+            uniq = u.decode("utf-8", "replace")
+        if topic == mc.SCHEDULE_TOPIC and delay_table_ms is not None:
+            d = mc.property_from_bytes(props, b"DELAY")
+            if d and d.isdigit():
+                # The schedule queue's tag code is the delivery time (checkMessageAndReturnSize).
+                level = min(int(d), len(delay_table_ms))
+                tags_code = f[11] + delay_table_ms.get(level, 1000)
+    # f: TOTAL MAGIC CRC QID FLAG QOFF PHYS SYSFLAG BORNTS BORNIP BORNPORT STORETS STOREIP STOREPORT RECONSUME
+    #    PREPARED BODYLEN
+    return DispatchRequest(topic, f[3], f[6], f[0], tags_code, f[11], f[5], keys, uniq, f[7], f[15], True, f[8])
+
+
+
+
+def decode_message(buf: memoryview | bytes, pos: int = 0, limit: int | None = None, *,
+                   check_crc: bool = False) -> MessageExt:
+    """MessageDecoder.decode: a full MessageExt; RecordError when the bytes are not a record."""
+    end = len(buf) if limit is None else limit
+    try:
+        f, bs, bl, ts, tl, ps, pl = _parse(buf, pos, end, check_crc)
+    except EOFError:
+        raise RecordError("blank (end of file) record") from None
+    except (IndexError, struct.error) as e:
+        raise RecordError(str(e)) from None
+    return MessageExt(
+        topic=bytes(buf[ts : ts + tl]).decode("utf-8", "replace"),
+        body=bytes(buf[bs : bs + bl]),
+        queue_id=f[3],
+        flag=f[4],
+        queue_offset=f[5],
+        commit_log_offset=f[6],
+        sys_flag=f[7],
+        born_timestamp=f[8],
+        born_host=(bytes_to_host(f[9]), f[10]),
+        store_timestamp=f[11],
+        store_host=(bytes_to_host(f[12]), f[13]),
+        reconsume_times=f[14],
+        prepared_transaction_offset=f[15],
+        properties=mc.bytes_to_properties(bytes(buf[ps : ps + pl])),
+        store_size=f[0],
+        body_crc=f[2],
+    )
+
+
+def decode_messages(buf: bytes | memoryview) -> list[MessageExt]:
+    """Decode a run of records (a pull response body)."""
+    out: list[MessageExt] = []
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        m = decode_message(buf, pos, n)
+        out.append(m)
+        pos += m.store_size
+    return out
+
+
+def store_timestamp_at(buf: memoryview | bytes, pos: int) -> int:
+    """STORETIMESTAMP of the record at ``pos`` (its offset depends on the born host's family)."""
+    (sys_flag,) = INT.unpack_from(buf, pos + SYSFLAG_POS)
+    off = BORNHOST_POS + (20 if sys_flag & mc.BORNHOST_V6_FLAG else 8)
+    return int(struct.unpack_from(">q", buf, pos + off)[0])

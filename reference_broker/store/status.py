@@ -1,0 +1,86 @@
+"""Expected outcomes of store operations, as RocketMQ names them (store/.../*Status.java, 4.9.8)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = enum.auto()
+    FLUSH_DISK_TIMEOUT = enum.auto()  # the message IS stored; only the flush wait timed out
+    FLUSH_SLAVE_TIMEOUT = enum.auto()
+    SLAVE_NOT_AVAILABLE = enum.auto()
+    SERVICE_NOT_AVAILABLE = enum.auto()
+    CREATE_MAPEDFILE_FAILED = enum.auto()
+    MESSAGE_ILLEGAL = enum.auto()
+    PROPERTIES_SIZE_EXCEEDED = enum.auto()
+    OS_PAGECACHE_BUSY = enum.auto()
+    UNKNOWN_ERROR = enum.auto()
+
+    @property
+    def is_stored(self) -> bool:
+        """PutMessageResult.isOk: the message reached the commit log."""
+        return self in _STORED
+
+
+_STORED = frozenset({PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                     PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE})
+
+
+class AppendMessageStatus(enum.Enum):
+    PUT_OK = enum.auto()
+    END_OF_FILE = enum.auto()
+    MESSAGE_SIZE_EXCEEDED = enum.auto()
+    PROPERTIES_SIZE_EXCEEDED = enum.auto()
+    UNKNOWN_ERROR = enum.auto()
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = enum.auto()
+    NO_MATCHED_MESSAGE = enum.auto()
+    MESSAGE_WAS_REMOVING = enum.auto()
+    OFFSET_FOUND_NULL = enum.auto()
+    OFFSET_OVERFLOW_BADLY = enum.auto()
+    OFFSET_OVERFLOW_ONE = enum.auto()
+    OFFSET_TOO_SMALL = enum.auto()
+    NO_MATCHED_LOGIC_QUEUE = enum.auto()
+    NO_MESSAGE_IN_QUEUE = enum.auto()
+
+
+@dataclass(slots=True)
+class AppendMessageResult:
+    status: AppendMessageStatus
+    wrote_offset: int = 0
+    wrote_bytes: int = 0
+    msg_id: str = ""
+    store_timestamp: int = 0
+    logics_offset: int = 0
+    msg_num: int = 1
+
+
+@dataclass(slots=True)
+class PutMessageResult:
+    status: PutMessageStatus
+    append: AppendMessageResult | None = None
+    remark: str = ""
+
+    @property
+    def is_ok(self) -> bool:
+        return self.status.is_stored
+
+
+@dataclass
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+    messages: list[bytes] = field(default_factory=list)  # raw commit-log records
+    queue_offsets: list[int] = field(default_factory=list)
+    suggest_pulling_from_slave: bool = False
+    buffer_total_size: int = 0
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages)
