@@ -12,39 +12,30 @@ import operator
 from typing import Final
 
 _MASK: Final = 0xFFFFFFFF
-_POWERS: list[int] = [1]
+_POWERS: list[int] = [1]  # 31^k mod 2^32, k = 0, 1, 2, ...
 
 
-def _powers(n: int) -> list[int]:
-    """Powers of 31 mod 2^32, highest first for an n-unit string (shared list, grown on demand)."""
+def _grow(n: int) -> None:
     while len(_POWERS) < n:
         _POWERS.append((_POWERS[-1] * 31) & _MASK)
-    return _POWERS
 
 
-def _units(s: str) -> array.array[int] | bytes:
-    try:
-        return s.encode("ascii")
-    except UnicodeEncodeError:
-        units = array.array("H")
-        units.frombytes(s.encode("utf-16-le"))
-        return units
-
-
-def _signed(h: int) -> int:
-    h &= _MASK
-    return h - 0x100000000 if h & 0x80000000 else h
+_grow(256)
 
 
 def string_hash_code(s: str) -> int:
     """``s.hashCode()`` as Java computes it (signed 32-bit)."""
-    units = _units(s)
-    n = len(units)
-    if n == 0:
-        return 0
+    try:
+        units: bytes | array.array[int] = s.encode("ascii")
+    except UnicodeEncodeError:
+        units = array.array("H")
+        units.frombytes(s.encode("utf-16-le"))
+    if len(units) > len(_POWERS):
+        _grow(len(units))
     # Unit i is multiplied by 31^(n-1-i): pair the units, last first, with 31^0, 31^1, ...
     # (map stops at the shorter iterable, so the shared powers list is never sliced).
-    return _signed(sum(map(operator.mul, reversed(units), _powers(n))))
+    h: int = sum(map(operator.mul, reversed(units), _POWERS)) & _MASK
+    return h - 0x100000000 if h & 0x80000000 else h
 
 
 _TAG_CACHE: dict[str, int] = {}

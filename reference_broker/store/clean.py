@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -93,15 +92,25 @@ class DiskCheck(enum.Enum):
 
 
 def disk_partition_space_used_percent(path: Path) -> float:
-    """UtilAll.getDiskPartitionSpaceUsedPercent: used / total of the partition, -1 when unknown."""
+    """UtilAll.getDiskPartitionSpaceUsedPercent: (total - free) / total of the partition, -1 when unknown.
+
+    Java's File.getFreeSpace counts all unallocated blocks (root's reserve included), so this uses
+    ``f_bfree``, not the smaller ``f_bavail`` that ``shutil.disk_usage`` reports. A path that does not
+    exist yet is measured at its nearest existing ancestor (the same partition in every layout we use).
+    """
+    p = path
+    while not p.exists():
+        if p.parent == p:
+            return -1.0
+        p = p.parent
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        usage = shutil.disk_usage(path)
+        st = os.statvfs(p)
     except OSError:
         return -1.0
-    if usage.total == 0:
+    total = st.f_blocks * st.f_frsize
+    if total == 0:
         return -1.0
-    return (usage.total - usage.free) / usage.total
+    return (total - st.f_bfree * st.f_frsize) / total
 
 
 def is_it_time_to_do(when: str, hour: int) -> bool:
@@ -132,9 +141,8 @@ class CleanCommitLogService:
         log.info("executeDeleteFilesManually was invoked")
 
     def is_space_full(self) -> bool:
-        """True above the warning level (DefaultMessageStore.CleanCommitLogService.isSpaceFull)."""
-        ratio = self.used_ratio(self.config.store_path_commit_log)
-        return ratio > self.config.disk_space_warning_level_ratio
+        """Above the warning level; flips the disk-full flag both ways (CleanCommitLogService.isSpaceFull)."""
+        return self.check_disk() is DiskCheck.FULL
 
     def check_disk(self) -> DiskCheck:
         """isSpaceToDelete's watermark logic; flips the disk-full flag both ways."""

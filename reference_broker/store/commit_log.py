@@ -8,13 +8,16 @@ offset for replication. The record format itself is in ``record.py``.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference_broker.common import message as mc
+from reference_broker.common.java_hash import tags_hash_code
 from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
@@ -32,6 +35,9 @@ class MessageExtBatch:
     topic: str
     queue_id: int
     messages: list[rec.MessageExtBrokerInner] = field(default_factory=list)
+
+
+MAX_DISPATCH_HINTS = 100_000
 
 
 def _now_ms() -> int:
@@ -52,6 +58,10 @@ class CommitLog:
         self.delay_table_ms = config.delay_level_table_ms()
         self.max_delay_level = max(self.delay_table_ms) if self.delay_table_ms else 0
         self.confirm_offset = -1
+        self.msg_id_prefix = self.store_ip + self.store_port.to_bytes(4, "big")
+        # Dispatch requests for records just appended, in log order; the reput thread uses the one
+        # that matches its position and parses the log otherwise (recovery, replication, overflow).
+        self.dispatch_hints: collections.deque[DispatchRequest] = collections.deque()
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -108,52 +118,105 @@ class CommitLog:
         return None
 
     def put_message(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
-        """Append one message; flushing and replication waits are the caller's (MessageStore's)."""
-        self._apply_delay(msg)
-        topic_b = msg.topic.encode("utf-8")
-        props_b = msg.encoded_properties()
+        """Append one message; flushing and replication waits are the caller's (MessageStore's).
+
+        The hot path of the store: everything that does not need the lock is computed before it.
+        """
+        props = msg.properties
+        if mc.PROPERTY_DELAY_TIME_LEVEL in props:
+            self._apply_delay(msg)
+        topic = msg.topic
+        topic_b = topic.encode("utf-8")
+        props_b = msg.properties_bytes
+        if props_b is None:
+            props_b = msg.encoded_properties()
         body = msg.body
-        bad = self._check_sizes(topic_b, props_b, body)
-        if bad is not None:
-            status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if bad is AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED
-                      else PutMessageStatus.MESSAGE_ILLEGAL)
-            return PutMessageResult(status, AppendMessageResult(bad))
+        if len(props_b) > rec.MAX_PROPERTIES_LENGTH:
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                                    AppendMessageResult(AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED))
+        if len(topic_b) > rec.MAX_TOPIC_LENGTH or len(body) > self.config.max_message_size:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
         born_ip = rec.host_bytes(msg.born_host[0])
-        total = rec.record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(self.store_ip) == 16)
-        crc = rec.crc32(body)
-        tran = mc.transaction_value(msg.sys_flag)
-        no_cq = tran in (mc.TRANSACTION_PREPARED_TYPE, mc.TRANSACTION_ROLLBACK_TYPE)
-        key = f"{msg.topic}-{msg.queue_id}"
+        store_ip = self.store_ip
+        if rec.record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(store_ip) == 16) \
+                + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
+        born_v6 = len(born_ip) == 16
+        store_v6 = len(store_ip) == 16
+        sys_flag = msg.sys_flag
+        if born_v6:
+            sys_flag |= mc.BORNHOST_V6_FLAG
+        if store_v6:
+            sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
+        st = rec.record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
+        total = st.size
+        crc = zlib.crc32(body) & 0x7FFFFFFF
+        tran = sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
+        no_cq = tran == mc.TRANSACTION_PREPARED_TYPE or tran == mc.TRANSACTION_ROLLBACK_TYPE
+        queue_id = msg.queue_id
+        key = f"{topic}-{queue_id}"
+        table = self.topic_queue_table
+        mfq = self.mapped_file_queue
         with self.put_lock:
-            now = _now_ms()
+            now = time.time_ns() // 1_000_000
             self.begin_time_in_lock = now
             try:
                 store_ts = now if now > self._last_store_ts else self._last_store_ts
                 self._last_store_ts = store_ts
-                try:
-                    mf = self.mapped_file_queue.last_file_for_write()
-                except OSError as e:
-                    log.error("create mapped file failed: %s", e)
-                    return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
-                if total + rec.END_FILE_MIN_BLANK_LENGTH > mf.free_space():
-                    nxt = self._end_file(mf)
+                mf = mfq.mapped_files[-1] if mfq.mapped_files else None
+                if mf is None or mf.wrote_position + total + rec.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+                    nxt = self._file_for(total, mf)
                     if nxt is None:
                         return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
                     mf = nxt
                 pos = mf.wrote_position
                 phys = mf.file_from_offset + pos
-                qoff = 0 if no_cq else self.topic_queue_table.get(key, 0)
-                rec.encode_into(mf.buf, pos, total, msg, topic_b, props_b, qoff, phys, store_ts, born_ip,
-                                self.store_ip, self.store_port, crc)
+                qoff = 0 if no_cq else table.get(key, 0)
+                st.pack_into(mf.buf, pos, total, rec.MESSAGE_MAGIC_CODE, crc, queue_id, msg.flag, qoff, phys, sys_flag,
+                             msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip, self.store_port,
+                             msg.reconsume_times, msg.prepared_transaction_offset, len(body), body, len(topic_b),
+                             topic_b, len(props_b), props_b)
                 mf.wrote_position = pos + total
                 mf.store_timestamp = store_ts
                 if not no_cq:
-                    self.topic_queue_table[key] = qoff + 1
+                    table[key] = qoff + 1
+                hints = self.dispatch_hints
+                if len(hints) < MAX_DISPATCH_HINTS:
+                    hints.append(self._hint(msg, topic, queue_id, phys, total, store_ts, qoff, sys_flag))
             finally:
                 self.begin_time_in_lock = 0
-        msg_id = rec.create_message_id(self.store_ip, self.store_port, phys)
-        return PutMessageResult(PutMessageStatus.PUT_OK,
-                                AppendMessageResult(AppendMessageStatus.PUT_OK, phys, total, msg_id, store_ts, qoff))
+        return PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(
+            AppendMessageStatus.PUT_OK, phys, total, "", store_ts, qoff, 1, self.msg_id_prefix))
+
+    def _hint(self, msg: rec.MessageExtBrokerInner, topic: str, queue_id: int, phys: int, total: int,
+              store_ts: int, qoff: int, sys_flag: int) -> DispatchRequest:
+        """The DispatchRequest for a record just written (seed Q&A 2: the writer hands the position
+        information to the dispatch thread). It equals what parsing the record would give."""
+        props = msg.properties
+        tags = props.get("TAGS")
+        tags_code = tags_hash_code(tags) if tags else 0
+        if topic == mc.SCHEDULE_TOPIC:
+            d = props.get("DELAY")
+            if d and d.isdigit() and int(d) > 0:
+                level = min(int(d), len(self.delay_table_ms))
+                tags_code = store_ts + self.delay_table_ms.get(level, 1000)
+        return DispatchRequest(topic, queue_id, phys, total, tags_code, store_ts, qoff, props.get("KEYS") or "",
+                               props.get("UNIQ_KEY") or None, sys_flag, msg.prepared_transaction_offset, True,
+                               msg.born_timestamp)
+
+    def _file_for(self, total: int, mf: MappedFile | None) -> MappedFile | None:
+        """A file with room for ``total`` bytes: end the current one with a blank if needed."""
+        if mf is None or mf.is_full:
+            try:
+                return self.mapped_file_queue.last_file_for_write()
+            except OSError as e:
+                log.error("create mapped file failed: %s", e)
+                return None
+        if total + rec.END_FILE_MIN_BLANK_LENGTH > mf.free_space():
+            return self._end_file(mf)
+        return mf
 
     def _end_file(self, mf: MappedFile) -> MappedFile | None:
         """Fill the rest of ``mf`` with a blank record and open the next file (END_OF_FILE)."""

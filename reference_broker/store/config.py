@@ -79,9 +79,6 @@ class MessageStoreConfig:
     # putMsgIndexHightWater (600,000 in 4.9.8; the seed Q&A 19 says 400,000): dispatch backlog, in
     # messages, past which each put sleeps 1 ms so the writer cannot run away from the dispatcher.
     put_msg_index_high_water: int = 600_000
-    # Dispatch backlog in bytes past which puts are slowed as well (not a RocketMQ key: a Python
-    # dispatcher shares the GIL with the writer, so a byte bound keeps memory and recovery bounded).
-    dispatch_behind_high_water_bytes: int = 512 * 1024 * 1024
     store_host: tuple[str, int] = ("127.0.0.1", 10911)  # brokerIP1:listenPort (offsetMsgId)
     total_physical_memory_bytes: int = field(default_factory=_total_physical_memory)
 

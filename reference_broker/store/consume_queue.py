@@ -159,8 +159,9 @@ class ConsumeQueue:
                                     store_time_of: Callable[[int, int], int], min_physic_offset: int) -> int:
         """Binary search of units by store time (ConsumeQueue.getOffsetInQueueByTime).
 
-        Returns the first offset whose message was stored at or after ``timestamp``; when none is,
-        the last unit's offset; when the file cannot be read, 0.
+        Returns the offset of a message stored at ``timestamp``, else of the closer of its two neighbours
+        (the earlier one on a tie; DefaultMessageStoreTest's skewing cases), the first or last unit when
+        ``timestamp`` is outside the queue, and 0 when the file cannot be read.
         """
         files = [mf for mf in self.mapped_file_queue.iter_files() if mf.last_modified_ms >= timestamp]
         mf = files[0] if files else self.mapped_file_queue.get_last_mapped_file()
@@ -198,15 +199,13 @@ class ConsumeQueue:
                     low = mid + CQ_STORE_UNIT_SIZE
                     left_offset, left_ts = mid, ts
             if target == -1:
-                if left_offset == -1:
-                    target = right_offset
-                elif right_offset == -1:
+                if right_offset == -1:
                     target = left_offset
+                elif left_ts == -1:  # leftIndexValue: left of it only units below the commit log's min offset
+                    target = right_offset
                 else:
                     # RocketMQ picks the closer neighbour; we keep its rule.
                     target = left_offset if abs(timestamp - left_ts) <= abs(timestamp - right_ts) else right_offset
-                    if left_ts < timestamp < right_ts:
-                        target = right_offset
             return (mf.file_from_offset + target) // CQ_STORE_UNIT_SIZE
         finally:
             res.release()

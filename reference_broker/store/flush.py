@@ -149,6 +149,9 @@ class GroupCommitService(ServiceThread):
         self.watcher = FlushDiskWatcher()
 
     def put_request(self, req: GroupCommitRequest) -> None:
+        if self.is_stopped:  # after the final drain: flush for this request here, never leave it hanging
+            self._do_commit([req])
+            return
         with self._lock:
             self._requests_write.append(req)
         self.watcher.add(req)
@@ -233,7 +236,7 @@ class FlushConsumeQueueService(ServiceThread):
     def do_flush(self, retry_times: int) -> None:
         cfg = self.config
         least = cfg.flush_consume_queue_least_pages
-        if retry_times == 0:
+        if retry_times in (0, 3):  # 3 = RETRY_TIMES_OVER, the shutdown call in run(): flush everything
             least = 0
         now = int(time.time() * 1000)
         if now >= self._last_thorough_ms + cfg.flush_consume_queue_thorough_interval_ms:

@@ -336,6 +336,12 @@ class IndexService:
                 log.error("load file %s error: not an index file name", p)  # NumberFormatException
                 continue
             size = p.stat().st_size
+            if size == 0:
+                # A crash between creating a file and sizing it: no entries, nothing to lose. Failing
+                # here would also leave every newer file unloaded.
+                log.warning("load file %s: empty (crash while creating it): deleted", p)
+                p.unlink()
+                continue
             if size != expected:
                 log.error("load file %s error: length %d does not match %d", p, size, expected)
                 return False
@@ -432,6 +438,8 @@ class IndexService:
     # ---- building (the dispatch thread) --------------------------------------------------------
     def build_index(self, req: DispatchRequest) -> None:
         """IndexService.buildIndex: index ``topic#uniqKey`` and ``topic#key`` for each key token."""
+        if req.uniq_key is None and not req.keys:
+            return  # nothing to index (RocketMQ finds the file first; the outcome is the same)
         f = self.retry_get_and_create_index_file()
         if f is None:
             log.error("build index error, stop building index")

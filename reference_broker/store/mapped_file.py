@@ -303,6 +303,12 @@ class MappedFileQueue:
             return True
         names = sorted(p for p in self.store_path.iterdir() if p.is_file() and p.name.isdigit())
         for p in names:
+            if p is names[-1] and p.stat().st_size == 0:
+                # A crash between creating the newest file and sizing it (MappedFile.__init__): it never
+                # held data. RocketMQ refuses to start here; dropping it is the only possible repair.
+                log.warning("%s: empty newest file (crash while creating it): deleted", p)
+                p.unlink()
+                continue
             if p.stat().st_size != self.mapped_file_size:
                 log.warning("%s: length %d does not match %d, please check it manually",
                             p, p.stat().st_size, self.mapped_file_size)

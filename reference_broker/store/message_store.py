@@ -71,7 +71,9 @@ class MessageStore:
         self.delay_table_ms = config.delay_level_table_ms()
         self.reput = ReputMessageService(self.commit_log, self.do_dispatch, self.delay_table_ms)
         self.flush_service: FlushRealTimeService | GroupCommitService
-        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._is_slave = config.broker_role is BrokerRole.SLAVE
+        if self._sync_flush:
             self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
         else:
             self.flush_service = FlushRealTimeService(self.commit_log, self.checkpoint, config)
@@ -304,6 +306,10 @@ class MessageStore:
             self._put_cq_position(req)
         if self.config.message_index_enable:
             self.index_service.build_index(req)
+            flags = self.running_flags
+            if self.index_service.index_file_error and not flags.flag & RunningFlags.WRITE_INDEX_FILE_ERROR:
+                log.error("index files cannot be built: the store stops accepting writes")
+                flags.make_index_file_error()
         for listener in self.dispatch_listeners:
             listener(req)
 
@@ -356,8 +362,7 @@ class MessageStore:
 
     def _throttle(self) -> None:
         """Seed Q&A 19: slow each put by 1 ms while dispatch is far behind."""
-        if (self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water
-                or self.reput.behind() > self.config.dispatch_behind_high_water_bytes):
+        if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
             time.sleep(0.001)
 
     def _rejected(self, status: PutMessageStatus) -> PutMessageResult:
@@ -379,20 +384,45 @@ class MessageStore:
         return self._after_append(result, True)
 
     def put_message(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
-        return self.put_message_async(msg).result()
+        """Append; under SYNC_FLUSH wait for the group commit (the blocking twin of put_message_async)."""
+        result = self._append(msg)
+        if result.status is not PutMessageStatus.PUT_OK or result.append is None:
+            return result
+        svc = self.flush_service
+        if self._sync_flush:
+            if msg.properties.get(mc.PROPERTY_WAIT_STORE_MSG_OK) == "false":
+                svc.wakeup()
+                return result
+            req = GroupCommitRequest(result.append.wrote_offset + result.append.wrote_bytes,
+                                     self.config.sync_flush_timeout_ms)
+            assert isinstance(svc, GroupCommitService)
+            svc.put_request(req)
+            status = req.wait()
+            if status is not PutMessageStatus.PUT_OK:
+                log.error("do groupcommit, wait for flush failed, topic offset %d", result.append.wrote_offset)
+                return PutMessageResult(status, result.append)
+            return result
+        if not self.config.flush_commit_log_timed:
+            svc.wakeup()
+        return result
 
     def put_messages(self, batch: MessageExtBatch) -> PutMessageResult:
-        return self.put_messages_async(batch).result()
+        # Bounded like DefaultMessageStore.putMessages: flush timeout + 5 s, then UNKNOWN_ERROR.
+        try:
+            return self.put_messages_async(batch).result(self.config.sync_flush_timeout_ms / 1000 + 5)
+        except TimeoutError:
+            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
 
     def _append(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
-        bad = self._check_store_status()
-        if bad is not None:
-            return self._rejected(bad)
-        if len(msg.topic.encode("utf-8")) > rec.MAX_TOPIC_LENGTH:
-            log.warning("putMessage message topic length too long %d", len(msg.topic))
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
-        self._throttle()
-        result = self.commit_log.put_message(msg)
+        cl = self.commit_log
+        begin = cl.begin_time_in_lock
+        if self._shutdown or self._is_slave or self.running_flags.flag or begin:
+            bad = self._check_store_status()
+            if bad is not None:
+                return self._rejected(bad)
+        if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
+            time.sleep(0.001)  # seed Q&A 19: dispatch is far behind, slow the writer down
+        result = cl.put_message(msg)
         if result.status is PutMessageStatus.PUT_OK:
             self._put_count += 1
         return result

@@ -201,6 +201,25 @@ def decode_message_id(msg_id: str) -> tuple[str, int, int]:
 # ---- encoding --------------------------------------------------------------------------------
 
 
+_RECORD_STRUCTS: dict[tuple[int, int, int, bool, bool], struct.Struct] = {}
+_RECORD_STRUCTS_MAX: Final = 4096
+
+
+def record_struct(body_len: int, topic_len: int, props_len: int, born_v6: bool, store_v6: bool) -> struct.Struct:
+    """One Struct for a whole record of these field lengths (cached: one ``pack_into`` per record is
+    several times cheaper than packing the header and assigning slices of the mapping one by one)."""
+    key = (body_len, topic_len, props_len, born_v6, store_v6)
+    st = _RECORD_STRUCTS.get(key)
+    if st is None:
+        b = "16s" if born_v6 else "4s"
+        h = "16s" if store_v6 else "4s"
+        st = struct.Struct(f">iiiiiqqiq{b}iq{h}iiqi{body_len}sB{topic_len}sH{props_len}s")
+        if len(_RECORD_STRUCTS) >= _RECORD_STRUCTS_MAX:
+            _RECORD_STRUCTS.clear()
+        _RECORD_STRUCTS[key] = st
+    return st
+
+
 def encode_into(
     buf: memoryview,
     pos: int,
@@ -224,22 +243,12 @@ def encode_into(
         sys_flag |= mc.BORNHOST_V6_FLAG
     if store_v6:
         sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
-    hdr = HEADERS[(born_v6, store_v6)]
     body = msg.body
-    hdr.pack_into(buf, pos, total, MESSAGE_MAGIC_CODE, body_crc, msg.queue_id, msg.flag, queue_offset,
-                  phys_offset, sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip,
-                  store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
-    p = pos + hdr.size
-    n = len(body)
-    buf[p : p + n] = body
-    p += n
-    tl = len(topic_b)
-    buf[p] = tl
-    buf[p + 1 : p + 1 + tl] = topic_b
-    p += 1 + tl
-    pl = len(props_b)
-    buf[p : p + 2] = pl.to_bytes(2, "big")
-    buf[p + 2 : p + 2 + pl] = props_b
+    st = record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
+    st.pack_into(buf, pos, total, MESSAGE_MAGIC_CODE, body_crc, msg.queue_id, msg.flag, queue_offset,
+                 phys_offset, sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip,
+                 store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(body), body,
+                 len(topic_b), topic_b, len(props_b), props_b)
 
 
 def write_blank(buf: memoryview, pos: int, size: int) -> None:
@@ -332,7 +341,7 @@ def check_message_and_return_size(
             uniq = u.decode("utf-8", "replace")
         if topic == mc.SCHEDULE_TOPIC and delay_table_ms is not None:
             d = mc.property_from_bytes(props, b"DELAY")
-            if d and d.isdigit():
+            if d and d.isdigit() and int(d) > 0:
                 # The schedule queue's tag code is the delivery time (checkMessageAndReturnSize).
                 level = min(int(d), len(delay_table_ms))
                 tags_code = f[11] + delay_table_ms.get(level, 1000)

@@ -56,13 +56,25 @@ class ReputMessageService:
             try:
                 data = res.data
                 size = res.size
+                base = res.start_offset
                 pos = 0
                 dispatch = self.dispatch
                 listener = self.arriving_listener
                 delay = self.delay_table_ms
                 check = rec.check_message_and_return_size
+                hints = cl.dispatch_hints
                 while pos < size:
-                    req = check(data, pos, size, False, delay)
+                    req = None
+                    while hints:
+                        h = hints[0]
+                        if h.commit_log_offset > base + pos:
+                            break
+                        hints.popleft()
+                        if h.commit_log_offset == base + pos:
+                            req = h
+                            break
+                    if req is None:
+                        req = check(data, pos, size, False, delay)
                     if req.success and req.msg_size > 0:
                         dispatch(req)
                         if listener is not None:
@@ -71,14 +83,14 @@ class ReputMessageService:
                         pos += req.msg_size
                         self.dispatched_count += 1
                     elif req.success:  # blank: roll to the next file
-                        self.reput_from_offset = cl.roll_next_file(res.start_offset + pos)
+                        self.reput_from_offset = cl.roll_next_file(base + pos)
                         pos = -1
                         break
                     else:
                         # The writer publishes its position only after the whole record is written,
                         # so a record that does not parse here is damage, not a race.
-                        log.error("reput: bad record at %d; skipping to the next file", res.start_offset + pos)
-                        self.reput_from_offset = cl.roll_next_file(res.start_offset + pos)
+                        log.error("reput: bad record at %d; skipping to the next file", base + pos)
+                        self.reput_from_offset = cl.roll_next_file(base + pos)
                         pos = -1
                         break
                 if pos >= 0:

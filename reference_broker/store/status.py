@@ -48,15 +48,33 @@ class GetMessageStatus(enum.Enum):
     NO_MESSAGE_IN_QUEUE = enum.auto()
 
 
-@dataclass(slots=True)
 class AppendMessageResult:
-    status: AppendMessageStatus
-    wrote_offset: int = 0
-    wrote_bytes: int = 0
-    msg_id: str = ""
-    store_timestamp: int = 0
-    logics_offset: int = 0
-    msg_num: int = 1
+    """What an append wrote. The offsetMsgId is built on first use, as RocketMQ's msgIdSupplier does."""
+
+    __slots__ = ("_msg_id", "logics_offset", "msg_id_prefix", "msg_num", "status", "store_timestamp",
+                 "wrote_bytes", "wrote_offset")
+
+    def __init__(self, status: AppendMessageStatus, wrote_offset: int = 0, wrote_bytes: int = 0, msg_id: str = "",
+                 store_timestamp: int = 0, logics_offset: int = 0, msg_num: int = 1,
+                 msg_id_prefix: bytes = b"") -> None:
+        self.status = status
+        self.wrote_offset = wrote_offset
+        self.wrote_bytes = wrote_bytes
+        self._msg_id = msg_id
+        self.store_timestamp = store_timestamp
+        self.logics_offset = logics_offset
+        self.msg_num = msg_num
+        self.msg_id_prefix = msg_id_prefix  # store ip + port: offsetMsgId = prefix + offset, in hex
+
+    @property
+    def msg_id(self) -> str:
+        if not self._msg_id and self.msg_id_prefix:
+            self._msg_id = (self.msg_id_prefix + self.wrote_offset.to_bytes(8, "big", signed=True)).hex().upper()
+        return self._msg_id
+
+    def __repr__(self) -> str:
+        return (f"AppendMessageResult({self.status.name}, wrote_offset={self.wrote_offset}, "
+                f"wrote_bytes={self.wrote_bytes}, logics_offset={self.logics_offset}, msg_num={self.msg_num})")
 
 
 @dataclass(slots=True)

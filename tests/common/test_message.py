@@ -1,0 +1,73 @@
+"""message: RocketMQ's properties string codec and the single-property lookup used by dispatch."""
+
+from __future__ import annotations
+
+import pytest
+
+from reference_broker.common import message as mc
+from reference_broker.common.message import bytes_to_properties, properties_to_bytes, property_from_bytes
+
+
+def test_properties_round_trip_without_trailing_separator() -> None:
+    props = {"KEYS": "order-1 order-2 order-3", "TAGS": "TagA", "UNIQ_KEY": "7F0000010001", "WAIT": "true"}
+    raw = properties_to_bytes(props)
+    assert raw == b"KEYS\x01order-1 order-2 order-3\x02TAGS\x01TagA\x02UNIQ_KEY\x017F0000010001\x02WAIT\x01true"
+    assert not raw.endswith(b"\x02")  # 4.9.8 messageProperties2String strips the trailing separator
+    assert bytes_to_properties(raw) == props
+
+
+def test_properties_round_trip_non_ascii_and_empty() -> None:
+    props = {"KEYS": "ключ 键", "note": "  leading and trailing spaces  ", "EMPTY": ""}
+    assert bytes_to_properties(properties_to_bytes(props)) == props
+    assert properties_to_bytes({}) == b""
+    assert properties_to_bytes(None) == b""
+    assert bytes_to_properties(b"") == {}
+
+
+def test_decode_tolerates_trailing_separator_and_memoryview() -> None:
+    raw = b"TAGS\x01TagA\x02KEYS\x01a b\x02"  # pre-4.9.8 clients end with \x02
+    assert bytes_to_properties(raw) == {"TAGS": "TagA", "KEYS": "a b"}
+    assert bytes_to_properties(memoryview(raw)) == {"TAGS": "TagA", "KEYS": "a b"}
+
+
+def test_decode_skips_pairs_without_separator() -> None:
+    assert bytes_to_properties(b"garbage\x02TAGS\x01t\x02\x02") == {"TAGS": "t"}
+
+
+RAW = properties_to_bytes({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ABCDEF"})
+
+
+@pytest.mark.parametrize(("name", "value"), [(b"TAGS", b"TagA"), (b"KEYS", b"k1 k2"), (b"UNIQ_KEY", b"ABCDEF")])
+def test_property_from_bytes_first_middle_last(name: bytes, value: bytes) -> None:
+    assert property_from_bytes(RAW, name) == value
+
+
+def test_property_from_bytes_missing_or_empty() -> None:
+    assert property_from_bytes(RAW, b"DELAY") is None
+    assert property_from_bytes(b"", b"TAGS") is None
+    assert property_from_bytes(b"TAGS\x01\x02KEYS\x01k", b"TAGS") == b""
+    assert property_from_bytes(b"TAGS\x01t\x02", b"TAGS") == b"t"  # trailing separator
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"XKEYS\x01wrong",
+        b"TAGS\x01t\x02XKEYS\x01wrong",
+        b"XKEYS\x01wrong\x02TAGS\x01t",
+    ],
+)
+def test_property_from_bytes_does_not_match_a_key_suffix(raw: bytes) -> None:
+    assert property_from_bytes(raw, b"KEYS") is None
+
+
+def test_property_from_bytes_finds_key_after_a_suffix_lookalike() -> None:
+    raw = b"XKEYS\x01wrong\x02KEYS\x01right"
+    assert property_from_bytes(raw, b"KEYS") == b"right"
+    assert property_from_bytes(b"KEYSX\x01wrong\x02KEYS\x01right", b"KEYS") == b"right"
+
+
+def test_transaction_value_masks_type_bits() -> None:
+    assert mc.transaction_value(mc.TRANSACTION_PREPARED_TYPE | mc.BORNHOST_V6_FLAG) == mc.TRANSACTION_PREPARED_TYPE
+    assert mc.transaction_value(mc.TRANSACTION_ROLLBACK_TYPE | mc.COMPRESSED_FLAG) == mc.TRANSACTION_ROLLBACK_TYPE
+    assert mc.transaction_value(mc.MULTI_TAGS_FLAG) == mc.TRANSACTION_NOT_TYPE
