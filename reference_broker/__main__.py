@@ -1,16 +1,24 @@
-"""Command-line entry point (``python -m reference_broker`` / ``rmq-lab``).
-
-Temporary stub: will be replaced by the real CLI.
-"""
+"""Command-line entry point (``python -m reference_broker`` / ``rmq-lab``)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
+import signal
 import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
 
 import click
 
+from reference_broker import __version__
+
 
 @click.group()
+@click.version_option(__version__, prog_name="rmq-lab")
 def main() -> None:
     """RocketMQ store lab."""
 
@@ -20,13 +28,70 @@ def bench() -> None:
     """Benchmarks."""
 
 
+def _sizes_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    from reference_broker.bench.store_bench import parse_sizes
+
+    if value is None:
+        return None
+    try:
+        return parse_sizes(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 @bench.command("store")
-@click.option("--quick", is_flag=True, help="Short run.")
-@click.option("--json", "as_json", is_flag=True, help="Emit JSON.")
-def store(quick: bool, as_json: bool) -> None:
-    """Benchmark the message store."""
-    click.echo("store benchmark not implemented yet", err=True)
-    sys.exit(1)
+@click.option("--quick", is_flag=True, help="Short run, under a minute: fewer messages, 64M/128M logs, short fio jobs.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object on stdout and nothing else; progress goes to stderr.")
+@click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, writable=True, path_type=Path),
+              help="Existing directory to put the stores in (a fresh subdirectory is made there and removed "
+                   "afterwards). Default: a temporary directory under $TMPDIR or /tmp.")
+@click.option("--no-fio", is_flag=True, help="Skip the fio device baselines.")
+@click.option("--sizes", callback=_sizes_option, metavar="SIZES",
+              help='Commit-log sizes for the recovery runs, comma-separated, binary units (K, M, G). '
+                   'Default "1G,4G"; with --quick "64M,128M".')
+@click.option("--scale", type=click.FloatRange(min=0.001, max=100.0), default=1.0, hidden=True,
+              help="Multiply message counts and durations (tests).")
+@click.option("--many-queues", type=click.IntRange(min=2, max=1_000_000), default=10_000, hidden=True,
+              help="Queue count of the fan-out comparison (tests; the keys follow the count).")
+def store(quick: bool, as_json: bool, directory: Path | None, no_fio: bool, sizes: tuple[int, ...] | None,
+          scale: float, many_queues: int) -> None:
+    """Benchmark the message store: append, group commit, queue fan-out and recovery, next to fio."""
+    from reference_broker.bench.report import format_table
+    from reference_broker.bench.store_bench import BenchError, Plan, disk_needed_bytes, raise_fd_limit, run_store_bench
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    plan = Plan.make(quick=quick, scale=scale, sizes=sizes, fio=not no_fio, many_queues=many_queues)
+    parent = directory if directory is not None else Path(tempfile.gettempdir())
+    free = shutil.disk_usage(parent).free
+    need = disk_needed_bytes(plan)
+    if free < need:
+        raise click.ClickException(f"not enough free space in {parent}: the benchmark needs about "
+                                   f"{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB is free "
+                                   "(use --dir elsewhere, or smaller --sizes)")
+    raise_fd_limit()
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        click.echo(f"[{time.monotonic() - t0:6.1f}s] {msg}", err=True)
+
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    base = Path(tempfile.mkdtemp(prefix="rmq-lab-bench-", dir=parent))
+    try:
+        result = run_store_bench(plan, base, progress)
+    except BenchError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(format_table(result))
 
 
 if __name__ == "__main__":

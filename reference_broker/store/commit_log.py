@@ -374,14 +374,13 @@ class CommitLog:
 
     # ---- recovery -------------------------------------------------------------------------------
     def _scan_file(self, mf: MappedFile, check_crc: bool,
-                   on_record: Callable[[DispatchRequest], None] | None) -> tuple[int, bool]:
-        """Scan one file from its start: (valid bytes, reached a clean end of file).
+                   on_record: Callable[[DispatchRequest], None] | None, pos: int = 0) -> tuple[int, bool]:
+        """Scan one file from ``pos``: (valid bytes, reached a clean end of file).
 
         Notes the last store timestamp seen, which seeds the monotonic store clock after recovery.
         """
         buf = mf.buf
         size = mf.file_size
-        pos = 0
         delay = self.delay_table_ms
         while pos < size:
             req = rec.check_message_and_return_size(buf, pos, size, check_crc, delay)
@@ -396,13 +395,20 @@ class CommitLog:
         return pos, True
 
     def _recover_from(self, index: int, check_crc: bool,
-                      on_record: Callable[[DispatchRequest], None] | None) -> int:
-        """Scan files from ``index`` until the first damaged record; return the process offset."""
+                      on_record: Callable[[DispatchRequest], None] | None, start_pos: int = 0) -> int:
+        """Scan files from ``index`` (at ``start_pos`` in the first) until the first damaged record.
+
+        Returns the process offset. Everything scanned is forced to disk: after a kill -9 the tail may
+        sit only in the page cache, and the flush position set from the result promises it is durable.
+        """
         files = self.mapped_file_queue.mapped_files
-        process_offset = files[index].file_from_offset
+        process_offset = files[index].file_from_offset + start_pos
+        pos = start_pos
         for mf in files[index:]:
-            valid, clean_end = self._scan_file(mf, check_crc, on_record)
+            valid, clean_end = self._scan_file(mf, check_crc, on_record, pos)
+            pos = 0
             process_offset = mf.file_from_offset + valid
+            mf.force()
             if not clean_end:
                 if valid < mf.file_size:
                     log.info("recover commit log: stop at %d in %s (%s)", process_offset, mf.file_name,
@@ -435,15 +441,45 @@ class CommitLog:
             self.mapped_file_queue.flushed_where = 0
             truncate_logics(-1)
             return 0
-        index = 0
-        for i in range(len(files) - 1, -1, -1):
-            if self._is_mapped_file_matched_recover(files[i]):
-                index = i
-                break
-        log.info("recover abnormally from file %s", files[index].file_name)
-        process_offset = self._recover_from(index, self.config.check_crc_on_recover, dispatch)
+        start = self._checkpoint_recover_start()
+        if start is not None:
+            index, start_pos = start
+            log.info("recover abnormally from offset %d (checkpoint)", files[index].file_from_offset + start_pos)
+        else:
+            index, start_pos = 0, 0
+            for i in range(len(files) - 1, -1, -1):
+                if self._is_mapped_file_matched_recover(files[i]):
+                    index = i
+                    break
+            log.info("recover abnormally from file %s", files[index].file_name)
+        process_offset = self._recover_from(index, self.config.check_crc_on_recover, dispatch, start_pos)
         self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics)
         return process_offset
+
+    def _checkpoint_recover_start(self) -> tuple[int, int] | None:
+        """(file index, position) of the checkpoint's recover offset when it can be trusted, else None.
+
+        Our checkpoint extension (checkpoint.py): the offset below which the log and its consume-queue
+        units were flushed. It is used only when it falls inside the log on a record boundary (or at
+        the end of the data); otherwise RocketMQ's time-based file choice applies. With
+        messageIndexSafe the time rule must also cover the index, so it always applies.
+        """
+        cfg = self.config
+        if not cfg.recover_from_checkpoint_offset or (cfg.message_index_enable and cfg.message_index_safe):
+            return None
+        offset = self.checkpoint.get_recover_offset()
+        if offset < 0 or offset < self.get_min_offset():
+            return None
+        files = self.mapped_file_queue.mapped_files
+        for i, mf in enumerate(files):
+            if mf.file_from_offset <= offset < mf.file_from_offset + mf.file_size:
+                pos = offset - mf.file_from_offset
+                req = rec.check_message_and_return_size(mf.buf, pos, mf.file_size, cfg.check_crc_on_recover)
+                if req.success or self._is_zero_tail(mf, pos):
+                    return i, pos
+                log.warning("checkpoint recover offset %d is not a record boundary: using the time rule", offset)
+                return None
+        return None
 
     def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
         """The file's first record is intact and older than the checkpoint's min timestamp."""
@@ -468,6 +504,7 @@ class CommitLog:
         mfq = self.mapped_file_queue
         mfq.flushed_where = process_offset
         mfq.truncate_dirty_files(process_offset)
+        self.checkpoint.clamp_offsets(process_offset)
         if max_phy_offset_of_cq >= process_offset:
             log.info("consume queues reach the commit log end (%d >= %d): truncating them there",
                         max_phy_offset_of_cq, process_offset)

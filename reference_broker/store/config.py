@@ -75,6 +75,9 @@ class MessageStoreConfig:
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # messageDelayLevel
     check_crc_on_recover: bool = True  # checkCRCOnRecover
     duplication_enable: bool = False  # duplicationEnable
+    # Not a RocketMQ key: start abnormal recovery at the checkpoint's recover offset (checkpoint.py)
+    # rather than at the start of the newest file older than the checkpoint's time. False = 4.9.8.
+    recover_from_checkpoint_offset: bool = True
     os_page_cache_busy_timeout_ms: int = 1000  # osPageCacheBusyTimeOutMills
     # putMsgIndexHightWater (600,000 in 4.9.8; the seed Q&A 19 says 400,000): dispatch backlog, in
     # messages, past which each put sleeps 1 ms so the writer cannot run away from the dispatcher.
@@ -152,6 +155,7 @@ ROCKETMQ_KEYS: dict[str, str] = {
     "messageDelayLevel": "message_delay_level",
     "checkCRCOnRecover": "check_crc_on_recover",
     "duplicationEnable": "duplication_enable",
+    "recoverFromCheckpointOffset": "recover_from_checkpoint_offset",
     "osPageCacheBusyTimeOutMills": "os_page_cache_busy_timeout_ms",
     "putMsgIndexHightWater": "put_msg_index_high_water",
 }

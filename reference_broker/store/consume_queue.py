@@ -37,7 +37,8 @@ class ConsumeQueue:
         self.mapped_file_size = mapped_file_size
         self.queue_dir = store_path / topic / str(queue_id)
         self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size,
-                                                 alloc_chunk=min(alloc_chunk, mapped_file_size) if alloc_chunk else 0)
+                                                 alloc_chunk=min(alloc_chunk, mapped_file_size) if alloc_chunk else 0,
+                                                 random_access=True)
         self.max_physic_offset = -1  # offset + size of the last unit written
         self.min_logic_offset = 0  # bytes; correctMinOffset moves it past deleted commit-log data
 
@@ -218,6 +219,12 @@ class ConsumeQueue:
             mf = mfq.get_last_mapped_file()
             if mf is None:
                 break
+            if mf.wrote_position == 0 and len(mfq.mapped_files) > 1:
+                # An empty newest file (recover() stopped at its start, e.g. its units never reached
+                # the disk): the units to check are in the file before it, which returning here would
+                # leave pointing past the cut. Dropping it keeps the queue's max offset the same.
+                mfq.delete_last_mapped_file()
+                continue
             pos = 0
             cut = False
             self.max_physic_offset = -1

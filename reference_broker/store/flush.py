@@ -87,6 +87,7 @@ class FlushRealTimeService(ServiceThread):
         mfq.flush(least_pages)
         if mfq.store_timestamp > 0:
             self.checkpoint.physic_msg_timestamp = mfq.store_timestamp
+        self.checkpoint.note_physic_offset(mfq.flushed_where)
 
     def run(self) -> None:
         cfg = self.config
@@ -172,6 +173,7 @@ class GroupCommitService(ServiceThread):
             mfq.flush(0)  # puts that do not wait still wake the service
         if mfq.store_timestamp > 0:
             self.checkpoint.physic_msg_timestamp = mfq.store_timestamp
+        self.checkpoint.note_physic_offset(mfq.flushed_where)
 
     def run(self) -> None:
         self.watcher.start()
@@ -226,11 +228,12 @@ class FlushDiskWatcher(ServiceThread):
 
 class FlushConsumeQueueService(ServiceThread):
     def __init__(self, queues: Callable[[], Iterable[ConsumeQueue]], checkpoint: StoreCheckpoint,
-                 config: MessageStoreConfig) -> None:
+                 config: MessageStoreConfig, dispatched_offset: Callable[[], int] | None = None) -> None:
         super().__init__("FlushConsumeQueueService")
         self.queues = queues
         self.checkpoint = checkpoint
         self.config = config
+        self.dispatched_offset = dispatched_offset  # the reput position: units below it are written
         self._last_thorough_ms = int(time.time() * 1000)
 
     def do_flush(self, retry_times: int) -> None:
@@ -242,9 +245,17 @@ class FlushConsumeQueueService(ServiceThread):
         if now >= self._last_thorough_ms + cfg.flush_consume_queue_thorough_interval_ms:
             self._last_thorough_ms = now
             least = 0
-        logics_ts = self.checkpoint.logics_msg_timestamp
+        logics_ts = self.checkpoint.dispatched_logics_timestamp
+        logics_offset = self.dispatched_offset() if self.dispatched_offset is not None else 0
         for cq in list(self.queues()):
-            for _ in range(retry_times or 1):
+            tries = retry_times or 1
+            if least == 0:
+                # The checkpoint written below promises every unit up to logics_ts is on disk, and a
+                # flush covers one file: flush until the queue is clean. (RocketMQ tries once, so a
+                # queue more than a file behind is over-promised and, after a power loss, abnormal
+                # recovery starts past units that never reached the disk.)
+                tries = max(tries, len(cq.mapped_file_queue.mapped_files) + 1)
+            for _ in range(tries):
                 try:
                     if cq.flush(least):
                         break
@@ -254,6 +265,8 @@ class FlushConsumeQueueService(ServiceThread):
         if least == 0:
             if logics_ts > 0:
                 self.checkpoint.logics_msg_timestamp = logics_ts
+            if logics_offset > 0:
+                self.checkpoint.note_logics_offset(logics_offset)
             self.checkpoint.flush()
 
     def run(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +51,21 @@ SERVICE_NOT_AVAILABLE_REMARK = (
 CQ_WRITE_RETRIES = 3  # seed Q&A 18 (4.9.8 retries 30 times, 1 s apart)
 
 
+def raise_open_files_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: each mapped file keeps one descriptor (inside
+    its mmap), and RocketMQ's deployment scripts likewise raise nofile for 10,000+ queues."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            log.warning("could not raise the open-files limit from %d to %d", soft, hard)
+    return int(soft)
+
+
 class StoreLockedError(RuntimeError):
     """Another store holds the lock file of this directory."""
 
@@ -77,7 +93,8 @@ class MessageStore:
             self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
         else:
             self.flush_service = FlushRealTimeService(self.commit_log, self.checkpoint, config)
-        self.flush_cq_service = FlushConsumeQueueService(self.iter_consume_queues, self.checkpoint, config)
+        self.flush_cq_service = FlushConsumeQueueService(self.iter_consume_queues, self.checkpoint, config,
+                                                         lambda: self.reput.reput_from_offset)
         self.clean_commit_log = CleanCommitLogService(config, self.commit_log, self.running_flags)
         self.clean_consume_queue = CleanConsumeQueueService(self.commit_log, self.iter_consume_queues,
                                                             self.index_service.delete_expired_file)
@@ -111,6 +128,7 @@ class MessageStore:
     def load(self) -> bool:
         """Map files and recover (DefaultMessageStore.load). Raises StoreLockedError if locked."""
         self._acquire_lock()
+        raise_open_files_limit()
         self.last_exit_ok = not self.abort_file.exists()
         log.info("last shutdown %s", "normally" if self.last_exit_ok else "abnormally")
         ok = self.commit_log.load() and self._load_consume_queues()
@@ -244,7 +262,8 @@ class MessageStore:
         self.index_service.shutdown()
         self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
                                                    self.commit_log.mapped_file_queue.store_timestamp)
-        self.checkpoint.shutdown()
+        # Stopped flush services have flushed everything they noted: no safety margin needed.
+        self.checkpoint.shutdown(all_durable=self._started)
         behind = self.dispatch_behind_bytes()
         if self._started and self.running_flags.is_writeable() and behind == 0:
             try:
@@ -322,7 +341,7 @@ class MessageStore:
             try:
                 cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code,
                                              req.consume_queue_offset)
-                self.checkpoint.logics_msg_timestamp = req.store_timestamp
+                self.checkpoint.dispatched_logics_timestamp = req.store_timestamp
                 return
             except OSError as e:
                 log.warning("[BUG] put commit log position info to %s:%d:%d failed, retry %d: %s",
@@ -530,7 +549,13 @@ class MessageStore:
         """Messages whose key or UNIQ_KEY is ``key`` within [begin, end] ms (index hash + re-check)."""
         res: QueryOffsetResult = self.index_service.query_offset(topic, key, max_num, begin, end)
         out: list[rec.MessageExt] = []
+        seen: set[int] = set()
         for phy in res.phy_offsets:
+            # Abnormal recovery re-dispatches the record at the index's end offset (RocketMQ skips only
+            # offsets below it), so one message can have two entries: report it once.
+            if phy in seen:
+                continue
+            seen.add(phy)
             m = self.look_message_by_offset(phy)
             if m is None or m.topic != topic:
                 continue

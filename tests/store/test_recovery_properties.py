@@ -1,26 +1,28 @@
-"""Crash recovery as a property: whatever was written and however the unflushed tail was lost.
+"""Crash recovery as a property: whatever was written and however the unflushed part was lost.
 
-Each example forks a child that opens a store, runs a drawn sequence of puts and explicit commit-log
-flushes, and leaves with ``os._exit`` — no shutdown, so ``abort`` stays and nothing more is flushed.
-The page cache survives the exit, so the files then hold everything written (kill -9). Before
-recovering, the parent emulates what a power loss could have left on disk (DESIGN.md §6):
+Each example forks a child that opens a store, runs a drawn sequence of puts, commit-log flushes and
+checkpoint rounds, and leaves with ``os._exit`` — no shutdown, so ``abort`` stays and nothing more is
+flushed. The page cache survives the exit, so the files then hold everything written (kill -9).
+Before recovering, the parent emulates what a power loss could have left on disk (DESIGN.md §6):
 
-- ``keep``: nothing lost (kill -9);
-- ``cut``: everything after the last durable offset reads as zeros (files past it may be gone);
-- ``garble``: random bytes over part of the unflushed tail, starting at a record or in a body — damage
-  the record format can detect (the body CRC covers only the body; damage to unchecked header fields
-  or properties is undetectable in RocketMQ too, so it is not drawn);
+- commit log ``keep``: nothing lost (kill -9); ``cut``: everything after the durable offset reads as
+  zeros (files wholly past it may be gone); ``garble``: random bytes over part of the non-durable
+  tail, starting at a record or in a body — damage the record format can detect (the body CRC covers
+  only the body: damage to unchecked header fields or properties is undetectable in RocketMQ too);
+- consume queues ``keep``, or lose their last units (``tail``) or every unit (``all``) that neither a
+  checkpoint round flushed nor the checkpoint vouches for (see ``cut_consume_queues``);
+- the checkpoint kept, zeroed or deleted.
 
-and, independently, the loss of consume-queue tails or of the whole consumequeue directory (then the
-checkpoint too, as it is written only after the queues are flushed) and of the checkpoint.
-
-The "durable offset" is what the store promised: the write position at the last explicit flush
-(ASYNC_FLUSH), or the end of the last PUT_OK message (SYNC_FLUSH: a PUT_OK is flushed).
+The durable offset is what the store promised: the write position at the last flush (ASYNC_FLUSH), or
+the end of the last PUT_OK message (SYNC_FLUSH: a PUT_OK is flushed). A stepping store clock in the
+child spreads store timestamps over minutes, so the checkpoint lets abnormal recovery start past the
+first commit-log file, as on a long-running broker.
 
 After abnormal recovery (``load`` + ``start``): (a) every consume-queue unit points at a valid record
 of its queue with that queue offset; (b) the log holds exactly a prefix of what was written; (c) the
 prefix covers everything durable; (d) with nothing cut, everything acknowledged; (e) a put continues
-each queue; (f) every recovered message is found by its key; then a normal restart keeps all of it.
+its queue; (f) with messageIndexSafe, every recovered message is found by its key; then a normal
+restart keeps exactly the same log.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import tempfile
 import time
 import traceback
@@ -37,8 +40,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from reference_broker.store.config import FlushDiskType
+from reference_broker.store import commit_log as commit_log_module
+from reference_broker.store.config import FlushDiskType, MessageStoreConfig
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE
+from reference_broker.store.consume_queue import UNIT as CQ_UNIT
+from reference_broker.store.flush import FlushRealTimeService
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.record import MessageExt, MessageExtBrokerInner
 from reference_broker.store.status import PutMessageStatus
@@ -47,7 +53,8 @@ from tests.store.durability_checks import BODY_POS, check_consume_queues, check_
 TOPICS = ("TopicA", "TopicB")
 QUEUES = 3
 CQ_FILE = 8 * CQ_STORE_UNIT_SIZE
-NO_BACKGROUND_FLUSH_MS = 3_600_000  # the async flusher sleeps through the child: only explicit flushes
+INDEX_NUM = 16  # 15 keys per index file: files fill, are flushed and advance the checkpoint
+HOUR_MS = 3_600_000  # the child's flush threads sleep through it: only the drawn operations flush
 
 
 def body_of(i: int, size: int) -> bytes:
@@ -58,16 +65,36 @@ def key_of(i: int) -> str:
     return f"k{i}"
 
 
+def store_config(root: Path, file_size: int, flush: FlushDiskType, index_safe: bool) -> MessageStoreConfig:
+    cfg = make_config(root, commit_log_file=file_size, cq_file=CQ_FILE, flush=flush, index_num=INDEX_NUM)
+    cfg.message_index_safe = index_safe
+    return cfg
+
+
 @dataclass(frozen=True)
 class Put:
     topic: str
     queue_id: int
     body_size: int
+    repeat: int = 1  # that many messages of this shape
 
 
 @dataclass(frozen=True)
 class Flush:
-    pass
+    """ASYNC_FLUSH: the real-time flusher's step until the commit log is on disk (SYNC_FLUSH: nothing)."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A Flush, then a thorough round of the consume-queue flusher: queues flushed, checkpoint written."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    seconds: float
+
+
+Op = Put | Flush | Checkpoint | Pause
 
 
 @dataclass
@@ -82,6 +109,7 @@ class Written:
     phys: int
     size: int
     queue_offset: int
+    store_timestamp: int
 
     @property
     def end(self) -> int:
@@ -92,57 +120,88 @@ class Written:
         return self.topic, self.queue_id, body_of(self.i, self.body_size), self.queue_offset, self.phys
 
 
+@dataclass
+class ChildResult:
+    written: list[Written]
+    durable: int  # commit-log bytes the store has promised are on disk
+    cq_flushed: dict[str, int]  # "topic/queue" → consume-queue bytes flushed when the child vanished
+
+
 def ident(m: MessageExt) -> tuple[str, int, bytes, int, int]:
     return m.topic, m.queue_id, m.body, m.queue_offset, m.commit_log_offset
 
 
 # ---- the child: write, then vanish ------------------------------------------------------------------
 
-def _child(root: Path, file_size: int, flush: FlushDiskType, ops: list[Put | Flush], wait_dispatch: bool,
-           out: Path) -> None:
-    store = MessageStore(make_config(root, commit_log_file=file_size, cq_file=CQ_FILE, flush=flush,
-                                     flush_interval_ms=NO_BACKGROUND_FLUSH_MS))
+class SteppingClock:
+    """commit_log's ``time`` module in the child: each reading is ``step_ms`` after the last one."""
+
+    def __init__(self, step_ms: int) -> None:
+        self._ns = time.time_ns()
+        self._step_ns = step_ms * 1_000_000
+
+    def time_ns(self) -> int:
+        self._ns += self._step_ns
+        return self._ns
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+
+def _child(cfg: MessageStoreConfig, ops: list[Op], wait_dispatch: bool, clock_step_ms: int) -> dict[str, object]:
+    if clock_step_ms:
+        commit_log_module.time = SteppingClock(clock_step_ms)  # type: ignore[assignment]
+    store = MessageStore(cfg)
     assert store.load()
     store.start()
     written: list[dict[str, object]] = []
     durable = 0
     mfq = store.commit_log.mapped_file_queue
     for op in ops:
-        if isinstance(op, Put):
+        for _ in range(op.repeat if isinstance(op, Put) else 0):
             i = len(written)
             msg = MessageExtBrokerInner(op.topic, body_of(i, op.body_size), op.queue_id,
                                         properties={"KEYS": key_of(i)}, born_timestamp=int(time.time() * 1000))
             r = store.put_message(msg)
             assert r.status.is_stored and r.append is not None, r
+            if clock_step_ms and written:
+                assert r.append.store_timestamp >= int(written[-1]["store_timestamp"]) + clock_step_ms, (
+                    "the stepping clock is not in effect: how does commit_log read the time now?")
             written.append({"i": i, "topic": op.topic, "queue_id": op.queue_id, "body_size": op.body_size,
                             "status": r.status.name, "phys": r.append.wrote_offset, "size": r.append.wrote_bytes,
-                            "queue_offset": r.append.logics_offset})
-            if flush is FlushDiskType.SYNC_FLUSH and r.status is PutMessageStatus.PUT_OK:
+                            "queue_offset": r.append.logics_offset, "store_timestamp": r.append.store_timestamp})
+            if cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH and r.status is PutMessageStatus.PUT_OK:
                 durable = max(durable, r.append.wrote_offset + r.append.wrote_bytes)
-        elif flush is FlushDiskType.ASYNC_FLUSH:
-            # The background flusher sleeps, so this thread is the only one flushing.
+        # Flush and Checkpoint call the flush services' own steps: their threads must be asleep.
+        if isinstance(op, Flush | Checkpoint) and isinstance(store.flush_service, FlushRealTimeService):
             target = store.commit_log.get_max_offset()
-            while not mfq.flush(0):
-                pass
+            for _ in range(1000):
+                if mfq.flushed_where >= target:
+                    break
+                store.flush_service.flush_once(0)  # one file a step; advances checkpoint.physicMsgTimestamp
             assert mfq.flushed_where >= target, (mfq.flushed_where, target)
             durable = target
-        # SYNC_FLUSH: the group-commit thread owns flushing; PUT_OK already marks what is durable.
+        if isinstance(op, Checkpoint):
+            store.flush_cq_service.do_flush(1)  # thorough: the thorough interval is 0
+        if isinstance(op, Pause):
+            time.sleep(op.seconds)
     if wait_dispatch:
         deadline = time.monotonic() + 10
         while store.reput.behind() > 0 and time.monotonic() < deadline:
             time.sleep(0.001)
-    out.write_text(json.dumps({"written": written, "durable": durable}))
+    cq_flushed = {f"{cq.topic}/{cq.queue_id}": cq.mapped_file_queue.flushed_where for cq in store.iter_consume_queues()}
+    return {"written": written, "durable": durable, "cq_flushed": cq_flushed}
 
 
-def run_child(root: Path, file_size: int, flush: FlushDiskType, ops: list[Put | Flush],
-              wait_dispatch: bool) -> tuple[list[Written], int]:
-    out = root.parent / "child.json"
-    err = root.parent / "child.err"
+def run_child(cfg: MessageStoreConfig, ops: list[Op], wait_dispatch: bool, clock_step_ms: int) -> ChildResult:
+    """Run ``ops`` on a store in a forked child that then vanishes without shutting it down."""
+    out = cfg.store_path_root_dir.parent / "child.json"
+    err = cfg.store_path_root_dir.parent / "child.err"
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns
         code = 1
         try:
-            _child(root, file_size, flush, ops, wait_dispatch, out)
+            out.write_text(json.dumps(_child(cfg, ops, wait_dispatch, clock_step_ms)))
             code = 0
         except BaseException:
             err.write_text(traceback.format_exc())
@@ -151,7 +210,15 @@ def run_child(root: Path, file_size: int, flush: FlushDiskType, ops: list[Put | 
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, err.read_text() if err.exists() else f"child status {status}"
     data = json.loads(out.read_text())
-    return [Written(**w) for w in data["written"]], int(data["durable"])
+    return ChildResult([Written(**w) for w in data["written"]], int(data["durable"]), data["cq_flushed"])
+
+
+def quiet_flushers(cfg: MessageStoreConfig) -> MessageStoreConfig:
+    """Flush threads that sleep through the child: only Flush and Checkpoint operations flush."""
+    cfg.flush_interval_commit_log_ms = HOUR_MS
+    cfg.flush_interval_consume_queue_ms = HOUR_MS
+    cfg.flush_consume_queue_thorough_interval_ms = 0  # so every round of the queue flusher is thorough
+    return cfg
 
 
 # ---- emulated loss -------------------------------------------------------------------------------
@@ -179,12 +246,22 @@ def cut_commit_log(root: Path, file_size: int, durable: int, drop_files: bool) -
             _overwrite(root, file_size, lo, bytes(begin + file_size - lo))
 
 
-def cut_consume_queues(root: Path, lost_units: int) -> None:
-    """Zero the last ``lost_units`` units of each queue, never before its third-from-last file.
+def read_checkpoint(root: Path) -> tuple[int, int, int]:
+    """(physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp) as on disk; zeros if absent."""
+    raw = (root / "checkpoint").read_bytes() if (root / "checkpoint").exists() else b""
+    return struct.unpack_from(">qqq", raw) if len(raw) >= 24 else (0, 0, 0)
 
-    Queues recover from their third-from-last file (ConsumeQueue.recover); a hole further back is not
-    seen, so it is not a state a crash of a flushed-in-order queue can leave.
+
+def cut_consume_queues(root: Path, child: ChildResult, lost_units: int | None, vouched_ts: int) -> None:
+    """Zero the last ``lost_units`` units of each queue (None: all) that may not be on disk.
+
+    Spared: units flushed (``child.cq_flushed``), units of messages stored at or before
+    ``vouched_ts`` (abnormal recovery re-dispatches only from a file older than the checkpoint, so it
+    takes those as being on disk), and everything before the third-from-last file (a queue recovers
+    from there, ConsumeQueue.recover, so a hole further back is not seen; a queue flushed in order
+    cannot have one).
     """
+    ts_at = {w.phys: w.store_timestamp for w in child.written}
     base = root / "consumequeue"
     if not base.is_dir():
         return
@@ -192,13 +269,20 @@ def cut_consume_queues(root: Path, lost_units: int) -> None:
         files = sorted(p for p in qdir.iterdir() if p.name.isdigit())
         if not files:
             continue
-        blob = b"".join(p.read_bytes() for p in files)
-        units = 0
-        while (units + 1) * CQ_STORE_UNIT_SIZE <= len(blob) and blob[units * 20 + 8 : units * 20 + 12] != bytes(4):
-            units += 1
         first = int(files[0].name)
-        window = first + max(0, len(files) - 3) * CQ_FILE
-        cut_at = max(window, first + (units - lost_units) * CQ_STORE_UNIT_SIZE)
+        blob = b"".join(p.read_bytes() for p in files)
+        units = []
+        for pos in range(0, len(blob) - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
+            phy, size, _tags = CQ_UNIT.unpack_from(blob, pos)
+            if size <= 0:
+                break
+            units.append(phy)
+        vouched = 0
+        while vouched < len(units) and ts_at.get(units[vouched], vouched_ts + 1) <= vouched_ts:
+            vouched += 1
+        keep = max(vouched, len(units) - lost_units) if lost_units is not None else vouched
+        flushed = child.cq_flushed.get(f"{qdir.parent.name}/{qdir.name}", 0)
+        cut_at = max(first + max(0, len(files) - 3) * CQ_FILE, flushed, first + keep * CQ_STORE_UNIT_SIZE)
         for p in files:
             begin = int(p.name)
             if begin + CQ_FILE > cut_at:
@@ -210,24 +294,25 @@ def cut_consume_queues(root: Path, lost_units: int) -> None:
 
 # ---- the property ---------------------------------------------------------------------------------
 
-_put = st.builds(Put, st.sampled_from(TOPICS), st.integers(0, QUEUES - 1), st.integers(0, 300))
-# 3 puts : 1 flush, then puts after the last flush (which a power loss may take).
+_put = st.builds(Put, st.sampled_from(TOPICS), st.integers(0, QUEUES - 1), st.integers(0, 300), st.integers(1, 6))
+# 4 puts : 1 flush : 1 checkpoint, then puts after the last of them (which a power loss may take).
 ops_strategy = st.builds(lambda body, tail: body + tail,
-                         st.lists(st.one_of(_put, _put, _put, st.just(Flush())), max_size=45),
-                         st.lists(_put, min_size=1, max_size=12))
+                         st.lists(st.one_of(_put, _put, _put, _put, st.just(Flush()), st.just(Checkpoint())),
+                                  max_size=50),
+                         st.lists(_put, min_size=1, max_size=4))
 
 
 @dataclass(frozen=True)
 class Damage:
-    """How the crash treats the unflushed tail; seeds are mapped onto the layout the child wrote."""
+    """How the crash treats what was not flushed; seeds are mapped onto the layout the child wrote."""
 
-    mode: str  # keep | cut | garble
+    mode: str  # keep | cut | garble: the commit log's tail
     drop_files: bool  # cut: files wholly past the durable offset are gone, not zeroed
     record_seed: int  # garble: which non-durable record is hit first
     in_body: bool  # garble: the damage starts in that record's body (else at its first byte)
     byte_seed: int
     noise: bytes  # garble: XORed over the bytes, so its length is the damage's length
-    cq_mode: str  # keep | tail | all
+    cq_mode: str  # keep | tail | all: the consume queues' unflushed units
     cq_lost_units: int
     checkpoint: str  # keep | zero | delete
 
@@ -246,8 +331,9 @@ damage_strategy = st.builds(
 )
 
 
-def apply_damage(root: Path, file_size: int, written: list[Written], durable: int, d: Damage) -> int:
+def apply_damage(root: Path, file_size: int, child: ChildResult, d: Damage) -> int:
     """Leave on disk what the crash could have; return how many messages must then be recovered."""
+    written, durable = child.written, child.durable
     n_durable = sum(1 for w in written if w.end <= durable)
     expected = len(written)
     if d.mode == "cut":
@@ -264,18 +350,26 @@ def apply_damage(root: Path, file_size: int, written: list[Written], durable: in
         # XOR with non-zero bytes: every damaged byte really changes.
         _overwrite(root, file_size, start, bytes(a ^ (b or 0x5A) for a, b in zip(old, d.noise, strict=False)))
         expected = j
-    if d.cq_mode == "tail":
-        cut_consume_queues(root, d.cq_lost_units)
-    elif d.cq_mode == "all":
-        shutil.rmtree(root / "consumequeue", ignore_errors=True)
-    # The checkpoint is written only after the queues are flushed: lost queues mean a lost checkpoint.
-    if d.checkpoint == "delete" or d.cq_mode != "keep":
+    _physic, logics, _index = read_checkpoint(root)
+    vouched_ts = logics - 3000 if logics > 0 else -1  # StoreCheckpoint.getMinTimestamp's margin
+    if d.cq_mode == "all" and vouched_ts < 0 and not any(child.cq_flushed.values()):
+        shutil.rmtree(root / "consumequeue", ignore_errors=True)  # nothing flushed: maybe not even created
+    elif d.cq_mode != "keep":
+        cut_consume_queues(root, child, d.cq_lost_units if d.cq_mode == "tail" else None, vouched_ts)
+    if d.checkpoint == "delete":
         (root / "checkpoint").unlink(missing_ok=True)
     elif d.checkpoint == "zero":
         (root / "checkpoint").write_bytes(bytes(4096))
-    event(f"{d.mode}: {'nothing lost' if expected == len(written) else 'messages lost'}")
-    event(f"{'some' if n_durable < len(written) else 'no'} messages not durable")
     return expected
+
+
+def recovery_skips_files(root: Path, file_size: int, written: list[Written], index_safe: bool) -> bool:
+    """For statistics only: will abnormal recovery start past the first commit-log file?"""
+    physic, logics, index = read_checkpoint(root)
+    min_ts = max(0, min(physic, logics) - 3000)
+    if index_safe:
+        min_ts = min(min_ts, index)
+    return any(w.phys % file_size == 0 and w.phys > 0 and w.store_timestamp <= min_ts for w in written)
 
 
 def probe_for(written: list[Written], k: int, topic_seed: int, queue_seed: int) -> MessageExtBrokerInner:
@@ -297,6 +391,8 @@ RECOVERY_STRATEGIES = {  # module level so a longer run can reuse them with othe
     "flush": st.sampled_from([FlushDiskType.ASYNC_FLUSH, FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH]),
     "ops": ops_strategy,
     "wait_dispatch": st.booleans(),
+    "clock_step_ms": st.sampled_from([2500, 1000, 0]),
+    "index_safe": st.booleans(),
     "damage": damage_strategy,
     "probe_seeds": st.tuples(st.integers(0, 7), st.integers(0, 7)),
 }
@@ -305,66 +401,126 @@ RECOVERY_STRATEGIES = {  # module level so a longer run can reuse them with othe
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**RECOVERY_STRATEGIES)
 def test_recovery_keeps_a_prefix_covering_everything_durable(
-    file_size: int, flush: FlushDiskType, ops: list[Put | Flush], wait_dispatch: bool, damage: Damage,
-    probe_seeds: tuple[int, int],
+    file_size: int, flush: FlushDiskType, ops: list[Op], wait_dispatch: bool, clock_step_ms: int,
+    index_safe: bool, damage: Damage, probe_seeds: tuple[int, int],
 ) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="recovery-prop-"))
-    try:
-        root = tmp / "store"
-        written, durable = run_child(root, file_size, flush, ops, wait_dispatch)
-        assert (root / "abort").exists(), "the child's store did not create abort"
-        n_durable = sum(1 for w in written if w.end <= durable)
-        expected_k = apply_damage(root, file_size, written, durable, damage)
+    with tempfile.TemporaryDirectory(prefix="recovery-prop-") as tmp:
+        cfg = store_config(Path(tmp) / "store", file_size, flush, index_safe)
+        child = run_child(quiet_flushers(cfg), ops, wait_dispatch, clock_step_ms)
+        expected_k = apply_damage(cfg.store_path_root_dir, file_size, child, damage)
+        event(f"{damage.mode}: {'nothing lost' if expected_k == len(child.written) else 'messages lost'}")
+        skips = recovery_skips_files(cfg.store_path_root_dir, file_size, child.written, index_safe)
+        event(f"recovery starts past the first file: {skips}")
+        recover_and_check(store_config(cfg.store_path_root_dir, file_size, flush, index_safe), child, expected_k,
+                          probe_seeds)
 
-        cfg = make_config(root, commit_log_file=file_size, cq_file=CQ_FILE, flush=flush)
+
+def test_thorough_queue_flush_leaves_no_unit_in_memory() -> None:
+    """The round that writes the checkpoint flushes every queue whole, not one file of each.
+
+    The checkpoint it writes covers every unit dispatched before the round; with TopicA/0 three files
+    (20 units of 8 per file) behind, RocketMQ's single flush try per queue left two of them in memory.
+    """
+    with tempfile.TemporaryDirectory(prefix="recovery-thorough-") as tmp:
+        cfg = quiet_flushers(store_config(Path(tmp) / "store", 2048, FlushDiskType.ASYNC_FLUSH, False))
         store = MessageStore(cfg)
         assert store.load()
-        assert not store.last_exit_ok
         store.start()
         try:
-            records = scan_commit_log(store)
-            k = len(records)
-            # (b) a prefix of what was written, in write order, with the offsets the puts returned
-            assert [ident(m) for m in records] == [w.ident for w in written[:k]]
-            # (c) everything durable survived; (d) kill -9 keeps everything acknowledged
-            assert k >= n_durable, f"lost durable messages: recovered {k}, durable {n_durable}"
-            assert k == expected_k, f"recovered {k} messages, the damage leaves {expected_k}"
-            # (a) the consume queues index exactly those records
-            check_consume_queues(store, records)
-            for m in records:
-                check_readable(store, m)
-                # (f) the index was rebuilt for every recovered message
-                found = store.query_message(m.topic, m.keys, 64, 0, 2**62)
-                assert [x.commit_log_offset for x in found] == [m.commit_log_offset], m.keys
-            # (e) a put continues its queue at the next offset
-            probe = probe_for(written, k, *probe_seeds)
-            count = sum(1 for m in records if (m.topic, m.queue_id) == (probe.topic, probe.queue_id))
-            before = store.get_max_phy_offset()
-            r = store.put_message(probe)
-            assert r.status is PutMessageStatus.PUT_OK and r.append is not None
-            assert r.append.logics_offset == count
-            assert r.append.wrote_offset >= before
+            for i in range(20):
+                msg = MessageExtBrokerInner("TopicA", body_of(i, 10), 0, properties={"KEYS": key_of(i)})
+                r = store.put_message(msg)
+                assert r.status is PutMessageStatus.PUT_OK
             deadline = time.monotonic() + 10
             while store.dispatch_behind_bytes() > 0 and time.monotonic() < deadline:
                 time.sleep(0.001)
-            records = scan_commit_log(store)
-            assert len(records) == k + 1 and records[-1].body == probe.body
-            check_readable(store, records[-1])
-            check_consume_queues(store, records)
+            cq = store.find_consume_queue("TopicA", 0, create=False)
+            assert cq is not None and len(cq.mapped_file_queue.mapped_files) == 3
+            store.flush_cq_service.do_flush(1)  # a thorough round (thorough interval 0)
+            assert cq.mapped_file_queue.flushed_where == cq.mapped_file_queue.get_max_offset() == 20 * 20
         finally:
             store.shutdown()
-        assert store.shutdown_normally
 
-        # A normal restart keeps exactly the same log: nothing cut by recovery comes back.
-        store = MessageStore(cfg)
-        assert store.load()
-        assert store.last_exit_ok
-        store.start()
-        try:
-            again = scan_commit_log(store)
-            assert [ident(m) for m in again] == [ident(m) for m in records]
-            check_consume_queues(store, again)
-        finally:
-            store.shutdown()
+
+def test_power_loss_keeps_the_consume_queue_of_a_quiet_queue() -> None:
+    """Real clock, RocketMQ's flush intervals: a quiet queue's units must survive a power loss.
+
+    RocketMQ 4.9.8 loses them: dispatch advances logicsMsgTimestamp in memory for every unit, and any
+    checkpoint flush (here the index flush thread's) persists it while the quiet queue's units are not
+    yet flushed, so recovery starts past them. The store keeps the dispatched time apart and persists
+    it only after a full consume-queue flush (checkpoint.py), which this test pins.
+
+    TopicA/0 takes 3 messages, TopicB/1 enough to roll the commit log; 3.5 s later TopicB/1 fills an
+    index file, whose flush writes the checkpoint. The power then fails: consume-queue units that were
+    never flushed are lost; the commit log (SYNC_FLUSH) is whole.
+    """
+    with tempfile.TemporaryDirectory(prefix="recovery-quiet-") as tmp:
+        cfg = store_config(Path(tmp) / "store", 2048, FlushDiskType.SYNC_FLUSH, False)
+        ops: list[Op] = [Put("TopicA", 0, 100, 3), Put("TopicB", 1, 300, 6), Pause(3.5), Put("TopicB", 1, 300, 16),
+                         Pause(0.3)]
+        child = run_child(cfg, ops, True, 0)
+        # The index flush wrote the checkpoint, but no full consume-queue flush has run: no logics time.
+        assert read_checkpoint(cfg.store_path_root_dir)[1] == 0, "logics time persisted before its units"
+        assert child.cq_flushed.get("TopicA/0", 0) == 0, "the quiet queue was flushed after all"
+        cut_consume_queues(cfg.store_path_root_dir, child, None, -1)  # the power loss: unflushed units are gone
+        recover_and_check(store_config(cfg.store_path_root_dir, 2048, FlushDiskType.SYNC_FLUSH, False), child,
+                          len(child.written), (0, 0))
+
+
+def recover_and_check(cfg: MessageStoreConfig, child: ChildResult, expected_k: int,
+                      probe_seeds: tuple[int, int]) -> None:
+    """Abnormal recovery, invariants (a)-(f), then a normal restart that must keep the same log."""
+    written = child.written
+    assert (cfg.store_path_root_dir / "abort").exists(), "the child's store did not create abort"
+    n_durable = sum(1 for w in written if w.end <= child.durable)
+    store = MessageStore(cfg)
+    assert store.load()
+    assert not store.last_exit_ok
+    store.start()
+    try:
+        records = scan_commit_log(store)
+        k = len(records)
+        # (b) a prefix of what was written, in write order, with the offsets the puts returned
+        assert [ident(m) for m in records] == [w.ident for w in written[:k]]
+        # (c) everything durable survived; (d) kill -9 keeps everything acknowledged
+        assert k >= n_durable, f"lost durable messages: recovered {k}, durable {n_durable}"
+        assert k == expected_k, f"recovered {k} messages, the damage leaves {expected_k}"
+        # (a) the consume queues index exactly those records
+        check_consume_queues(store, records)
+        for m in records:
+            check_readable(store, m)
+            if cfg.message_index_safe:  # (f) messageIndexSafe: the index was rebuilt for every recovered message
+                # A set: like RocketMQ (buildIndex skips offsets *below* the file's endPhyOffset), recovery
+                # indexes a full index file's last message again, so a query can return it twice.
+                found = store.query_message(m.topic, m.keys, 64, 0, 2**62)
+                assert {x.commit_log_offset for x in found} == {m.commit_log_offset}, m.keys
+        # (e) a put continues its queue at the next offset
+        probe = probe_for(written, k, *probe_seeds)
+        count = sum(1 for m in records if (m.topic, m.queue_id) == (probe.topic, probe.queue_id))
+        before = store.get_max_phy_offset()
+        r = store.put_message(probe)
+        assert r.status is PutMessageStatus.PUT_OK and r.append is not None
+        assert r.append.logics_offset == count
+        assert r.append.wrote_offset >= before
+        deadline = time.monotonic() + 10
+        while store.dispatch_behind_bytes() > 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        records = scan_commit_log(store)
+        assert len(records) == k + 1 and records[-1].body == probe.body
+        check_readable(store, records[-1])
+        check_consume_queues(store, records)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        store.shutdown()
+    assert store.shutdown_normally
+
+    # A normal restart keeps exactly the same log: nothing cut by recovery comes back.
+    store = MessageStore(cfg)
+    assert store.load()
+    assert store.last_exit_ok
+    store.start()
+    try:
+        again = scan_commit_log(store)
+        assert [ident(m) for m in again] == [ident(m) for m in records]
+        check_consume_queues(store, again)
+    finally:
+        store.shutdown()
