@@ -166,13 +166,17 @@ def format_table(r: dict[str, Any]) -> str:
             lines.append(_row(label, _num(q.get("msgs_per_s"), " msg/s"), note))
     lines.append(_row(f"{many:,} queues / 1 queue", _num(r.get(f"queues_{many}_vs_1_ratio"), "", 3)))
     lines += ["", "Recovery, load() + start(), 1 GiB commit-log files, warm page cache",
-              f"  {'log':>6} {'messages':>11} {'normal':>9} {'crash+ckpt':>11} {'(re-dispatched)':>16} "
-              f"{'full scan':>10} {'scan rate':>13}"]
+              "  crash = killed 32 MiB past the last checkpoint; 'ckpt offset' restarts at the checkpoint's",
+              "  recorded offset (ours), '4.9.8 rule' at the newest file older than the checkpoint's time",
+              f"  {'log':>6} {'messages':>11} {'normal':>9} {'ckpt offset':>12} {'(re-disp.)':>11} "
+              f"{'4.9.8 rule':>11} {'(re-disp.)':>11} {'full scan':>10} {'scan rate':>11}"]
     for label, rec in r.get("recovery", {}).items():
         lines.append(f"  {label:>6} {rec['messages']:>11,} {rec['normal_s']:>8.3f}s "
-                     f"{rec['abnormal_checkpoint_s']:>10.3f}s {rec['abnormal_checkpoint_redispatched_msgs']:>16,} "
+                     f"{rec['abnormal_checkpoint_s']:>11.3f}s {rec['abnormal_checkpoint_redispatched_msgs']:>11,} "
+                     f"{rec['abnormal_checkpoint_rocketmq_rule_s']:>10.3f}s "
+                     f"{rec['abnormal_checkpoint_rocketmq_rule_redispatched_msgs']:>11,} "
                      f"{rec['full_scan_s']:>9.3f}s "
-                     f"{_mbps(rec['full_scan_bytes_per_s']):>13}")
+                     f"{_mbps(rec['full_scan_bytes_per_s']):>11}")
     lines += ["", "Targets"]
     for t in r.get("targets", {}).values():
         mark = {True: "MET ", False: "MISS", None: " -- "}[t["met"]]

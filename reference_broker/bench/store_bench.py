@@ -52,7 +52,7 @@ from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.index_file import index_file_size
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.record import MessageExtBrokerInner
-from reference_broker.store.status import PutMessageStatus
+from reference_broker.store.status import PutMessageResult, PutMessageStatus
 
 Progress = Callable[[str], None]
 
@@ -81,6 +81,10 @@ class BenchError(RuntimeError):
 
 
 # ---- sizes ---------------------------------------------------------------------------------------
+
+# Bytes written after the last checkpoint before the simulated crash (about half a second of load).
+CRASH_TAIL_BYTES: Final = 32 * MiB
+
 
 def parse_size(text: str) -> int:
     """``64M``, ``1G``, ``1.5GiB``, ``4096`` → bytes (binary units); ValueError with a reason."""
@@ -167,8 +171,8 @@ class MessageFactory:
                                      born_timestamp=time.time_ns() // 1_000_000)
 
 
-def new_store(root: Path, flush: FlushDiskType = FlushDiskType.ASYNC_FLUSH) -> MessageStore:
-    store = MessageStore(MessageStoreConfig(store_path_root_dir=root, flush_disk_type=flush))
+def new_store(root: Path, flush: FlushDiskType = FlushDiskType.ASYNC_FLUSH, **config: Any) -> MessageStore:
+    store = MessageStore(MessageStoreConfig(store_path_root_dir=root, flush_disk_type=flush, **config))
     store.clean_initial_delay_s = CLEAN_DELAY_S
     return store
 
@@ -266,55 +270,43 @@ def bench_append_async(root: Path, messages: int, *, keyed: bool) -> dict[str, A
 
 
 def bench_append_sync(root: Path, threads: int, duration_s: float) -> dict[str, Any]:
-    """SYNC_FLUSH (group commit): ``threads`` writers each put until ``duration_s`` has passed."""
-    stop = threading.Event()
-    barrier = threading.Barrier(threads + 1)
-    ok = [0] * threads
-    timeouts = [0] * threads
-    other = [0] * threads
-    errors: list[BaseException] = []
-    with running_store(root, FlushDiskType.SYNC_FLUSH) as store:
-        def writer(k: int) -> None:
-            factory = MessageFactory(True)
-            make = factory.make
-            put = store.put_message
-            i = 0
-            try:
-                barrier.wait(60)
-                while not stop.is_set():
-                    status = put(make(i, i % PRODUCER_QUEUES)).status
-                    i += 1
-                    if status is _OK:
-                        ok[k] += 1
-                    elif status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
-                        timeouts[k] += 1
-                    else:
-                        other[k] += 1
-            except BaseException as e:
-                errors.append(e)
+    """SYNC_FLUSH (group commit) with ``threads`` concurrent writers, i.e. puts in flight.
 
+    Writers are modelled as a broker serves them: one thread submits with ``put_message_callback``
+    and keeps ``threads`` puts in flight; the group-commit thread completes them. (Sixty-four OS
+    threads each blocking on a put measure Python's thread hand-offs rather than the store.)
+    """
+    in_flight = threading.Semaphore(threads)
+    counts = {"ok": 0, "timeouts": 0, "other": 0}
+
+    def done(result: PutMessageResult) -> None:
+        if result.status is _OK:
+            counts["ok"] += 1
+        elif result.status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
+            counts["timeouts"] += 1
+        else:
+            counts["other"] += 1
+        in_flight.release()
+
+    factory = MessageFactory(True)
+    make = factory.make
+    with running_store(root, FlushDiskType.SYNC_FLUSH) as store:
         _warm_up(store)
-        workers = [threading.Thread(target=writer, args=(k,), name=f"bench-writer-{k}", daemon=True)
-                   for k in range(threads)]
+        put = store.put_message_callback
+        i = 0
         t0 = time.perf_counter()
-        try:
-            for w in workers:
-                w.start()
-            barrier.wait(60)
-            t0 = time.perf_counter()
-            stop.wait(duration_s)
-        except threading.BrokenBarrierError:
-            pass  # a writer failed before the start: reported below
-        finally:
-            stop.set()
-            for w in workers:
-                w.join(60)
+        deadline = t0 + duration_s
+        while time.perf_counter() < deadline:
+            in_flight.acquire()
+            put(make(i, i % PRODUCER_QUEUES), done)
+            i += 1
+        for _ in range(threads):  # drain what is still in flight
+            if not in_flight.acquire(timeout=30):
+                raise BenchError("SYNC_FLUSH puts did not complete within 30 s")
         elapsed = time.perf_counter() - t0
-    if errors:
-        raise BenchError(f"a SYNC_FLUSH writer failed: {errors[0]!r}")
-    total = sum(ok)
-    return {"threads": threads, "duration_s": round(elapsed, 4), "ok": total, "flush_timeouts": sum(timeouts),
-            "failed": sum(other), "msgs_per_s": _rate(total, elapsed)}
+    total = counts["ok"]
+    return {"threads": threads, "duration_s": round(elapsed, 4), "ok": total, "flush_timeouts": counts["timeouts"],
+            "failed": counts["other"], "msgs_per_s": _rate(total, elapsed)}
 
 
 def bench_queues(root: Path, queues: int, messages: int, *, warm_messages: int, create_budget_s: float = 300.0,
@@ -404,11 +396,11 @@ def resident_bytes(directory: Path) -> int | None:
         return None
 
 
-def _timed_recovery(root: Path, expect_normal: bool, messages: int) -> dict[str, Any]:
+def _timed_recovery(root: Path, expect_normal: bool, messages: int, **config: Any) -> dict[str, Any]:
     """Time load()+start() of the store at ``root`` and check it recovered every message."""
     cached = resident_bytes(root / "commitlog")
     counter = DispatchCounter()
-    store = new_store(root)
+    store = new_store(root, **config)
     store.dispatch_listeners.append(counter)
     try:
         t0 = time.perf_counter()
@@ -449,19 +441,36 @@ def bench_recovery(root: Path, target_bytes: int, progress: Progress | None = No
                 say(f"  built {size_label(next_note)} of {size_label(target_bytes)}")
                 next_note += 256 * MiB
         _must_dispatch(store)
+        # The checkpoint as the periodic thorough flush writes it, then a tail written after it: a
+        # crash now leaves exactly these files with this checkpoint (the page cache keeps the tail).
+        store.flush_cq_service.do_flush(0)
+        crash_checkpoint = (root / "checkpoint").read_bytes()
+        tail_start = cl.get_max_offset()
+        while cl.get_max_offset() < tail_start + CRASH_TAIL_BYTES:
+            q = batch_no % PRODUCER_QUEUES
+            r = store.put_messages(MessageExtBatch(TOPIC, q, [make(i + k, q) for k in range(BUILD_BATCH)]))
+            if r.status is not _OK:
+                raise BenchError(f"building the recovery log: put_messages returned {r.status.name}")
+            i += BUILD_BATCH
+            batch_no += 1
+        _must_dispatch(store)
         build_s = time.perf_counter() - t0
         log_bytes = cl.get_max_offset() - max(0, cl.get_min_offset())
         files = len(list(cl.mapped_file_queue.iter_files()))
-        store.flush_cq_service.do_flush(0)
     if not store.shutdown_normally:
         raise BenchError("the store that built the recovery log did not shut down cleanly")
     out: dict[str, Any] = {"log_bytes": log_bytes, "messages": i, "commitlog_files": files,
                            "build_s": round(build_s, 3)}
     say("  recovery after a clean shutdown")
     normal = _timed_recovery(root, True, i)
-    say("  recovery after a crash with a checkpoint")
+    say(f"  recovery after a crash {size_label(CRASH_TAIL_BYTES)} past the checkpoint")
+    (root / "checkpoint").write_bytes(crash_checkpoint)
     create_abort_file(root)
     ckpt = _timed_recovery(root, False, i)
+    say("  the same crash, RocketMQ 4.9.8's rule (file older than the checkpoint time)")
+    (root / "checkpoint").write_bytes(crash_checkpoint)
+    create_abort_file(root)
+    ckpt_rmq = _timed_recovery(root, False, i, recover_from_checkpoint_offset=False)
     say("  recovery without checkpoint and consume queues (full scan)")
     (root / "checkpoint").unlink()
     shutil.rmtree(root / "consumequeue")
@@ -471,6 +480,9 @@ def bench_recovery(root: Path, target_bytes: int, progress: Progress | None = No
         normal_s=normal["s"], abnormal_checkpoint_s=ckpt["s"], full_scan_s=full["s"],
         full_scan_bytes_per_s=_rate(log_bytes, full["s"]),
         abnormal_checkpoint_redispatched_msgs=ckpt["redispatched_msgs"],
+        abnormal_checkpoint_rocketmq_rule_s=ckpt_rmq["s"],
+        abnormal_checkpoint_rocketmq_rule_redispatched_msgs=ckpt_rmq["redispatched_msgs"],
+        crash_tail_bytes=CRASH_TAIL_BYTES,
         full_scan_redispatched_msgs=full["redispatched_msgs"],
         commitlog_resident_bytes=normal["commitlog_resident_bytes"],
     )
@@ -598,6 +610,7 @@ def run_store_bench(plan: Plan, base: Path, progress: Progress | None = None) ->
     largest = recovery[size_label(max(plan.sizes))]
     r.update(recovery_size=size_label(max(plan.sizes)), recovery_log_bytes=largest["log_bytes"],
              recovery_normal_s=largest["normal_s"], recovery_abnormal_checkpoint_s=largest["abnormal_checkpoint_s"],
+             recovery_abnormal_checkpoint_rocketmq_rule_s=largest["abnormal_checkpoint_rocketmq_rule_s"],
              recovery_full_scan_s=largest["full_scan_s"],
              recovery_full_scan_bytes_per_s=largest["full_scan_bytes_per_s"], recovery=recovery)
 

@@ -15,20 +15,18 @@ The page is mmap'd and written in place; ``flush`` forces it to disk.
 
 Deliberate extension: the two offsets at 40 and 48 let abnormal recovery start at an exact record
 instead of at the start of the 1 GiB file holding the checkpoint's time (CommitLog.recover_abnormally).
-They keep RocketMQ's 3 s safety margin: the offset written is the one that was durable 3 s before the
-checkpoint is flushed (getMinTimestamp subtracts 3000 ms for the same reason), so recovery re-checks
-what was written in the last 3 s before the checkpoint, as RocketMQ does. A RocketMQ checkpoint has
-zeros there, which means "unknown" and selects RocketMQ's own time-based rule; RocketMQ ignores the bytes.
+Offsets are exact, so they need no equivalent of getMinTimestamp's 3 s margin (which covers the
+coarseness of times); the flush services note them only after the bytes are on disk. A RocketMQ
+checkpoint has zeros there, which means "unknown" and selects RocketMQ's own time-based rule;
+RocketMQ ignores the bytes. ``recover_from_checkpoint_offset = false`` selects 4.9.8's rule always.
 """
 
 from __future__ import annotations
 
-import collections
 import mmap
 import os
 import struct
 import threading
-import time
 from pathlib import Path
 from typing import Final
 
@@ -36,33 +34,6 @@ PAGE: Final = 4096
 _FIELDS: Final = struct.Struct(">qqq")
 _OFFSETS: Final = struct.Struct(">qq")
 _OFFSETS_AT: Final = 40
-SAFETY_MARGIN_MS: Final = 3000  # StoreCheckpoint.getMinTimestamp
-_NOTE_EVERY_MS: Final = 50
-
-
-class _OffsetHistory:
-    """(time, durable offset) notes, enough to answer "what was durable ``margin`` ms ago"."""
-
-    def __init__(self, persisted: int) -> None:
-        self.notes: collections.deque[tuple[int, int]] = collections.deque()
-        self.persisted = persisted  # valid as of some earlier time: the fallback answer
-
-    def note(self, offset: int, now_ms: int) -> None:
-        notes = self.notes
-        if notes and now_ms - notes[-1][0] < _NOTE_EVERY_MS:
-            return  # coarser notes only make the answer older, never wrong
-        notes.append((now_ms, offset))
-
-    def as_of(self, cutoff_ms: int) -> int:
-        notes = self.notes
-        while len(notes) > 1 and notes[1][0] <= cutoff_ms:
-            notes.popleft()
-        if notes and notes[0][0] <= cutoff_ms:
-            self.persisted = notes[0][1]
-        return self.persisted
-
-    def latest(self) -> int:
-        return self.notes[-1][1] if self.notes else self.persisted
 
 
 class StoreCheckpoint:
@@ -92,27 +63,24 @@ class StoreCheckpoint:
                 self._mm, 0
             )
             self.physic_msg_offset, self.logics_msg_offset = _OFFSETS.unpack_from(self._mm, _OFFSETS_AT)
-        self._physic_hist = _OffsetHistory(self.physic_msg_offset)
-        self._logics_hist = _OffsetHistory(self.logics_msg_offset)
         self._lock = threading.Lock()
         self._closed = False
 
-    def note_physic_offset(self, offset: int, now_ms: int | None = None) -> None:
+    def note_physic_offset(self, offset: int) -> None:
         """The commit log is durable below ``offset`` now (called after each commit-log flush)."""
         with self._lock:
-            self._physic_hist.note(offset, now_ms if now_ms is not None else int(time.time() * 1000))
+            self.physic_msg_offset = offset
 
-    def note_logics_offset(self, offset: int, now_ms: int | None = None) -> None:
+    def note_logics_offset(self, offset: int) -> None:
         """Consume-queue units of every record below ``offset`` are durable now (after a full CQ flush)."""
         with self._lock:
-            self._logics_hist.note(offset, now_ms if now_ms is not None else int(time.time() * 1000))
+            self.logics_msg_offset = offset
 
     def clamp_offsets(self, max_offset: int) -> None:
         """After recovery truncated the log at ``max_offset``, no older promise may point past it."""
         with self._lock:
-            for hist in (self._physic_hist, self._logics_hist):
-                hist.persisted = min(hist.persisted, max_offset)
-                hist.notes.clear()
+            self.physic_msg_offset = min(self.physic_msg_offset, max_offset)
+            self.logics_msg_offset = min(self.logics_msg_offset, max_offset)
 
     def is_valid(self) -> bool:
         """A checkpoint that existed and holds plausible (non-negative) times."""
@@ -132,33 +100,19 @@ class StoreCheckpoint:
     def get_min_timestamp_index(self) -> int:
         return min(self.get_min_timestamp(), self.index_msg_timestamp)
 
-    def flush(self, now_ms: int | None = None) -> None:
+    def flush(self) -> None:
         if self._closed:
             return
-        cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - SAFETY_MARGIN_MS
         with self._lock:
-            self.physic_msg_offset = self._physic_hist.as_of(cutoff)
-            self.logics_msg_offset = self._logics_hist.as_of(cutoff)
-        self._write()
-
-    def _write(self) -> None:
-        _FIELDS.pack_into(self._mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,
-                          self.index_msg_timestamp)
-        _OFFSETS.pack_into(self._mm, _OFFSETS_AT, self.physic_msg_offset, self.logics_msg_offset)
+            _FIELDS.pack_into(self._mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,
+                              self.index_msg_timestamp)
+            _OFFSETS.pack_into(self._mm, _OFFSETS_AT, self.physic_msg_offset, self.logics_msg_offset)
         os.fdatasync(self._fd)
 
-    def shutdown(self, *, all_durable: bool = False) -> None:
-        """Write and close. ``all_durable``: everything noted is on disk (a clean shutdown), so the
-        latest offsets are written without the margin."""
+    def shutdown(self) -> None:
         if self._closed:
             return
-        if all_durable:
-            with self._lock:
-                self.physic_msg_offset = self._physic_hist.latest()
-                self.logics_msg_offset = self._logics_hist.latest()
-            self._write()
-        else:
-            self.flush()
+        self.flush()
         self._closed = True
         self._mm.close()
         os.close(self._fd)

@@ -22,7 +22,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, InvalidStateError
 
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.commit_log import CommitLog
@@ -117,27 +116,75 @@ class FlushRealTimeService(ServiceThread):
 
 
 class GroupCommitRequest:
-    """A put waiting for its bytes to be flushed (GroupCommitRequest); completes exactly once."""
+    """A put waiting for its bytes to be flushed (GroupCommitRequest); completes exactly once.
 
-    __slots__ = ("deadline", "future", "next_offset")
+    Lighter than a concurrent.futures.Future (which cost a third of a SYNC_FLUSH put): a status, an
+    optional callback run by whoever completes it, and an Event created only for blocking waiters.
+    """
 
-    def __init__(self, next_offset: int, timeout_ms: int) -> None:
+    __slots__ = ("_callbacks", "_event", "deadline", "next_offset", "status")
+
+    def __init__(self, next_offset: int, timeout_ms: int,
+                 callback: Callable[[PutMessageStatus], None] | None = None) -> None:
         self.next_offset = next_offset
         self.deadline = time.monotonic() + timeout_ms / 1000
-        self.future: Future[PutMessageStatus] = Future()
+        self.status: PutMessageStatus | None = None
+        self._callbacks: list[Callable[[PutMessageStatus], None]] | None = [callback] if callback else None
+        self._event: threading.Event | None = None
+
+    def done(self) -> bool:
+        return self.status is not None
 
     def complete(self, status: PutMessageStatus) -> None:
-        try:
-            self.future.set_result(status)
-        except InvalidStateError:
-            pass  # the watcher timed it out first, or the reverse
+        with _REQ_LOCK:
+            if self.status is not None:
+                return  # the watcher timed it out first, or the reverse
+            self.status = status
+            event, callbacks = self._event, self._callbacks
+        if event is not None:
+            event.set()
+        if callbacks:
+            for cb in callbacks:
+                try:
+                    cb(status)
+                except Exception:
+                    log.exception("group commit callback failed")
+
+    def add_done_callback(self, cb: Callable[[PutMessageStatus], None]) -> None:
+        with _REQ_LOCK:
+            status = self.status
+            if status is None:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(cb)
+                return
+        cb(status)
+
+    def result(self, timeout_s: float | None = None) -> PutMessageStatus:
+        """Block until completed; TimeoutError after ``timeout_s``."""
+        with _REQ_LOCK:
+            status = self.status
+            if status is None:
+                if self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+        if status is not None:
+            return status
+        if not event.wait(timeout_s):
+            raise TimeoutError
+        assert self.status is not None
+        return self.status
 
     def wait(self) -> PutMessageStatus:
+        """Block until flushed or the deadline passed (then FLUSH_DISK_TIMEOUT: the message is stored)."""
         try:
-            return self.future.result(max(0.0, self.deadline - time.monotonic()) + 0.05)
+            return self.result(max(0.0, self.deadline - time.monotonic()) + 0.05)
         except TimeoutError:
             self.complete(PutMessageStatus.FLUSH_DISK_TIMEOUT)
-            return self.future.result()
+            return self.result()
+
+
+_REQ_LOCK = threading.Lock()
 
 
 class GroupCommitService(ServiceThread):
@@ -215,15 +262,13 @@ class FlushDiskWatcher(ServiceThread):
             except IndexError:
                 self._stopped.wait(0.01)
                 continue
-            while not req.future.done() and not self.is_stopped:
+            # FlushDiskWatcher polls the oldest request every <= 10 ms until it is done or due.
+            while req.status is None and not self.is_stopped:
                 left = req.deadline - time.monotonic()
                 if left <= 0:
                     req.complete(PutMessageStatus.FLUSH_DISK_TIMEOUT)
                     break
-                try:
-                    req.future.result(min(left, 0.1))
-                except TimeoutError:
-                    pass
+                self._stopped.wait(min(left, 0.01))
 
 
 class FlushConsumeQueueService(ServiceThread):
@@ -234,7 +279,7 @@ class FlushConsumeQueueService(ServiceThread):
         self.checkpoint = checkpoint
         self.config = config
         self.dispatched_offset = dispatched_offset  # the reput position: units below it are written
-        self._last_thorough_ms = int(time.time() * 1000)
+        self._last_thorough_ms = 0  # lastFlushTimestamp starts at 0: the first round is thorough
 
     def do_flush(self, retry_times: int) -> None:
         cfg = self.config

@@ -262,8 +262,7 @@ class MessageStore:
         self.index_service.shutdown()
         self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
                                                    self.commit_log.mapped_file_queue.store_timestamp)
-        # Stopped flush services have flushed everything they noted: no safety margin needed.
-        self.checkpoint.shutdown(all_durable=self._started)
+        self.checkpoint.shutdown()
         behind = self.dispatch_behind_bytes()
         if self._started and self.running_flags.is_writeable() and behind == 0:
             try:
@@ -390,17 +389,33 @@ class MessageStore:
 
     def put_message_async(self, msg: rec.MessageExtBrokerInner) -> Future[PutMessageResult]:
         """Append and return a future completed once the flush policy is satisfied."""
-        return self._after_append(self._append(msg), msg.properties.get(mc.PROPERTY_WAIT_STORE_MSG_OK) != "false")
+        fut: Future[PutMessageResult] = Future()
+        self.put_message_callback(msg, fut.set_result)
+        return fut
+
+    def put_message_callback(self, msg: rec.MessageExtBrokerInner,
+                             callback: Callable[[PutMessageResult], None]) -> None:
+        """Append; ``callback(result)`` runs once the flush policy is satisfied — at once under
+        ASYNC_FLUSH, on the group-commit (or watcher) thread under SYNC_FLUSH. The lean primitive
+        for an event-loop broker: no thread waits per put."""
+        self._after_append(self._append(msg), msg.properties.get(mc.PROPERTY_WAIT_STORE_MSG_OK) != "false",
+                           callback)
 
     def put_messages_async(self, batch: MessageExtBatch) -> Future[PutMessageResult]:
+        fut: Future[PutMessageResult] = Future()
+        self.put_messages_callback(batch, fut.set_result)
+        return fut
+
+    def put_messages_callback(self, batch: MessageExtBatch, callback: Callable[[PutMessageResult], None]) -> None:
         bad = self._check_store_status()
         if bad is not None:
-            return _done(self._rejected(bad))
+            callback(self._rejected(bad))
+            return
         self._throttle()
         result = self.commit_log.put_messages(batch)
         if result.status is PutMessageStatus.PUT_OK:
             self._put_count += len(batch.messages)
-        return self._after_append(result, True)
+        self._after_append(result, True, callback)
 
     def put_message(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
         """Append; under SYNC_FLUSH wait for the group commit (the blocking twin of put_message_async)."""
@@ -446,32 +461,33 @@ class MessageStore:
             self._put_count += 1
         return result
 
-    def _after_append(self, result: PutMessageResult, wait_store_ok: bool) -> Future[PutMessageResult]:
+    def _after_append(self, result: PutMessageResult, wait_store_ok: bool,
+                      callback: Callable[[PutMessageResult], None]) -> None:
         """handleDiskFlush: SYNC_FLUSH waits for group commit, ASYNC_FLUSH wakes the flusher."""
-        if result.status is not PutMessageStatus.PUT_OK or result.append is None:
-            return _done(result)
+        append = result.append
+        if result.status is not PutMessageStatus.PUT_OK or append is None:
+            callback(result)
+            return
         svc = self.flush_service
         if isinstance(svc, GroupCommitService):
             if not wait_store_ok:
                 svc.wakeup()
-                return _done(result)
-            req = GroupCommitRequest(result.append.wrote_offset + result.append.wrote_bytes,
-                                     self.config.sync_flush_timeout_ms)
-            out: Future[PutMessageResult] = Future()
+                callback(result)
+                return
 
-            def done(f: Future[PutMessageStatus]) -> None:
-                status = f.result()
-                if status is not PutMessageStatus.PUT_OK:
-                    log.error("do groupcommit, wait for flush failed, topic offset %d", result.append.wrote_offset
-                              if result.append else -1)
-                out.set_result(PutMessageResult(status, result.append))
+            def flushed(status: PutMessageStatus) -> None:
+                if status is PutMessageStatus.PUT_OK:
+                    callback(result)
+                else:
+                    log.error("do groupcommit, wait for flush failed, topic offset %d", append.wrote_offset)
+                    callback(PutMessageResult(status, append))
 
-            req.future.add_done_callback(done)
-            svc.put_request(req)
-            return out
+            svc.put_request(GroupCommitRequest(append.wrote_offset + append.wrote_bytes,
+                                               self.config.sync_flush_timeout_ms, flushed))
+            return
         if not self.config.flush_commit_log_timed:
             svc.wakeup()
-        return _done(result)
+        callback(result)
 
     # ---- reads ----------------------------------------------------------------------------------
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
@@ -686,10 +702,3 @@ class MessageStore:
     @property
     def store_root(self) -> Path:
         return self.config.store_path_root_dir
-
-
-def _done(result: PutMessageResult) -> Future[PutMessageResult]:
-    f: Future[PutMessageResult] = Future()
-    f.set_result(result)
-    return f
-

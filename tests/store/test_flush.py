@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def test_group_commit_request_completes_put_ok_when_flushed(commit_log: CommitLo
     try:
         req = GroupCommitRequest(commit_log.get_max_offset(), 5000)
         svc.put_request(req)
-        assert req.future.result(WAIT_S) is PutMessageStatus.PUT_OK
+        assert req.result(WAIT_S) is PutMessageStatus.PUT_OK
         assert req.wait() is PutMessageStatus.PUT_OK
         assert commit_log.flushed_where >= 600
         assert checkpoint.physic_msg_timestamp == ts
@@ -82,7 +83,7 @@ def test_group_commit_spanning_a_file_boundary(commit_log: CommitLog, checkpoint
     svc = GroupCommitService(commit_log, checkpoint)
     reqs = [GroupCommitRequest(600, 5000), GroupCommitRequest(1424, 5000)]
     svc._do_commit(reqs)
-    assert [r.future.result(0) for r in reqs] == [PutMessageStatus.PUT_OK, PutMessageStatus.PUT_OK]
+    assert [r.result(0) for r in reqs] == [PutMessageStatus.PUT_OK, PutMessageStatus.PUT_OK]
     assert commit_log.flushed_where == 1424
 
 
@@ -94,7 +95,7 @@ def test_watcher_times_out_request_when_flush_thread_never_runs(commit_log: Comm
     try:
         req = GroupCommitRequest(commit_log.get_max_offset(), 50)
         svc.put_request(req)
-        assert req.future.result(WAIT_S) is PutMessageStatus.FLUSH_DISK_TIMEOUT
+        assert req.result(WAIT_S) is PutMessageStatus.FLUSH_DISK_TIMEOUT
         assert commit_log.flushed_where == 0  # the message is stored, only the flush wait failed
     finally:
         svc.watcher.shutdown()
@@ -109,10 +110,10 @@ def test_watcher_times_out_many_requests(commit_log: CommitLog) -> None:
             watcher.add(r)
             if i % 2 == 0:
                 r.complete(PutMessageStatus.PUT_OK)  # flushed in time
-        statuses = [r.future.result(WAIT_S) for r in reqs]
+        statuses = [r.result(WAIT_S) for r in reqs]
         for r in reqs:
             r.complete(PutMessageStatus.PUT_OK)  # a late flush does not change a timed-out request
-        assert [r.future.result(0) for r in reqs] == statuses
+        assert [r.result(0) for r in reqs] == statuses
         assert statuses == [PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT] * 50
     finally:
         watcher.shutdown()
@@ -131,9 +132,9 @@ def test_request_not_yet_flushed_is_not_completed_early(commit_log: CommitLog) -
     try:
         req = GroupCommitRequest(10, 60_000)
         watcher.add(req)
-        assert not req.future.done()
+        assert not req.done()
         req.complete(PutMessageStatus.PUT_OK)
-        assert req.future.result(WAIT_S) is PutMessageStatus.PUT_OK
+        assert req.result(WAIT_S) is PutMessageStatus.PUT_OK
     finally:
         watcher.shutdown()
 
@@ -181,6 +182,7 @@ def test_do_flush_zero_flushes_queues_and_writes_checkpoint(tmp_path: Path, chec
     cq = make_cq(tmp_path)
     try:
         svc = FlushConsumeQueueService(lambda: [cq], checkpoint, config)
+        svc._last_thorough_ms = int(time.time() * 1000)  # the first, thorough, round has just run
         checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp = 111, 222
         svc.do_flush(1)  # periodic: one dirty unit is below flushConsumeQueueLeastPages (2)
         assert cq.mapped_file_queue.flushed_where == 0

@@ -167,8 +167,6 @@ def run_cycles(tmp_path: Path, flush: str, threads: int, cycles: int) -> None:
         snap = tmp_path / f"snapshot-{cycle}"
         shutil.copytree(root, snap)
         verify(snap, flush, acked, known, threads, cycle + 1)
-        if os.environ.get("KILL9_DEBUG"):
-            print(f"cycle {cycle}: {len(acked)} acked, {len(known)} recovered")
         shutil.rmtree(snap)
 
 

@@ -17,6 +17,7 @@ from tests.store.store_helpers import (
     cq_units,
     make_config,
     make_msg,
+    new_store,
     put_ok,
     stores_fixture,
     wait_dispatched,
@@ -97,9 +98,11 @@ def test_recover(tmp_path: Path, stores: Stores) -> None:
     assert [rec.decode_message(m).body for m in res.messages] == [f"r{second_last_cq - 1:04d}".encode()]
 
     # 3. The same damage plus an abort file: abnormal recovery truncates to the same place; writes go on.
+    # RocketMQ's time rule rescans the file holding the checkpoint's time, so it finds damage in data the
+    # checkpoint calls durable; the checkpoint-offset rule starts after it (see the next test).
     second_last_phy, second_last_cq = damage_last_message(store)
     (tmp_path / "abort").touch()
-    store = stores.open(make_config(tmp_path))
+    store = stores.open(make_config(tmp_path, recover_from_checkpoint_offset=False))
     assert not store.last_exit_ok
     assert store.get_max_phy_offset() == second_last_phy
     assert store.get_max_offset_in_queue(RECOVER_TOPIC, 0) == second_last_cq
@@ -219,3 +222,39 @@ def test_normal_restart_dispatches_what_was_not_dispatched_before_serving(tmp_pa
     assert again.dispatch_behind_bytes() == 0
     res = again.get_message("G", TOPIC, 1, 0, 32)
     assert [rec.decode_message(m).body for m in res.messages] == [f"late-{i}".encode() for i in range(5)]
+
+
+def test_abnormal_recovery_starts_at_the_checkpoint_offset(tmp_path: Path, stores: Stores) -> None:
+    """Our checkpoint extension: re-dispatch begins at the recorded durable offset, not at a file start."""
+    store = stores.open(make_config(tmp_path, mapped_file_size_commit_log=64 * 1024))
+    put_recover_msgs(store, 30)
+    durable = store.get_max_phy_offset()
+    store.shutdown()
+    (tmp_path / "abort").touch()  # a crash right after everything was flushed and checkpointed
+
+    redispatched: list[int] = []
+    store = new_store(make_config(tmp_path, mapped_file_size_commit_log=64 * 1024))
+    store.dispatch_listeners.append(lambda req: redispatched.append(req.commit_log_offset))
+    assert store.checkpoint.get_recover_offset() == durable
+    assert store.load()
+    store.start()
+    try:
+        assert not store.last_exit_ok
+        assert redispatched == []  # nothing past the checkpoint: nothing re-dispatched
+        assert store.get_max_offset_in_queue(RECOVER_TOPIC, 0) == 30
+    finally:
+        store.shutdown()
+
+    # The 4.9.8 rule re-dispatches the whole file that holds the checkpoint's time.
+    (tmp_path / "abort").touch()
+    redispatched.clear()
+    store = new_store(make_config(tmp_path, mapped_file_size_commit_log=64 * 1024,
+                                  recover_from_checkpoint_offset=False))
+    store.dispatch_listeners.append(lambda req: redispatched.append(req.commit_log_offset))
+    assert store.load()
+    store.start()
+    try:
+        assert len(redispatched) == 30
+        assert store.get_max_offset_in_queue(RECOVER_TOPIC, 0) == 30
+    finally:
+        store.shutdown()

@@ -37,7 +37,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from reference_broker.store import commit_log as commit_log_module
@@ -134,7 +134,9 @@ def ident(m: MessageExt) -> tuple[str, int, bytes, int, int]:
 # ---- the child: write, then vanish ------------------------------------------------------------------
 
 class SteppingClock:
-    """commit_log's ``time`` module in the child: each reading is ``step_ms`` after the last one."""
+    """commit_log's ``time`` module in the child: each store-time reading (``time_ns``) is ``step_ms``
+    after the last one, so store timestamps span minutes and the checkpoint's 3 s margin
+    (getMinTimestamp) leaves older commit-log files behind it, as on a long-running broker."""
 
     def __init__(self, step_ms: int) -> None:
         self._ns = time.time_ns()
@@ -150,23 +152,26 @@ class SteppingClock:
 
 def _child(cfg: MessageStoreConfig, ops: list[Op], wait_dispatch: bool, clock_step_ms: int) -> dict[str, object]:
     if clock_step_ms:
-        commit_log_module.time = SteppingClock(clock_step_ms)  # type: ignore[assignment]
+        commit_log_module.time = SteppingClock(clock_step_ms)  # type: ignore[attr-defined,assignment]
     store = MessageStore(cfg)
     assert store.load()
     store.start()
     written: list[dict[str, object]] = []
     durable = 0
     mfq = store.commit_log.mapped_file_queue
+    last_ts = 0
     for op in ops:
         for _ in range(op.repeat if isinstance(op, Put) else 0):
+            assert isinstance(op, Put)
             i = len(written)
             msg = MessageExtBrokerInner(op.topic, body_of(i, op.body_size), op.queue_id,
                                         properties={"KEYS": key_of(i)}, born_timestamp=int(time.time() * 1000))
             r = store.put_message(msg)
             assert r.status.is_stored and r.append is not None, r
             if clock_step_ms and written:
-                assert r.append.store_timestamp >= int(written[-1]["store_timestamp"]) + clock_step_ms, (
+                assert r.append.store_timestamp >= last_ts + clock_step_ms, (
                     "the stepping clock is not in effect: how does commit_log read the time now?")
+            last_ts = r.append.store_timestamp
             written.append({"i": i, "topic": op.topic, "queue_id": op.queue_id, "body_size": op.body_size,
                             "status": r.status.name, "phys": r.append.wrote_offset, "size": r.append.wrote_bytes,
                             "queue_offset": r.append.logics_offset, "store_timestamp": r.append.store_timestamp})
@@ -294,11 +299,15 @@ def cut_consume_queues(root: Path, child: ChildResult, lost_units: int | None, v
 
 # ---- the property ---------------------------------------------------------------------------------
 
-_put = st.builds(Put, st.sampled_from(TOPICS), st.integers(0, QUEUES - 1), st.integers(0, 300), st.integers(1, 6))
-# 4 puts : 1 flush : 1 checkpoint, then puts after the last of them (which a power loss may take).
-ops_strategy = st.builds(lambda body, tail: body + tail,
+_put = st.builds(Put, st.sampled_from(TOPICS), st.integers(0, QUEUES - 1), st.integers(0, 300), st.integers(1, 12))
+# 4 puts : 1 flush : 1 checkpoint; often two checkpoints some puts apart after them (the checkpoint
+# offsets are those durable 3 s earlier: the second one vouches for what the first flushed); then
+# puts a power loss may take.
+ops_strategy = st.builds(lambda body, n, between, tail: body + [Checkpoint()] * n + between + [Checkpoint()] * n + tail,
                          st.lists(st.one_of(_put, _put, _put, _put, st.just(Flush()), st.just(Checkpoint())),
-                                  max_size=50),
+                                  min_size=2, max_size=30),
+                         st.sampled_from([1, 1, 0]),
+                         st.lists(_put, min_size=1, max_size=3),
                          st.lists(_put, min_size=1, max_size=4))
 
 
@@ -327,7 +336,7 @@ damage_strategy = st.builds(
     noise=st.binary(min_size=1, max_size=600),
     cq_mode=st.sampled_from(["tail", "keep", "all"]),
     cq_lost_units=st.integers(1, 12),
-    checkpoint=st.sampled_from(["keep", "zero", "delete"]),
+    checkpoint=st.sampled_from(["keep", "keep", "keep", "zero", "delete"]),
 )
 
 
@@ -363,13 +372,19 @@ def apply_damage(root: Path, file_size: int, child: ChildResult, d: Damage) -> i
     return expected
 
 
-def recovery_skips_files(root: Path, file_size: int, written: list[Written], index_safe: bool) -> bool:
-    """For statistics only: will abnormal recovery start past the first commit-log file?"""
+def recovery_start(root: Path, file_size: int, written: list[Written], index_safe: bool) -> str:
+    """For statistics only: where abnormal recovery will start re-dispatching, by the checkpoint."""
     physic, logics, index = read_checkpoint(root)
+    raw = (root / "checkpoint").read_bytes() if (root / "checkpoint").exists() else b""
+    offsets = struct.unpack_from(">qq", raw, 40) if len(raw) >= 56 else (0, 0)
+    if not index_safe and min(offsets) > 0:
+        return "past offset 0 (checkpoint offsets)"
     min_ts = max(0, min(physic, logics) - 3000)
     if index_safe:
         min_ts = min(min_ts, index)
-    return any(w.phys % file_size == 0 and w.phys > 0 and w.store_timestamp <= min_ts for w in written)
+    if any(w.phys % file_size == 0 and w.phys > 0 and w.store_timestamp <= min_ts for w in written):
+        return "past the first file (checkpoint time)"
+    return "at offset 0"
 
 
 def probe_for(written: list[Written], k: int, topic_seed: int, queue_seed: int) -> MessageExtBrokerInner:
@@ -398,8 +413,17 @@ RECOVERY_STRATEGIES = {  # module level so a longer run can reuse them with othe
 }
 
 
+_LONG_RUN: list[Op] = [Put("TopicA", 0, 150, 20), Checkpoint(), Put("TopicB", 1, 10, 3), Checkpoint(),
+                       Put("TopicB", 1, 10, 2), Put("TopicA", 0, 50, 3)]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**RECOVERY_STRATEGIES)
+# Always run: recovery from the checkpoint's offsets, then from its time (messageIndexSafe).
+@example(file_size=2048, flush=FlushDiskType.ASYNC_FLUSH, ops=_LONG_RUN, wait_dispatch=True, clock_step_ms=2500,
+         index_safe=False, damage=Damage("cut", False, 0, False, 0, b"\0", "all", 0, "keep"), probe_seeds=(0, 0))
+@example(file_size=2048, flush=FlushDiskType.SYNC_FLUSH, ops=_LONG_RUN, wait_dispatch=False, clock_step_ms=2500,
+         index_safe=True, damage=Damage("garble", False, 1, True, 7, b"\1" * 9, "tail", 3, "keep"), probe_seeds=(0, 0))
 def test_recovery_keeps_a_prefix_covering_everything_durable(
     file_size: int, flush: FlushDiskType, ops: list[Op], wait_dispatch: bool, clock_step_ms: int,
     index_safe: bool, damage: Damage, probe_seeds: tuple[int, int],
@@ -409,8 +433,7 @@ def test_recovery_keeps_a_prefix_covering_everything_durable(
         child = run_child(quiet_flushers(cfg), ops, wait_dispatch, clock_step_ms)
         expected_k = apply_damage(cfg.store_path_root_dir, file_size, child, damage)
         event(f"{damage.mode}: {'nothing lost' if expected_k == len(child.written) else 'messages lost'}")
-        skips = recovery_skips_files(cfg.store_path_root_dir, file_size, child.written, index_safe)
-        event(f"recovery starts past the first file: {skips}")
+        event(f"recovery starts {recovery_start(cfg.store_path_root_dir, file_size, child.written, index_safe)}")
         recover_and_check(store_config(cfg.store_path_root_dir, file_size, flush, index_safe), child, expected_k,
                           probe_seeds)
 
@@ -450,18 +473,20 @@ def test_power_loss_keeps_the_consume_queue_of_a_quiet_queue() -> None:
     yet flushed, so recovery starts past them. The store keeps the dispatched time apart and persists
     it only after a full consume-queue flush (checkpoint.py), which this test pins.
 
-    TopicA/0 takes 3 messages, TopicB/1 enough to roll the commit log; 3.5 s later TopicB/1 fills an
-    index file, whose flush writes the checkpoint. The power then fails: consume-queue units that were
-    never flushed are lost; the commit log (SYNC_FLUSH) is whole.
+    After the queue flusher's first round (thorough, like RocketMQ's: lastFlushTimestamp starts at 0),
+    TopicA/0 takes 3 messages and TopicB/1 enough to roll the commit log; 3.5 s later TopicB/1 fills
+    an index file, whose flush writes the checkpoint. The power then fails: consume-queue units that
+    were never flushed are lost; the commit log (SYNC_FLUSH) is whole.
     """
     with tempfile.TemporaryDirectory(prefix="recovery-quiet-") as tmp:
         cfg = store_config(Path(tmp) / "store", 2048, FlushDiskType.SYNC_FLUSH, False)
-        ops: list[Op] = [Put("TopicA", 0, 100, 3), Put("TopicB", 1, 300, 6), Pause(3.5), Put("TopicB", 1, 300, 16),
-                         Pause(0.3)]
+        ops: list[Op] = [Pause(1.5), Put("TopicA", 0, 100, 3), Put("TopicB", 1, 300, 6), Pause(3.5),
+                         Put("TopicB", 1, 300, 16), Pause(0.3)]
         child = run_child(cfg, ops, True, 0)
-        # The index flush wrote the checkpoint, but no full consume-queue flush has run: no logics time.
-        assert read_checkpoint(cfg.store_path_root_dir)[1] == 0, "logics time persisted before its units"
         assert child.cq_flushed.get("TopicA/0", 0) == 0, "the quiet queue was flushed after all"
+        # The index flush wrote the checkpoint; its logics time must not cover the quiet queue's units.
+        quiet_since = min(w.store_timestamp for w in child.written if w.topic == "TopicA")
+        assert read_checkpoint(cfg.store_path_root_dir)[1] < quiet_since, "logics time persisted before its units"
         cut_consume_queues(cfg.store_path_root_dir, child, None, -1)  # the power loss: unflushed units are gone
         recover_and_check(store_config(cfg.store_path_root_dir, 2048, FlushDiskType.SYNC_FLUSH, False), child,
                           len(child.written), (0, 0))
