@@ -365,12 +365,7 @@ class CommitLog:
             except OSError as e:
                 log.error("append_data failed: %s", e)
                 return False
-            if ok and len(data) >= 8:
-                self._note_store_timestamp(mf)
             return ok
-
-    def _note_store_timestamp(self, mf: MappedFile) -> None:
-        del mf  # the slave's checkpoint is kept by dispatch (logics) and flush; nothing to do here
 
     # ---- recovery -------------------------------------------------------------------------------
     def _scan_file(self, mf: MappedFile, check_crc: bool,

@@ -29,6 +29,30 @@ UNIT: Final = struct.Struct(">qiq")
 BLANK_UNIT: Final = UNIT.pack(0, 0x7FFFFFFF, 0)
 
 
+_SIGN_BIT_TO_ZERO: Final = bytes(0 if b & 0x80 else 1 for b in range(256))
+
+
+def first_invalid_unit(buf: memoryview, n_units: int) -> int:
+    """Index of the first unit whose offset is negative or whose size is <= 0 (``n_units`` if none).
+
+    Works on strided byte columns of the units instead of unpacking each one: the top byte of the
+    offset and of the size carry the sign bits, and a size is zero when its four bytes OR to zero.
+    """
+    span = buf[: n_units * CQ_STORE_UNIT_SIZE]
+    found = [n_units]
+    for top in (bytes(span[0::CQ_STORE_UNIT_SIZE]), bytes(span[8::CQ_STORE_UNIT_SIZE])):
+        i = top.translate(_SIGN_BIT_TO_ZERO).find(0)
+        if i >= 0:
+            found.append(i)
+    ored = 0
+    for k in range(8, 12):
+        ored |= int.from_bytes(bytes(span[k::CQ_STORE_UNIT_SIZE]), "big")
+    i = ored.to_bytes(n_units, "big").find(0)
+    if i >= 0:
+        found.append(i)
+    return min(found)
+
+
 class ConsumeQueue:
     def __init__(self, topic: str, queue_id: int, store_path: Path, mapped_file_size: int,
                  alloc_chunk: int = 64 * 1024) -> None:
@@ -68,20 +92,19 @@ class ConsumeQueue:
         self.mapped_file_queue.truncate_dirty_files(process_offset)
 
     def _scan_units(self, mf: MappedFile) -> tuple[int, int]:
-        buf = mf.buf
-        pos = 0
+        """(bytes of valid units from the file start, end offset of the last real unit or -1).
+
+        Valid while ``offset >= 0 and size > 0`` (ConsumeQueue.recover), found at C speed: a 6 MB
+        file is 300,000 units, which a per-unit Python loop takes a tenth of a second to read.
+        """
+        n = first_invalid_unit(mf.buf, self.mapped_file_size // CQ_STORE_UNIT_SIZE)
         last_end = -1
-        unpack = UNIT.unpack_from
-        size = self.mapped_file_size
-        while pos + CQ_STORE_UNIT_SIZE <= size:
-            offset, sz, _tags = unpack(buf, pos)
-            if offset >= 0 and sz > 0:
-                if sz != 0x7FFFFFFF:
-                    last_end = offset + sz
-                pos += CQ_STORE_UNIT_SIZE
-            else:
+        for i in range(n - 1, -1, -1):  # the last real unit; pre-blank units only lead a queue
+            offset, sz, _tags = UNIT.unpack_from(mf.buf, i * CQ_STORE_UNIT_SIZE)
+            if sz != 0x7FFFFFFF:
+                last_end = offset + sz
                 break
-        return pos, last_end
+        return n * CQ_STORE_UNIT_SIZE, last_end
 
     # ---- writes -----------------------------------------------------------------------------------
     def put_message_position_info(self, offset: int, size: int, tags_code: int, cq_offset: int) -> bool:

@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from reference_broker.store.consume_queue import BLANK_UNIT, CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from reference_broker.store.consume_queue import BLANK_UNIT, CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, first_invalid_unit
 
 UNITS_PER_FILE = 4
 FILE = UNITS_PER_FILE * CQ_STORE_UNIT_SIZE  # mapped_file_size_consume_queue = 20 * 4
@@ -265,3 +267,15 @@ def test_offset_by_time_picks_file_by_modification_time(new_cq: CQFactory) -> No
     assert cq.get_offset_in_queue_by_time(times[5], st, 0) == 5  # file 0 is too old: file 1 is searched
     assert cq.get_offset_in_queue_by_time(times[4], st, 0) == 4
     assert cq.get_offset_in_queue_by_time(times[1], st, 0) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31), 2**31 - 1)), max_size=40))
+def test_first_invalid_unit_matches_a_unit_by_unit_scan(units: list[tuple[int, int]]) -> None:
+    """The strided C-speed scan finds the same first unit with offset < 0 or size <= 0 as a plain loop."""
+    n = len(units) + 3
+    buf = bytearray(n * CQ_STORE_UNIT_SIZE)  # trailing zero units are invalid (size 0)
+    for i, (offset, size) in enumerate(units):
+        UNIT.pack_into(buf, i * CQ_STORE_UNIT_SIZE, offset, size, 7)
+    expected = next((i for i, (o, s) in enumerate(units) if not (o >= 0 and s > 0)), len(units))
+    assert first_invalid_unit(memoryview(buf), n) == expected
