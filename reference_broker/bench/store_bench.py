@@ -50,7 +50,7 @@ from reference_broker.store.commit_log import MessageExtBatch
 from reference_broker.store.config import FlushDiskType, MessageStoreConfig
 from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.index_file import index_file_size
-from reference_broker.store.message_store import MessageStore
+from reference_broker.store.message_store import MessageStore, raise_open_files_limit
 from reference_broker.store.record import MessageExtBrokerInner
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
 
@@ -224,15 +224,8 @@ def open_fd_count() -> int | None:
 
 
 def raise_fd_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit (RocketMQ asks for ulimit -n 655350); the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            pass
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    """The soft RLIMIT_NOFILE after raising it to the hard limit (as the store does on load)."""
+    return raise_open_files_limit()
 
 
 # ---- phases --------------------------------------------------------------------------------------

@@ -223,29 +223,23 @@ class MappedFile:
             return flushed
         if least_pages > 0 and not self.is_full and (write // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE) < least_pages:
             return flushed
-        if self.hold():
-            try:
-                fd = os.open(self.path, os.O_RDWR)
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-            finally:
-                self.release()
+        if self.force():
             self.flushed_position = write
         return self.flushed_position
 
-    def force(self) -> None:
-        """fdatasync whatever this file has in the page cache, whatever the positions say."""
-        if self.hold():
+    def force(self) -> bool:
+        """fdatasync whatever this file has in the page cache; False if the file is already released."""
+        if not self.hold():
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDWR)
             try:
-                fd = os.open(self.path, os.O_RDWR)
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
+                os.fdatasync(fd)
             finally:
-                self.release()
+                os.close(fd)
+        finally:
+            self.release()
+        return True
 
     def select(self, pos: int, size: int = -1) -> SelectMappedBufferResult | None:
         """A held view of ``size`` bytes at ``pos`` (to the write position when ``size`` < 0)."""
