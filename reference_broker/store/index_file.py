@@ -98,6 +98,8 @@ class IndexFile:
         self.file_size = index_file_size(hash_slot_num, index_num)
         self._entries_at = HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
         self._mf = MappedFile(path, self.file_size, create=create, random_access=True)
+        if create:
+            self._mf.populate(self._entries_at)  # header and hash slots: touched at random by every put
         # Guards the header: the dispatch thread's puts against a flush thread's header write.
         self._lock = threading.Lock()
         self._begin_timestamp = 0
