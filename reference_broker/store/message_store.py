@@ -24,11 +24,15 @@ from pathlib import Path
 from reference_broker.common import message as mc
 from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
-from reference_broker.store.clean import CleanCommitLogService, CleanConsumeQueueService, RunningFlags
+from reference_broker.store.clean import (
+    CleanCommitLogService,
+    CleanConsumeQueueService,
+    RunningFlags,
+    disk_partition_space_used_percent,
+)
 from reference_broker.store.commit_log import CommitLog, MessageExtBatch
 from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
-from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
-from reference_broker.store.consume_queue import UNIT as _UNIT
+from reference_broker.store.consume_queue import ConsumeQueue
 from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.flush import (
     FlushConsumeQueueService,
@@ -36,13 +40,13 @@ from reference_broker.store.flush import (
     GroupCommitRequest,
     GroupCommitService,
 )
-from reference_broker.store.index_file import IndexService, QueryOffsetResult
+from reference_broker.store.index_file import IndexService
+from reference_broker.store.message_store_reads import StoreReads
 from reference_broker.store.reput import ReputMessageService
-from reference_broker.store.status import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from reference_broker.store.status import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
 
-TagsFilter = Callable[[int], bool]
 
 SERVICE_NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: "
@@ -70,7 +74,7 @@ class StoreLockedError(RuntimeError):
     """Another store holds the lock file of this directory."""
 
 
-class MessageStore:
+class MessageStore(StoreReads):
     def __init__(self, config: MessageStoreConfig) -> None:
         self.config = config
         root = config.store_path_root_dir
@@ -360,8 +364,7 @@ class MessageStore:
         return SERVICE_NOT_AVAILABLE_REMARK.format(disk=self.disk_util())
 
     def disk_util(self) -> str:
-        from reference_broker.store.clean import disk_partition_space_used_percent as used
-
+        used = disk_partition_space_used_percent
         c = self.config
         return (f"CL: {used(c.store_path_commit_log):5.2f} CQ: {used(c.store_path_consume_queue):5.2f} "
                 f"INDEX: {used(c.store_path_index):5.2f}")
@@ -488,200 +491,6 @@ class MessageStore:
         if not self.config.flush_commit_log_timed:
             svc.wakeup()
         callback(result)
-
-    # ---- reads ----------------------------------------------------------------------------------
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id, create=False)
-        return cq.get_max_offset_in_queue() if cq else 0
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id, create=False)
-        return cq.get_min_offset_in_queue() if cq else -1
-
-    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id, create=False)
-        unit = cq.get_unit(cq_offset) if cq else None
-        return unit[0] if unit else 0
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id, create=False)
-        if cq is None:
-            return 0
-        return cq.get_offset_in_queue_by_time(timestamp, self.commit_log.pickup_store_timestamp,
-                                              self.commit_log.get_min_offset())
-
-    def get_message_store_timestamp(self, topic: str, queue_id: int, cq_offset: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id, create=False)
-        unit = cq.get_unit(cq_offset) if cq else None
-        if unit is None:
-            return -1
-        return self.commit_log.pickup_store_timestamp(unit[0], unit[1])
-
-    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id, create=False)
-        if cq is None:
-            return -1
-        return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
-
-    def get_max_phy_offset(self) -> int:
-        return self.commit_log.get_max_offset()
-
-    def get_min_phy_offset(self) -> int:
-        return self.commit_log.get_min_offset()
-
-    def look_message_by_offset(self, commit_log_offset: int, size: int = -1) -> rec.MessageExt | None:
-        """Decode the record at ``commit_log_offset`` (its size is read when not given)."""
-        if size < 0:
-            head = self.commit_log.read_bytes(commit_log_offset, 4)
-            if head is None:
-                return None
-            size = int.from_bytes(head, "big", signed=True)
-            if size <= 0:
-                return None
-        raw = self.commit_log.read_bytes(commit_log_offset, size)
-        if raw is None:
-            return None
-        try:
-            return rec.decode_message(raw)
-        except rec.RecordError:
-            return None
-
-    def select_one_message_by_offset(self, commit_log_offset: int, size: int = -1) -> bytes | None:
-        if size < 0:
-            head = self.commit_log.read_bytes(commit_log_offset, 4)
-            if head is None:
-                return None
-            size = int.from_bytes(head, "big", signed=True)
-            if size <= 0:
-                return None
-        return self.commit_log.read_bytes(commit_log_offset, size)
-
-    def look_message_by_msg_id(self, offset_msg_id: str) -> rec.MessageExt | None:
-        """VIEW_MESSAGE_BY_ID: decode the offsetMsgId, then read at its offset (MessageIdError if bad)."""
-        _host, _port, offset = rec.decode_message_id(offset_msg_id)
-        return self.look_message_by_offset(offset)
-
-    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[rec.MessageExt]:
-        """Messages whose key or UNIQ_KEY is ``key`` within [begin, end] ms (index hash + re-check)."""
-        res: QueryOffsetResult = self.index_service.query_offset(topic, key, max_num, begin, end)
-        out: list[rec.MessageExt] = []
-        seen: set[int] = set()
-        for phy in res.phy_offsets:
-            # Abnormal recovery re-dispatches the record at the index's end offset (RocketMQ skips only
-            # offsets below it), so one message can have two entries: report it once.
-            if phy in seen:
-                continue
-            seen.add(phy)
-            m = self.look_message_by_offset(phy)
-            if m is None or m.topic != topic:
-                continue
-            keys = m.keys.split(mc.KEY_SEPARATOR) if m.keys else []
-            uniq = m.properties.get(mc.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if key in keys or key == uniq:  # the index compares hashes only (MQAdminImpl re-checks)
-                out.append(m)
-        return out
-
-    def check_in_disk_by_commit_offset(self, offset_py: int, max_offset_py: int) -> bool:
-        memory = self.config.total_physical_memory_bytes * self.config.access_message_in_memory_max_ratio // 100
-        return max_offset_py - offset_py > memory
-
-    def _is_batch_full(self, size_py: int, max_msg_nums: int, buffer_total: int, msg_total: int,
-                       in_disk: bool) -> bool:
-        c = self.config
-        if buffer_total == 0 or msg_total == 0:
-            return False
-        if max_msg_nums <= msg_total:
-            return True
-        if in_disk:
-            return (buffer_total + size_py > c.max_transfer_bytes_on_message_in_disk
-                    or msg_total > c.max_transfer_count_on_message_in_disk - 1)
-        return (buffer_total + size_py > c.max_transfer_bytes_on_message_in_memory
-                or msg_total > c.max_transfer_count_on_message_in_memory - 1)
-
-    def _correct(self, old: int, new: int) -> int:
-        """nextOffsetCorrection: only a master moves a client's offset."""
-        return old if self.config.broker_role is BrokerRole.SLAVE else new
-
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tags_filter: TagsFilter | None = None) -> GetMessageResult:
-        """DefaultMessageStore.getMessage: a batch from ``offset`` within RocketMQ's transfer limits."""
-        del group  # kept for the signature's sake: filters and stats are per group in RocketMQ
-        if self._shutdown or not self.running_flags.is_readable():
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset)
-        max_offset_py = self.commit_log.get_max_offset()
-        cq = self.find_consume_queue(topic, queue_id, create=False)
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, self._correct(offset, 0))
-        min_offset = cq.get_min_offset_in_queue()
-        max_offset = cq.get_max_offset_in_queue()
-        result = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset, min_offset, max_offset)
-        if max_offset == 0:
-            result.next_begin_offset = self._correct(offset, 0)
-            return result
-        if offset < min_offset:
-            result.status = GetMessageStatus.OFFSET_TOO_SMALL
-            result.next_begin_offset = self._correct(offset, min_offset)
-            return result
-        if offset == max_offset:
-            result.status = GetMessageStatus.OFFSET_OVERFLOW_ONE
-            result.next_begin_offset = self._correct(offset, offset)
-            return result
-        if offset > max_offset:
-            result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
-            result.next_begin_offset = self._correct(offset, min_offset if min_offset == 0 else max_offset)
-            return result
-        buf = cq.get_index_buffer(offset)
-        if buf is None:
-            result.status = GetMessageStatus.OFFSET_FOUND_NULL
-            units_per_file = cq.mapped_file_size // CQ_STORE_UNIT_SIZE
-            result.next_begin_offset = self._correct(offset, offset + units_per_file - offset % units_per_file)
-            log.warning("consumer request topic %s offset %d min %d max %d, but the consume queue is not exist",
-                        topic, offset, min_offset, max_offset)
-            return result
-        try:
-            result.status = GetMessageStatus.NO_MATCHED_MESSAGE
-            next_phy_file_start = -1
-            max_phy_pulling = 0
-            max_filter = max(16000, max_msg_nums * CQ_STORE_UNIT_SIZE)
-            data = buf.data
-            i = 0
-            limit = min(buf.size, max_filter)
-            unpack = _UNIT.unpack_from
-            while i < limit:
-                offset_py, size_py, tags_code = unpack(data, i)
-                max_phy_pulling = offset_py
-                if next_phy_file_start >= 0 and offset_py < next_phy_file_start:
-                    i += CQ_STORE_UNIT_SIZE
-                    continue
-                in_disk = self.check_in_disk_by_commit_offset(offset_py, max_offset_py)
-                if self._is_batch_full(size_py, max_msg_nums, result.buffer_total_size, len(result.messages),
-                                       in_disk):
-                    break
-                if tags_filter is not None and not tags_filter(tags_code):
-                    if result.buffer_total_size == 0:
-                        result.status = GetMessageStatus.NO_MATCHED_MESSAGE
-                    i += CQ_STORE_UNIT_SIZE
-                    continue
-                raw = self.commit_log.read_bytes(offset_py, size_py) if size_py != 0x7FFFFFFF else None
-                if raw is None:
-                    if result.buffer_total_size == 0:
-                        result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                    next_phy_file_start = self.commit_log.roll_next_file(offset_py)
-                    i += CQ_STORE_UNIT_SIZE
-                    continue
-                result.messages.append(raw)
-                result.queue_offsets.append(offset + i // CQ_STORE_UNIT_SIZE)
-                result.buffer_total_size += len(raw)
-                result.status = GetMessageStatus.FOUND
-                next_phy_file_start = -1
-                i += CQ_STORE_UNIT_SIZE
-            result.next_begin_offset = offset + i // CQ_STORE_UNIT_SIZE
-            diff = max_offset_py - max_phy_pulling
-            memory = self.config.total_physical_memory_bytes * self.config.access_message_in_memory_max_ratio // 100
-            result.suggest_pulling_from_slave = diff > memory
-        finally:
-            buf.release()
-        return result
 
     # ---- housekeeping ---------------------------------------------------------------------------
     def get_runtime_info(self) -> dict[str, str]:
