@@ -38,6 +38,52 @@ def string_hash_code(s: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+_PART_CACHE: dict[str, int] = {}
+_PART_CACHE_MAX: Final = 4096
+_SPLIT_AT: Final = 20  # a UNIQ_KEY's first 20 hex digits (ip, pid, class loader) repeat per producer
+
+
+def _raw(units: bytes) -> int:
+    """Unsigned hash of ASCII units, mod 2^32."""
+    if len(units) > len(_POWERS):
+        _grow(len(units))
+    h: int = sum(map(operator.mul, reversed(units), _POWERS)) & _MASK
+    return h
+
+
+def _cached_raw(part: str) -> int:
+    h = _PART_CACHE.get(part)
+    if h is None:
+        h = _raw(part.encode("ascii"))
+        if len(_PART_CACHE) >= _PART_CACHE_MAX:
+            _PART_CACHE.clear()
+        _PART_CACHE[part] = h
+    return h
+
+
+def concat_hash_code(prefix: str, s: str) -> int:
+    """``(prefix + s).hashCode()``, reusing cached hashes of ``prefix`` and of ``s``'s first 20 characters.
+
+    Java's hash is a polynomial, so hash(a + b) = hash(a) * 31^len(b) + hash(b) (mod 2^32). The index
+    hashes ``topic#key`` for every message; topics and UNIQ_KEY prefixes repeat, so only the varying
+    tail is summed per message. Non-ASCII strings (UTF-16 lengths differ) take the plain path.
+    """
+    if not (prefix.isascii() and s.isascii()):
+        return string_hash_code(prefix + s)
+    n = len(s)
+    if n > _SPLIT_AT + 4:
+        tail = s[_SPLIT_AT:]
+        if len(tail) >= len(_POWERS):
+            _grow(len(tail) + 1)
+        hs = (_cached_raw(s[:_SPLIT_AT]) * _POWERS[len(tail)] + _raw(tail.encode("ascii"))) & _MASK
+    else:
+        hs = _raw(s.encode("ascii"))
+    if n >= len(_POWERS):
+        _grow(n + 1)
+    h = (_cached_raw(prefix) * _POWERS[n] + hs) & _MASK
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
 _TAG_CACHE: dict[str, int] = {}
 _TAG_CACHE_MAX: Final = 65536
 

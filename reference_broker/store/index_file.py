@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from reference_broker.common.java_hash import string_hash_code
+from reference_broker.common.java_hash import concat_hash_code, string_hash_code
 from reference_broker.common.message import KEY_SEPARATOR, TRANSACTION_ROLLBACK_TYPE, transaction_value
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.dispatch import DispatchRequest
@@ -75,7 +75,10 @@ def index_file_size(hash_slot_num: int, index_num: int) -> int:
 
 def index_key_hash(key: str) -> int:
     """IndexFile.indexKeyHashMethod: Math.abs(hashCode), and 0 when that is still negative."""
-    h = string_hash_code(key)
+    return _abs_hash(string_hash_code(key))
+
+
+def _abs_hash(h: int) -> int:
     return 0 if h == _INT_MIN else abs(h)
 
 
@@ -177,14 +180,17 @@ class IndexFile:
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
 
     # ---- write (one dispatch thread) -----------------------------------------------------------
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        """IndexFile.putKey: prepend an entry to the key's slot chain; False when full or on error."""
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int, hash_code: int | None = None) -> bool:
+        """IndexFile.putKey: prepend an entry to the key's slot chain; False when full or on error.
+
+        ``hash_code``: ``key.hashCode()`` when the caller has it already (IndexService does).
+        """
         count = self._index_count
         if count >= self.index_num:
             log.warning("Over index file capacity: index count = %d; index max num = %d",
                         count, self.index_num)
             return False
-        key_hash = index_key_hash(key)
+        key_hash = index_key_hash(key) if hash_code is None else _abs_hash(hash_code)
         abs_slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         abs_index_pos = self._entries_at + count * INDEX_SIZE
         try:
@@ -450,23 +456,25 @@ class IndexService:
             return  # already indexed (recovery re-dispatches from before the index's end)
         if transaction_value(req.sys_flag) == TRANSACTION_ROLLBACK_TYPE:
             return
-        topic = req.topic
         if req.uniq_key is not None:
-            f = self._put_key(f, req, f"{topic}#{req.uniq_key}")
+            f = self._put_key(f, req, req.uniq_key)
             if f is None:
                 log.error("putKey error commitlog %d uniqkey %s", req.commit_log_offset, req.uniq_key)
                 return
         if req.keys:
             for key in req.keys.split(KEY_SEPARATOR):
                 if key:
-                    f = self._put_key(f, req, f"{topic}#{key}")
+                    f = self._put_key(f, req, key)
                     if f is None:
                         log.error("putKey error commitlog %d key %s", req.commit_log_offset, key)
                         return
 
     def _put_key(self, f: IndexFile, req: DispatchRequest, key: str) -> IndexFile | None:
+        prefix = req.topic + "#"
+        full = prefix + key
+        h = concat_hash_code(prefix, key)
         tries = 0
-        while not f.put_key(key, req.commit_log_offset, req.store_timestamp):
+        while not f.put_key(full, req.commit_log_offset, req.store_timestamp, h):
             tries += 1
             if tries > MAX_TRY_IDX_CREATE:
                 return None

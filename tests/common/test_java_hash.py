@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reference_broker.common import java_hash
-from reference_broker.common.java_hash import string_hash_code, tags_hash_code
+from reference_broker.common.java_hash import concat_hash_code, string_hash_code, tags_hash_code
 
 
 def reference_hash(s: str) -> int:
@@ -58,3 +60,16 @@ def test_tags_hash_code_cache_equals_uncached() -> None:
     assert java_hash._TAG_CACHE["TagA"] == string_hash_code("TagA")
     # A second lookup is served from the cache and still agrees.
     assert tags_hash_code("TagA") == 2598919
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40), st.text(max_size=60))
+def test_concat_hash_code_equals_the_hash_of_the_concatenation(prefix: str, s: str) -> None:
+    """hash(a + b) via the cached-prefix polynomial split equals hashing a + b directly (ASCII or not)."""
+    assert concat_hash_code(prefix, s) == string_hash_code(prefix + s)
+
+
+def test_concat_hash_code_on_uniq_keys_reuses_the_producer_prefix() -> None:
+    keys = [f"7F00000100002A9F1234{i:012X}" for i in range(0, 5000, 37)]
+    for k in keys:
+        assert concat_hash_code("TopicTest#", k) == string_hash_code("TopicTest#" + k)
