@@ -75,14 +75,7 @@ class StoreReads:
 
     def look_message_by_offset(self, commit_log_offset: int, size: int = -1) -> rec.MessageExt | None:
         """Decode the record at ``commit_log_offset`` (its size is read when not given)."""
-        if size < 0:
-            head = self.commit_log.read_bytes(commit_log_offset, 4)
-            if head is None:
-                return None
-            size = int.from_bytes(head, "big", signed=True)
-            if size <= 0:
-                return None
-        raw = self.commit_log.read_bytes(commit_log_offset, size)
+        raw = self.select_one_message_by_offset(commit_log_offset, size)
         if raw is None:
             return None
         try:
@@ -91,6 +84,7 @@ class StoreReads:
             return None
 
     def select_one_message_by_offset(self, commit_log_offset: int, size: int = -1) -> bytes | None:
+        """The raw record at ``commit_log_offset``; its TOTALSIZE field gives the size when not given."""
         if size < 0:
             head = self.commit_log.read_bytes(commit_log_offset, 4)
             if head is None:
