@@ -139,10 +139,6 @@ class CommitLog:
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
         born_ip = rec.host_bytes(msg.born_host[0])
         store_ip = self.store_ip
-        if rec.record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(store_ip) == 16) \
-                + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                    AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
         born_v6 = len(born_ip) == 16
         store_v6 = len(store_ip) == 16
         sys_flag = msg.sys_flag
@@ -152,6 +148,9 @@ class CommitLog:
             sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
         st = rec.record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
         total = st.size
+        if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:  # would not fit even an empty file
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
         crc = zlib.crc32(body) & 0x7FFFFFFF
         tran = sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
         no_cq = tran == mc.TRANSACTION_PREPARED_TYPE or tran == mc.TRANSACTION_ROLLBACK_TYPE
