@@ -78,6 +78,11 @@ class ConsumeQueue:
         if not files:
             return
         index = max(0, len(files) - 3)
+        # Deliberate difference: when the third-from-last file holds no valid unit (its units were lost
+        # with a power loss), step back to the last file that does. RocketMQ starts there regardless,
+        # finds maxPhysicOffset -1, and so never truncates the earlier units that point past the log.
+        while index > 0 and first_invalid_unit(files[index].buf, 1) == 0:
+            index -= 1
         process_offset = files[index].file_from_offset
         max_ext = -1
         for mf in files[index:]:
