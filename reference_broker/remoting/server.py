@@ -1,0 +1,280 @@
+"""This module owns the server side of the remoting transport: a thin asyncio shell over ``FrameDecoder``.
+
+Per connection, bytes go into a ``FrameDecoder``; each request frame is dispatched to its handler as its own
+task (NettyRemotingAbstract.processRequestCommand runs processors on executors, so a slow handler never
+blocks the connection) and the response carries the request's opaque. The one peer error, ``ProtocolError``,
+closes that connection only (NettyDecoder closes the channel); nothing a peer sends can stop the server.
+
+Responses written in one event-loop pass go out in one ``writelines`` call; a handler awaits drain only when
+the transport's buffer is above the high-water mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from reference_broker.remoting.codec import FrameDecoder, ProtocolError
+from reference_broker.remoting.codes import FLAG_RESPONSE, ResponseCode
+from reference_broker.remoting.command import RemotingCommand, create_response, encode
+
+log = logging.getLogger(__name__)
+
+# Above the high mark a handler waits before finishing, so a peer that stops reading cannot make us buffer
+# unboundedly; our own choice, not a RocketMQ default.
+WRITE_HIGH_WATER_BYTES: Final = 4 * 1024 * 1024
+WRITE_LOW_WATER_BYTES: Final = 1024 * 1024
+
+Handler = Callable[["ConnectionContext", RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed, else asyncio's."""
+    try:
+        uvloop: Any = importlib.import_module("uvloop")
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+class ConnectionContext:
+    """What a handler sees of its connection: the peer's address and a way to write to it."""
+
+    def __init__(self, conn: _Connection, peer: str) -> None:
+        self._conn = conn
+        self.peer = peer
+        self.attributes: dict[str, Any] = {}  # per-connection state for handlers (e.g. client id)
+
+    @property
+    def closed(self) -> bool:
+        return self._conn.closed
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        """Write a frame (e.g. a server-initiated request such as NOTIFY_CONSUMER_IDS_CHANGED); fire and forget."""
+        self._conn.write(encode(cmd))
+        await self._conn.drain()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: RemotingServer) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.closed = False
+        self.ctx = ConnectionContext(self, "?")
+
+    # -- asyncio.Protocol callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES, low=WRITE_LOW_WATER_BYTES)
+        peer = transport.get_extra_info("peername")
+        self.ctx.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._server._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        decoder = self._decoder
+        decoder.feed(data)
+        while True:
+            try:
+                cmd = decoder.next_frame()
+            except ProtocolError as exc:
+                log.warning("closing connection from %s: %s", self.ctx.peer, exc)
+                self.close()
+                return
+            if cmd is None:
+                return
+            if cmd.is_response:
+                log.debug("ignoring response (code %d, opaque %d) from %s", cmd.code, cmd.opaque, self.ctx.peer)
+                continue
+            task = self._loop.create_task(self._handle(cmd))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._out.clear()
+        self._server._connections.discard(self)
+        self._wake_drainers()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_drainers()
+
+    # -- writing
+    def write(self, frame: bytes) -> None:
+        if self.closed:
+            return
+        if not self._out:
+            self._loop.call_soon(self._flush)
+        self._out.append(frame)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and not self.closed and self._transport is not None:
+            self._transport.writelines(out)
+
+    async def drain(self) -> None:
+        if self._paused and not self.closed:
+            waiter = self._loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    def _wake_drainers(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._out.clear()
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- dispatch
+    async def _handle(self, cmd: RemotingCommand) -> None:
+        handler = self._server._handlers.get(cmd.code)
+        response: RemotingCommand | None
+        if handler is None:
+            # NettyRemotingAbstract.processRequestCommand's remark, leading space included.
+            response = create_response(
+                cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
+            log.warning("%s: request type %d not supported", self.ctx.peer, cmd.code)
+        else:
+            try:
+                response = await handler(self.ctx, cmd)
+            except Exception as exc:
+                log.exception("handler for code %d failed on a request from %s", cmd.code, self.ctx.peer)
+                response = create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc))
+        if response is None or cmd.is_oneway:
+            return
+        response.opaque = cmd.opaque
+        response.flag |= FLAG_RESPONSE
+        try:
+            frame = encode(response)
+        except ValueError as exc:  # the handler built an unencodable response: our bug, not the peer's
+            log.exception("cannot encode the response to code %d from %s", cmd.code, self.ctx.peer)
+            frame = encode(create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc)))
+        self.write(frame)
+        await self.drain()
+
+
+def _exception_desc(exc: BaseException) -> str:
+    # RemotingHelper.exceptionSimpleDesc: the exception's toString (plus a stack frame we leave out).
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class RemotingServer:
+    def __init__(self) -> None:
+        self._handlers: dict[int, Handler] = {}
+        self._connections: set[_Connection] = set()
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    def register(self, code: int, handler: Handler) -> None:
+        self._handlers[int(code)] = handler
+
+    @property
+    def connections(self) -> list[ConnectionContext]:
+        return [conn.ctx for conn in self._connections if not conn.closed]
+
+    async def start(self, host: str = "0.0.0.0", port: int = 0) -> None:
+        if self._server is not None:
+            raise RuntimeError("server already started")
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Close the listener and every connection, cancel running handlers and wait for them."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        conns = list(self._connections)
+        tasks = [task for conn in conns for task in conn.tasks]
+        for conn in conns:
+            conn.close()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+        await asyncio.sleep(0)  # let the transports' connection_lost callbacks run
+
+    def start_in_thread(self, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 10.0) -> ServerThread:
+        """Run this server on its own event loop in a daemon thread (for tests and the CLI)."""
+        st = ServerThread(self, host, port)
+        st.start(timeout_s)
+        return st
+
+
+class ServerThread:
+    def __init__(self, server: RemotingServer, host: str, port: int) -> None:
+        self.server = server
+        self._host = host
+        self._port = port
+        self.loop = new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=f"remoting-server-{port}", daemon=True)
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self, timeout_s: float) -> None:
+        self._thread.start()
+        if not self._started.wait(timeout_s):
+            raise TimeoutError("remoting server did not start in time")
+        if self._error is not None:
+            self._thread.join(timeout_s)
+            raise self._error
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self.server.start(self._host, self._port))
+        except BaseException as exc:
+            self._error = exc
+            self._started.set()
+            self.loop.close()
+            return
+        self._started.set()
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if not self._thread.is_alive():
+            return
+        future = asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop)
+        try:
+            future.result(timeout_s)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout_s)
