@@ -94,5 +94,40 @@ def store(quick: bool, as_json: bool, directory: Path | None, no_fio: bool, size
         click.echo(format_table(result))
 
 
+@main.command("namesrv")
+@click.option("-p", "--port", type=click.IntRange(min=0, max=65535), default=9876, show_default=True,
+              help="Listen port (0: any free port).")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Listen address.")
+@click.option("--broker-expired-s", type=click.FloatRange(min=0.001), default=120.0, show_default=True,
+              help="Drop a broker not heard from for this long (BROKER_CHANNEL_EXPIRED_TIME).")
+@click.option("--scan-interval-s", type=click.FloatRange(min=0.001), default=10.0, show_default=True,
+              help="How often to look for expired brokers.")
+def namesrv(port: int, host: str, broker_expired_s: float, scan_interval_s: float) -> None:
+    """Run a name server until SIGINT or SIGTERM."""
+    import asyncio
+
+    from reference_broker.namesrv.server import NameServer, serve_forever
+    from reference_broker.remoting.server import new_event_loop
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = NameServer(host, port, scan_interval_s=scan_interval_s,
+                        broker_expired_ms=max(1, round(broker_expired_s * 1000)))
+
+    def booted(srv: NameServer) -> None:
+        logging.getLogger("reference_broker.namesrv").info("listening on %s:%d", host, srv.port)
+        click.echo("The Name Server boot success. serializeType=JSON")  # NamesrvStartup's line
+
+    loop = new_event_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        loop.run_until_complete(serve_forever(server, stop, booted))
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e}") from None
+    finally:
+        loop.close()
+
+
 if __name__ == "__main__":
     main()

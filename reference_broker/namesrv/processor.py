@@ -1,0 +1,175 @@
+"""This module owns the name server's request handling (namesrv/.../processor/DefaultRequestProcessor.java).
+
+Each handler turns a RemotingCommand (RocketMQ's header field names in ext_fields, JSON bodies) into one
+RouteInfoManager call and builds the response. Bad input never escapes as an exception: a missing header field
+or an undecodable body answers SYSTEM_ERROR with a remark naming the problem (Java answers the same code from
+the RemotingCommandException decodeCommandCustomHeader / JSON decoding throws).
+
+Time is read from ``clock_ms`` (a function) so the handlers stay deterministic under test.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any, Final
+
+from reference_broker.namesrv.route_info import DataVersion, RouteInfoManager
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
+from reference_broker.remoting.server import ConnectionContext, RemotingServer
+
+log = logging.getLogger(__name__)
+
+# FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL), appended to the TOPIC_NOT_EXIST remark.
+APPLY_TOPIC_SUGGESTION: Final = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+class BadRequest(Exception):
+    """The request cannot be decoded; its message becomes the SYSTEM_ERROR remark."""
+
+
+def _field(cmd: RemotingCommand, name: str) -> str:
+    value = cmd.ext_fields.get(name)
+    if value is None:
+        # RemotingCommand.checkFields' message for a missing @CFNotNull field.
+        raise BadRequest(f"the custom field <{name}> is null")
+    return value
+
+
+def _long_field(cmd: RemotingCommand, name: str) -> int:
+    value = _field(cmd, name)
+    try:
+        return int(value)
+    except ValueError:
+        raise BadRequest(f"the custom field <{name}> is not a number: {value!r}") from None
+
+
+def _crc32(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF  # UtilAll.crc32
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class NamesrvProcessor:
+    def __init__(self, route_info: RouteInfoManager, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self.route_info = route_info
+        self.clock_ms = clock_ms
+
+    def register_with(self, server: RemotingServer) -> None:
+        server.register(RequestCode.REGISTER_BROKER, self.handle)
+        server.register(RequestCode.UNREGISTER_BROKER, self.handle)
+        server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.handle)
+        server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.handle)
+
+    async def handle(self, _ctx: ConnectionContext | None, cmd: RemotingCommand) -> RemotingCommand:
+        return self.process(cmd)
+
+    def process(self, cmd: RemotingCommand) -> RemotingCommand:
+        """Answer one request; synchronous, never raises."""
+        try:
+            if cmd.code == RequestCode.REGISTER_BROKER:
+                return self._register_broker(cmd)
+            if cmd.code == RequestCode.UNREGISTER_BROKER:
+                return self._unregister_broker(cmd)
+            if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                return self._get_route_info_by_topic(cmd)
+            if cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO:
+                return self._get_broker_cluster_info(cmd)
+            return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                   f" request type {cmd.code} not supported")
+        except BadRequest as exc:
+            log.warning("bad request (code %d): %s", cmd.code, exc)
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:  # our bug; still an answer, never a dropped request
+            log.exception("name server failed on a request with code %d", cmd.code)
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _register_broker(self, cmd: RemotingCommand) -> RemotingCommand:
+        cluster = _field(cmd, "clusterName")
+        addr = _field(cmd, "brokerAddr")
+        name = _field(cmd, "brokerName")
+        ha_addr = _field(cmd, "haServerAddr")
+        broker_id = _long_field(cmd, "brokerId")
+        crc_text = cmd.ext_fields.get("bodyCrc32", "0")
+        try:
+            body_crc = int(crc_text)
+        except ValueError:
+            raise BadRequest(f"the custom field <bodyCrc32> is not a number: {crc_text!r}") from None
+        if body_crc != 0 and _crc32(cmd.body) != body_crc:
+            log.warning("receive registerBroker request, crc32 not match")
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        if cmd.ext_fields.get("compressed", "false").lower() == "true":
+            raise BadRequest("compressed RegisterBrokerBody is not supported by this name server")
+
+        topic_config, data_version, filter_servers = self._decode_register_body(cmd.body)
+        try:
+            result = self.route_info.register_broker(
+                cluster, addr, name, broker_id, ha_addr, topic_config, data_version, self.clock_ms(),
+                filter_server_list=filter_servers,
+            )
+        except ValueError as exc:
+            raise BadRequest(f"bad RegisterBrokerBody: {exc}") from None
+        ext: dict[str, str] = {}
+        if result.ha_server_addr is not None:
+            ext["haServerAddr"] = result.ha_server_addr
+        if result.master_addr is not None:
+            ext["masterAddr"] = result.master_addr
+        return create_response(cmd, ResponseCode.SUCCESS, None, ext)
+
+    @staticmethod
+    def _decode_register_body(body: bytes) -> tuple[dict[str, Any], DataVersion, list[str] | None]:
+        """RegisterBrokerBody JSON, or a bare TopicConfigSerializeWrapper (brokers before V3_0_11)."""
+        if not body:
+            return {}, DataVersion(), None  # Java: an empty wrapper with dataVersion 0/0
+        try:
+            obj = json_loads(body)
+        except ValueError as exc:
+            raise BadRequest(f"RegisterBrokerBody is not valid JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise BadRequest("RegisterBrokerBody must be a JSON object")
+        filter_servers: list[str] | None = None
+        if "topicConfigSerializeWrapper" in obj or "filterServerList" in obj:
+            wrapper = obj.get("topicConfigSerializeWrapper") or {}
+            raw_filters = obj.get("filterServerList")
+            if raw_filters is not None:
+                if not isinstance(raw_filters, list) or not all(isinstance(s, str) for s in raw_filters):
+                    raise BadRequest("filterServerList must be a list of strings")
+                filter_servers = raw_filters
+        else:
+            wrapper = obj
+        if not isinstance(wrapper, dict):
+            raise BadRequest("topicConfigSerializeWrapper must be a JSON object")
+        table = wrapper.get("topicConfigTable") or {}
+        if not isinstance(table, dict):
+            raise BadRequest("topicConfigTable must be a JSON object")
+        try:
+            version = DataVersion.from_json(wrapper.get("dataVersion"))
+        except ValueError as exc:
+            raise BadRequest(f"bad RegisterBrokerBody: {exc}") from None
+        return table, version, filter_servers
+
+    def _unregister_broker(self, cmd: RemotingCommand) -> RemotingCommand:
+        cluster = _field(cmd, "clusterName")
+        addr = _field(cmd, "brokerAddr")
+        name = _field(cmd, "brokerName")
+        broker_id = _long_field(cmd, "brokerId")
+        self.route_info.unregister_broker(cluster, addr, name, broker_id)
+        return create_response(cmd, ResponseCode.SUCCESS)
+
+    def _get_route_info_by_topic(self, cmd: RemotingCommand) -> RemotingCommand:
+        topic = _field(cmd, "topic")
+        route = self.route_info.pick_topic_route_data(topic)
+        if route is None:
+            return create_response(
+                cmd, ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic}{APPLY_TOPIC_SUGGESTION}",
+            )
+        return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps(route))
+
+    def _get_broker_cluster_info(self, cmd: RemotingCommand) -> RemotingCommand:
+        return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps(self.route_info.get_all_cluster_info()))
