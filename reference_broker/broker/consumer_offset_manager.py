@@ -1,0 +1,123 @@
+"""ConsumerOffsetManager: committed consume offsets (broker/.../offset/ConsumerOffsetManager.java, 4.9.8).
+
+``{storePathRootDir}/config/consumerOffset.json``::
+
+    {"offsetTable": {"topic@group": {"0": 12, "1": 7}}}
+
+fastjson writes the integer queue ids unquoted (``{0:12}``, not valid JSON); decode accepts
+both, encode writes valid JSON with quoted ids. The broker persists every
+flushConsumerOffsetInterval (5 s); the caller owns that timer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from reference_broker.broker.config_manager import ConfigManager
+from reference_broker.broker.topic_config import dump_json
+
+log = logging.getLogger(__name__)
+
+TOPIC_GROUP_SEPARATOR = "@"
+_UNQUOTED_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def _loads_fastjson(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads(_UNQUOTED_INT_KEY.sub(r'\1"\2"\3', text))
+
+
+class ConsumerOffsetManager(ConfigManager):
+    def __init__(self, store_root: Path | str) -> None:
+        super().__init__()
+        self.store_root = Path(store_root)
+        self.offset_table: dict[str, dict[int, int]] = {}
+
+    def config_file_path(self) -> Path:
+        return self.store_root / "config" / "consumerOffset.json"
+
+    def encode(self, pretty: bool = False) -> str:
+        table = {key: {str(q): off for q, off in sorted(m.items())} for key, m in self.offset_table.items()}
+        return dump_json({"offsetTable": table}, pretty)
+
+    def decode(self, text: str) -> None:
+        obj = _loads_fastjson(text)
+        if obj is None:
+            return
+        if not isinstance(obj, dict) or not isinstance(obj.get("offsetTable", {}), dict):
+            raise ValueError('consumerOffset.json must hold {"offsetTable": {...}}')
+        table: dict[str, dict[int, int]] = {}
+        for key, m in obj.get("offsetTable", {}).items():
+            if TOPIC_GROUP_SEPARATOR not in key or not isinstance(m, dict):
+                raise ValueError(f"bad offsetTable entry {key!r}")
+            queues: dict[int, int] = {}
+            for q, off in m.items():
+                if not isinstance(off, int) or isinstance(off, bool):
+                    raise ValueError(f"{key}: offset for queue {q} must be an integer, got {off!r}")
+                queues[int(q)] = off
+            table[key] = queues
+        self.offset_table = table
+
+    # ---------------------------------------------------------------- offsets
+    def commit_offset(self, client_host: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = topic + TOPIC_GROUP_SEPARATOR + group
+        queues = self.offset_table.setdefault(key, {})
+        prev = queues.get(queue_id)
+        queues[queue_id] = offset
+        if prev is not None and offset < prev:
+            log.warning(
+                "[NOTIFYME]update consumer offset less than store. clientHost=%s, key=%s, queueId=%d, "
+                "requestOffset=%d, storeOffset=%d",
+                client_host,
+                key,
+                queue_id,
+                offset,
+                prev,
+            )
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when the group never committed for this queue."""
+        queues = self.offset_table.get(topic + TOPIC_GROUP_SEPARATOR + group)
+        if queues is None:
+            return -1
+        return queues.get(queue_id, -1)
+
+    def query_offsets(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.offset_table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}))
+
+    def which_topic_by_consumer(self, group: str) -> set[str]:
+        out = set()
+        for key in self.offset_table:
+            topic, _, g = key.partition(TOPIC_GROUP_SEPARATOR)
+            if g == group:
+                out.add(topic)
+        return out
+
+    def which_group_by_topic(self, topic: str) -> set[str]:
+        out = set()
+        for key in self.offset_table:
+            t, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+            if t == topic:
+                out.add(group)
+        return out
+
+    def clean_offset_by_topic(self, topic: str) -> None:
+        """cleanOffsetByTopic: drop every group's offsets for a deleted topic."""
+        for key in [k for k in self.offset_table if k.partition(TOPIC_GROUP_SEPARATOR)[0] == topic]:
+            del self.offset_table[key]
+            log.warning("clean topic %s offsets %s", topic, key)
+
+    def clean_offsets_of_absent_topics(self, existing_topics: Iterable[str]) -> list[str]:
+        """Drop offsets whose topic is no longer in the topic table; returns the removed keys."""
+        keep = set(existing_topics)
+        gone = [k for k in self.offset_table if k.partition(TOPIC_GROUP_SEPARATOR)[0] not in keep]
+        for key in gone:
+            del self.offset_table[key]
+        return gone
