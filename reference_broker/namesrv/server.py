@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Callable
 
 from reference_broker.namesrv.processor import NamesrvProcessor, wall_clock_ms
 from reference_broker.namesrv.route_info import BROKER_CHANNEL_EXPIRED_TIME_MS, RouteInfoManager
-from reference_broker.remoting.server import RemotingServer, new_event_loop
+from reference_broker.remoting.server import LoopThread, RemotingServer
 
 log = logging.getLogger(__name__)
 
@@ -61,55 +60,12 @@ class NameServer:
 
     def start_in_thread(self, timeout_s: float = 10.0) -> NameServerThread:
         """Run on a fresh event loop in a daemon thread (tests); returns once listening."""
-        st = NameServerThread(self)
+        st = NameServerThread(self, self.start, self.stop, "namesrv")
         st.start(timeout_s)
         return st
 
 
-class NameServerThread:
-    def __init__(self, server: NameServer) -> None:
-        self.server = server
-        self.loop = new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="namesrv", daemon=True)
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    def start(self, timeout_s: float) -> None:
-        self._thread.start()
-        if not self._started.wait(timeout_s):
-            raise TimeoutError("name server did not start in time")
-        if self._error is not None:
-            self._thread.join(timeout_s)
-            raise self._error
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(self.server.start())
-        except BaseException as exc:
-            self._error = exc
-            self._started.set()
-            self.loop.close()
-            return
-        self._started.set()
-        try:
-            self.loop.run_forever()
-        finally:
-            self.loop.close()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        if not self._thread.is_alive():
-            return
-        future = asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop)
-        try:
-            future.result(timeout_s)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout_s)
+NameServerThread = LoopThread[NameServer]
 
 
 async def serve_forever(server: NameServer, stop: asyncio.Event,

@@ -15,8 +15,8 @@ import asyncio
 import importlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from reference_broker.remoting.codec import FrameDecoder, ProtocolError
 from reference_broker.remoting.codes import FLAG_RESPONSE, ResponseCode
@@ -227,18 +227,31 @@ class RemotingServer:
 
     def start_in_thread(self, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 10.0) -> ServerThread:
         """Run this server on its own event loop in a daemon thread (for tests and the CLI)."""
-        st = ServerThread(self, host, port)
+        st = ServerThread(self, lambda: self.start(host, port), self.stop, f"remoting-server-{port}")
         st.start(timeout_s)
         return st
 
 
-class ServerThread:
-    def __init__(self, server: RemotingServer, host: str, port: int) -> None:
+class _HasPort(Protocol):
+    @property
+    def port(self) -> int: ...
+
+
+S = TypeVar("S", bound=_HasPort)
+
+
+class LoopThread(Generic[S]):
+    """Runs an async service on a fresh event loop in a daemon thread (tests, tools); ``start``
+    returns once it listens, ``stop`` stops the service, then the loop."""
+
+    def __init__(self, server: S, start: Callable[[], Coroutine[Any, Any, None]],
+                 stop: Callable[[], Coroutine[Any, Any, None]],
+                 name: str) -> None:
         self.server = server
-        self._host = host
-        self._port = port
+        self._start = start
+        self._stop = stop
         self.loop = new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=f"remoting-server-{port}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = threading.Event()
         self._error: BaseException | None = None
 
@@ -249,7 +262,7 @@ class ServerThread:
     def start(self, timeout_s: float) -> None:
         self._thread.start()
         if not self._started.wait(timeout_s):
-            raise TimeoutError("remoting server did not start in time")
+            raise TimeoutError(f"{self._thread.name} did not start in time")
         if self._error is not None:
             self._thread.join(timeout_s)
             raise self._error
@@ -257,7 +270,7 @@ class ServerThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_until_complete(self.server.start(self._host, self._port))
+            self.loop.run_until_complete(self._start())
         except BaseException as exc:
             self._error = exc
             self._started.set()
@@ -272,9 +285,12 @@ class ServerThread:
     def stop(self, timeout_s: float = 10.0) -> None:
         if not self._thread.is_alive():
             return
-        future = asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop)
+        future = asyncio.run_coroutine_threadsafe(self._stop(), self.loop)
         try:
             future.result(timeout_s)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout_s)
+
+
+ServerThread = LoopThread[RemotingServer]
