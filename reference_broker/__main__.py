@@ -129,5 +129,40 @@ def namesrv(port: int, host: str, broker_expired_s: float, scan_interval_s: floa
         loop.close()
 
 
+@main.command("broker")
+@click.option("-n", "--namesrv-addr", metavar="HOST:PORT[;HOST:PORT]",
+              help="Name server address list (default: namesrvAddr from the config, or $NAMESRV_ADDR).")
+@click.option("-c", "--config-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="broker.conf with RocketMQ's key names (brokerName, listenPort, storePathRootDir, ...).")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Listen address.")
+def broker(namesrv_addr: str | None, config_file: Path | None, host: str) -> None:
+    """Run a broker until SIGINT or SIGTERM (then shut down cleanly: flush, persist, remove abort)."""
+    from reference_broker.broker.broker_config import BrokerConfError, BrokerConfig, load_broker_conf
+    from reference_broker.broker.serve import run_broker
+    from reference_broker.store.config import MessageStoreConfig
+
+    if config_file is not None:
+        try:
+            broker_config, store_config = load_broker_conf(config_file)
+        except BrokerConfError as e:
+            raise click.ClickException(str(e)) from None
+    else:
+        broker_config, store_config = BrokerConfig(), MessageStoreConfig()
+    if namesrv_addr:
+        broker_config.namesrv_addr = namesrv_addr
+    code = run_broker(broker_config, store_config, host, announce=click.echo)
+    if code:
+        sys.exit(code)
+
+
+def _add_admin() -> None:
+    from reference_broker.tools.admin_cli import admin_cli
+
+    main.add_command(admin_cli)
+
+
+_add_admin()
+
+
 if __name__ == "__main__":
     main()

@@ -45,9 +45,9 @@ stamp=".venv/.installed-$hash"
 if [[ -f "$stamp" ]]; then
     log ".venv up to date ($stamp)"
 else
-    log "installing project into .venv: pip install -e '.[dev]'"
+    log "installing project into .venv: pip install -e '.[dev,harness]'"
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,harness]'
     rm -f .venv/.installed-*
     touch "$stamp"
     log "done"

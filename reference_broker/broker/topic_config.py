@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,7 @@ class TopicConfigManager(ConfigManager):
         self.store_root = Path(store_root)
         self.broker_config = broker_config if broker_config is not None else BrokerConfig()
         self.topic_config_table: dict[str, TopicConfig] = {}
+        self.on_change: Callable[[], None] | None = None
         self.data_version = DataVersion()
         self.system_topics: set[str] = set(SYSTEM_TOPICS)
         self._init_system_topics()
@@ -290,6 +292,8 @@ class TopicConfigManager(ConfigManager):
     def _changed(self) -> None:
         self.data_version.next_version()
         self.persist()
+        if self.on_change is not None:  # the broker re-registers with the name servers (registerBrokerAll)
+            self.on_change()
 
     def update_topic_config(self, tc: TopicConfig) -> None:
         old = self.topic_config_table.get(tc.topic_name)

@@ -65,6 +65,7 @@ class NamesrvProcessor:
         server.register(RequestCode.UNREGISTER_BROKER, self.handle)
         server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.handle)
         server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.handle)
+        server.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.handle)
 
     async def handle(self, _ctx: ConnectionContext | None, cmd: RemotingCommand) -> RemotingCommand:
         return self.process(cmd)
@@ -80,6 +81,10 @@ class NamesrvProcessor:
                 return self._get_route_info_by_topic(cmd)
             if cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO:
                 return self._get_broker_cluster_info(cmd)
+            if cmd.code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+                # RouteInfoManager.getAllTopicList: TopicList JSON
+                topics = sorted(self.route_info.topic_queue_table)
+                return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"topicList": topics}))
             return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                    f" request type {cmd.code} not supported")
         except BadRequest as exc:

@@ -103,6 +103,7 @@ class FrameDecoder:
             cmd = _decode_json_header(header)
         elif serialize_type == SerializeType.ROCKETMQ:
             cmd = _decode_binary_header(header)
+            cmd.serialize_type = SerializeType.ROCKETMQ
         else:
             raise ProtocolError(f"unknown serialize type {serialize_type}")
         cmd.body = body

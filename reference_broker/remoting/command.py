@@ -90,6 +90,12 @@ class RemotingCommand:
     remark: str | None = None
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    # Not on the wire: when the server decoded the frame (event-loop time), so a handler can tell how long
+    # the request queued behind others (BrokerFastFailure's "period in queue").
+    received_at: float = field(default=0.0, repr=False, compare=False)
+    # Not on the wire either: the header encoding the frame arrived in; a response goes back in the same one
+    # (RemotingCommand.createResponseCommand keeps the request's serializeTypeCurrentRPC).
+    serialize_type: SerializeType = field(default=SerializeType.JSON, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.language, LanguageCode):  # accept the enum, but the wire (JSON) wants its name

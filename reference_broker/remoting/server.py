@@ -90,6 +90,7 @@ class _Connection(asyncio.Protocol):
             return
         decoder = self._decoder
         decoder.feed(data)
+        now = self._loop.time()
         while True:
             try:
                 cmd = decoder.next_frame()
@@ -99,6 +100,7 @@ class _Connection(asyncio.Protocol):
                 return
             if cmd is None:
                 return
+            cmd.received_at = now
             if cmd.is_response:
                 log.debug("ignoring response (code %d, opaque %d) from %s", cmd.code, cmd.opaque, self.ctx.peer)
                 continue
@@ -111,6 +113,11 @@ class _Connection(asyncio.Protocol):
         self._out.clear()
         self._server._connections.discard(self)
         self._wake_drainers()
+        for hook in self._server.close_hooks:  # ChannelEventListener.onChannelClose
+            try:
+                hook(self.ctx)
+            except Exception:
+                log.exception("connection-close hook failed for %s", self.ctx.peer)
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -173,7 +180,7 @@ class _Connection(asyncio.Protocol):
         response.opaque = cmd.opaque
         response.flag |= FLAG_RESPONSE
         try:
-            frame = encode(response)
+            frame = encode(response, cmd.serialize_type)
         except ValueError as exc:  # the handler built an unencodable response: our bug, not the peer's
             log.exception("cannot encode the response to code %d from %s", cmd.code, self.ctx.peer)
             frame = encode(create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc)))
@@ -193,9 +200,15 @@ class RemotingServer:
         self._connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
         self.port = 0
+        # Called on the event loop when a connection closes (the broker drops that client's registrations).
+        self.close_hooks: list[Callable[[ConnectionContext], None]] = []
 
     def register(self, code: int, handler: Handler) -> None:
         self._handlers[int(code)] = handler
+
+    def pending_requests(self) -> int:
+        """Requests decoded and not yet answered, over all connections."""
+        return sum(len(conn.tasks) for conn in self._connections)
 
     @property
     def connections(self) -> list[ConnectionContext]:

@@ -141,7 +141,8 @@ class CommitLog:
         store_ip = self.store_ip
         born_v6 = len(born_ip) == 16
         store_v6 = len(store_ip) == 16
-        sys_flag = msg.sys_flag
+        # The host-width bits describe this record's hosts, not a record it was rebuilt from.
+        sys_flag = msg.sys_flag & ~(mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG)
         if born_v6:
             sys_flag |= mc.BORNHOST_V6_FLAG
         if store_v6:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -107,14 +108,17 @@ class MessageStoreConfig:
         return units * 20
 
     def delay_level_table_ms(self) -> dict[int, int]:
-        """Parse messageDelayLevel (ScheduleMessageService.parseDelayLevel): level (1-based) → ms."""
-        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        """Parse messageDelayLevel (ScheduleMessageService.parseDelayLevel): level (1-based) → ms.
+
+        RocketMQ's units are s, m, h and d; ``ms`` is our addition so tests and experiments can use
+        sub-second levels. An empty table is accepted (no delays) here; the delay service refuses it."""
+        units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
         table: dict[int, int] = {}
         for i, item in enumerate(self.message_delay_level.split()):
-            unit = item[-1:]
-            if unit not in units or not item[:-1].isdigit():
-                raise ValueError(f"messageDelayLevel: bad level {item!r} (expected e.g. 5s, 2m, 1h, 1d)")
-            table[i + 1] = int(item[:-1]) * units[unit]
+            m = re.fullmatch(r"(\d+)(ms|s|m|h|d)", item)
+            if m is None:
+                raise ValueError(f"messageDelayLevel: bad level {item!r} (expected e.g. 500ms, 5s, 2m, 1h, 1d)")
+            table[i + 1] = int(m.group(1)) * units[m.group(2)]
         return table
 
 

@@ -236,7 +236,7 @@ def encode_into(
     body_crc: int,
 ) -> None:
     """Write one record of ``total`` bytes at ``pos`` (sizes already validated)."""
-    sys_flag = msg.sys_flag
+    sys_flag = msg.sys_flag & ~(mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG)  # this record's hosts decide
     born_v6 = len(born_ip) == 16
     store_v6 = len(store_ip) == 16
     if born_v6:

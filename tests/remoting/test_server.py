@@ -248,3 +248,32 @@ def test_server_initiated_send(server: ServerThread) -> None:
         asyncio.run_coroutine_threadsafe(ctx.send(notify), server.loop).result(5)
         got = read_one()
         assert got.code == 40 and got.ext_fields == {"consumerGroup": "g"} and not got.is_response
+
+
+def test_response_uses_the_request_header_encoding():
+    """A request with a ROCKETMQ binary header is answered with a binary header (createResponseCommand)."""
+    import socket as _socket
+
+    from reference_broker.remoting.codec import FrameDecoder
+    from reference_broker.remoting.codes import SerializeType
+    from reference_broker.remoting.command import create_request, create_response, encode
+    from reference_broker.remoting.server import RemotingServer
+
+    server = RemotingServer()
+
+    async def echo(_ctx, cmd):
+        return create_response(cmd, 0, "ok", {"k": "v"})
+
+    server.register(77, echo)
+    st = server.start_in_thread()
+    try:
+        for stype in (SerializeType.ROCKETMQ, SerializeType.JSON):
+            with _socket.create_connection(("127.0.0.1", st.port), timeout=5) as s:
+                s.sendall(encode(create_request(77, {"a": "b"}), stype))
+                dec = FrameDecoder()
+                while (resp := dec.next_frame()) is None:
+                    dec.feed(s.recv(65536))
+                assert resp.serialize_type == stype
+                assert (resp.code, resp.remark, resp.ext_fields) == (0, "ok", {"k": "v"})
+    finally:
+        st.stop()

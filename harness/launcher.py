@@ -1,0 +1,210 @@
+"""This module owns the embedded topology: a name server and brokers as real subprocesses on a store directory,
+started with a broker.conf per broker, waited for until ready, stopped cleanly (SIGTERM) or killed (SIGKILL).
+
+The scenarios and the chaos suite share it; tests use it for end-to-end runs. Ports are picked free on
+127.0.0.1; every process logs to ``<root>/<name>.log``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+READY_TIMEOUT_S = 30.0
+BOOT_LINE_BROKER = "boot success"
+BOOT_LINE_NAMESRV = "The Name Server boot success"
+
+
+class LaunchError(RuntimeError):
+    """A process of the topology did not start; the message carries the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (brokers also use port + 1 for HA, so both are checked)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port < 65535 and _port_free(host, port + 1):
+            return port
+    raise LaunchError("no free port pair found")
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class Process:
+    name: str
+    args: list[str]
+    log_path: Path
+    ready_line: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        with open(self.log_path, "ab") as log:
+            log.write(f"---- start {self.name}: {' '.join(self.args)}\n".encode())
+            start_size = log.tell()
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise LaunchError(f"{self.name} exited with {self.proc.returncode} while starting:\n"
+                                  f"{_tail(self.log_path)}")
+            with open(self.log_path, "rb") as f:
+                f.seek(start_size)
+                if self.ready_line.encode() in f.read():
+                    return
+            time.sleep(0.05)
+        self.kill()
+        raise LaunchError(f"{self.name} not ready after {timeout_s} s:\n{_tail(self.log_path)}")
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM and wait (the broker's graceful shutdown); SIGKILL if it does not end in time."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL: the process gets no chance to flush or persist anything."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def pause(self) -> None:
+        if self.alive:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.alive:
+            os.kill(self.pid, signal.SIGCONT)
+
+
+@dataclass
+class BrokerProcess(Process):
+    port: int = 0
+    store_root: Path = Path()
+    conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def restart(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        if self.alive:
+            self.stop()
+        self.start(timeout_s)
+
+
+def write_broker_conf(path: Path, conf: Mapping[str, Any]) -> None:
+    path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()), encoding="utf-8")
+
+
+class Topology:
+    """``with Topology(root) as topo:`` — one name server and ``brokers`` brokers, all local subprocesses."""
+
+    def __init__(self, root: Path | str | None = None, broker_conf: Mapping[str, Any] | None = None,
+                 brokers: int = 1, python: str = sys.executable) -> None:
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if root is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="rmq-lab-topology-")
+            root = self._tmp.name
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.python = python
+        self.broker_conf = dict(broker_conf or {})
+        self.n_brokers = brokers
+        self.namesrv: Process | None = None
+        self.namesrv_port = 0
+        self.brokers: list[BrokerProcess] = []
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    def start(self) -> Topology:
+        try:
+            self.namesrv_port = free_port()
+            self.namesrv = Process("namesrv", [self.python, "-m", "reference_broker", "namesrv", "--host",
+                                               "127.0.0.1", "-p", str(self.namesrv_port)],
+                                   self.root / "namesrv.log", BOOT_LINE_NAMESRV)
+            self.namesrv.start()
+            for i in range(self.n_brokers):
+                self.brokers.append(self.add_broker(f"broker-{chr(ord('a') + i)}"))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def add_broker(self, name: str, extra: Mapping[str, Any] | None = None) -> BrokerProcess:
+        port = free_port()
+        store_root = self.root / name / "store"
+        store_root.mkdir(parents=True, exist_ok=True)
+        conf: dict[str, str] = {
+            "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0",
+            "listenPort": str(port), "storePathRootDir": str(store_root), "brokerIP1": "127.0.0.1",
+        }
+        conf.update({k: str(v) for k, v in self.broker_conf.items()})
+        conf.update({k: str(v) for k, v in (extra or {}).items()})
+        conf_path = self.root / name / "broker.conf"
+        write_broker_conf(conf_path, conf)
+        bp = BrokerProcess(name, [self.python, "-m", "reference_broker", "broker", "--host", "127.0.0.1",
+                                  "-n", self.namesrv_addr, "-c", str(conf_path)],
+                           self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root, conf=conf)
+        bp.start()
+        return bp
+
+    def stop(self) -> None:
+        for b in self.brokers:
+            b.stop()
+        if self.namesrv is not None:
+            self.namesrv.stop()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> Topology:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()

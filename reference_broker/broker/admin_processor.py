@@ -1,0 +1,151 @@
+"""This module owns the administrative and lookup requests (broker/.../processor/AdminBrokerProcessor.java and
+QueryMessageProcessor.java, 4.9.8): topic and subscription-group admin, queue offsets and times, message
+lookups by key and by offset, runtime info, all consumer and delay offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from reference_broker.broker.subscription_group import group_from_json, group_to_json
+from reference_broker.broker.topic_config import TopicConfig, validate_topic
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
+from reference_broker.remoting.headers import BadRequest, field, int_field
+from reference_broker.remoting.server import ConnectionContext
+
+if TYPE_CHECKING:
+    from reference_broker.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+CODES = (
+    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.GET_ALL_TOPIC_CONFIG,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+    RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET, RequestCode.GET_EARLIEST_MSG_STORETIME,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_BROKER_RUNTIME_INFO, RequestCode.GET_ALL_CONSUMER_OFFSET,
+    RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.QUERY_MESSAGE, RequestCode.VIEW_MESSAGE_BY_ID,
+)
+
+
+class AdminProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | None:
+        try:
+            return self.process(cmd)
+        except (BadRequest, KeyError, ValueError, TypeError) as exc:
+            log.warning("bad request (code %d) from %s: %s", cmd.code, ctx.peer, exc)
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
+
+    def process(self, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        store = b.store
+        code = cmd.code
+        if code == RequestCode.UPDATE_AND_CREATE_TOPIC:
+            return self._update_topic(cmd)
+        if code == RequestCode.DELETE_TOPIC_IN_BROKER:
+            topic = field(cmd, "topic")
+            b.topic_config_manager.delete_topic_config(topic)
+            b.consumer_offset_manager.clean_offset_by_topic(topic)
+            return create_response(cmd, ResponseCode.SUCCESS)
+        if code == RequestCode.GET_ALL_TOPIC_CONFIG:
+            tcm = b.topic_config_manager
+            return create_response(cmd, ResponseCode.SUCCESS, body=tcm.encode().encode())
+        if code == RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
+            cfg = group_from_json(_json(cmd.body))
+            b.subscription_group_manager.update_subscription_group_config(cfg)
+            return create_response(cmd, ResponseCode.SUCCESS)
+        if code == RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG:
+            sgm = b.subscription_group_manager
+            return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({
+                "subscriptionGroupTable": {k: group_to_json(v) for k, v in sgm.subscription_group_table.items()},
+                "dataVersion": sgm.data_version.to_json()}))
+        if code == RequestCode.GET_MAX_OFFSET:
+            offset = store.get_max_offset_in_queue(field(cmd, "topic"), int_field(cmd, "queueId"))
+            return create_response(cmd, ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        if code == RequestCode.GET_MIN_OFFSET:
+            offset = store.get_min_offset_in_queue(field(cmd, "topic"), int_field(cmd, "queueId"))
+            return create_response(cmd, ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        if code == RequestCode.GET_EARLIEST_MSG_STORETIME:
+            ts = store.get_earliest_message_time(field(cmd, "topic"), int_field(cmd, "queueId"))
+            return create_response(cmd, ResponseCode.SUCCESS, None, {"timestamp": str(ts)})
+        if code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP:
+            offset = store.get_offset_in_queue_by_time(field(cmd, "topic"), int_field(cmd, "queueId"),
+                                                       int_field(cmd, "timestamp"))
+            return create_response(cmd, ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        if code == RequestCode.GET_BROKER_RUNTIME_INFO:
+            return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"table": b.runtime_info()}))
+        if code == RequestCode.GET_ALL_CONSUMER_OFFSET:
+            return create_response(cmd, ResponseCode.SUCCESS,
+                                   body=b.consumer_offset_manager.encode().encode())
+        if code == RequestCode.GET_ALL_DELAY_OFFSET:
+            sched = b.schedule_service
+            table = {} if sched is None else {str(k): v for k, v in sorted(sched.offset_table.items())}
+            return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"offsetTable": table}))
+        if code == RequestCode.QUERY_MESSAGE:
+            return self._query_message(cmd)
+        if code == RequestCode.VIEW_MESSAGE_BY_ID:
+            offset = int_field(cmd, "offset")
+            raw = store.select_one_message_by_offset(offset)
+            if raw is None:
+                return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+            return create_response(cmd, ResponseCode.SUCCESS, body=raw)
+        return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported")
+
+    def _update_topic(self, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        topic = field(cmd, "topic")
+        problem = validate_topic(topic, for_creation=True)
+        if problem is not None:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, problem)
+        if topic == b.broker_config.broker_cluster_name:  # AdminBrokerProcessor.updateAndCreateTopic
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR,
+                                   f"the topic[{topic}] is conflict with system reserved words.")
+        read_q = int_field(cmd, "readQueueNums")
+        write_q = int_field(cmd, "writeQueueNums")
+        perm = int_field(cmd, "perm")
+        if read_q <= 0 or write_q <= 0 or read_q > 1024 or write_q > 1024:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR,
+                                   f"queue nums must be in [1, 1024], got read {read_q} write {write_q}")
+        if perm < 0 or perm > 15:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"perm must be in [0, 15], got {perm}")
+        tc = TopicConfig(topic, read_q, write_q, perm, cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
+                         int_field(cmd, "topicSysFlag", 0), cmd.ext_fields.get("order", "false") == "true")
+        b.topic_config_manager.update_topic_config(tc)
+        return create_response(cmd, ResponseCode.SUCCESS)
+
+    def _query_message(self, cmd: RemotingCommand) -> RemotingCommand:
+        store = self.broker.store
+        topic = field(cmd, "topic")
+        key = field(cmd, "key")
+        max_num = int_field(cmd, "maxNum")
+        begin = int_field(cmd, "beginTimestamp")
+        end = int_field(cmd, "endTimestamp")
+        # QueryMessageProcessor: a unique-key query asks for defaultQueryMaxNum; the store caps at
+        # maxMsgsNumBatch.
+        if cmd.ext_fields.get("_UNIQUE_KEY_QUERY") == "true":
+            max_num = store.config.default_query_max_num
+        max_num = min(max_num, store.config.max_msgs_num_batch)
+        msgs = store.query_message(topic, key, max_num, begin, end)
+        last = store.index_service.get_last_file()
+        ext = {"indexLastUpdateTimestamp": str(last.end_timestamp if last is not None else 0),
+               "indexLastUpdatePhyoffset": str(last.end_phy_offset if last is not None else 0)}
+        if not msgs:
+            return create_response(cmd, ResponseCode.QUERY_NOT_FOUND,
+                                   "can not find message, maybe time range not correct", ext)
+        parts = []
+        for m in msgs:
+            raw = store.select_one_message_by_offset(m.commit_log_offset, m.store_size)
+            if raw is not None:
+                parts.append(raw)
+        return create_response(cmd, ResponseCode.SUCCESS, None, ext, b"".join(parts))
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json_loads(body)
+    except ValueError as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from None

@@ -1,0 +1,199 @@
+"""This module owns the client-facing bookkeeping requests: HEART_BEAT (34), UNREGISTER_CLIENT (35),
+GET_CONSUMER_LIST_BY_GROUP (38), QUERY/UPDATE_CONSUMER_OFFSET (14/15), LOCK/UNLOCK_BATCH_MQ (41/42)
+(broker/.../processor/ClientManageProcessor.java, ConsumerManageProcessor.java, AdminBrokerProcessor
+lockBatchMQ/unlockBatchMQ, 4.9.8), and the NOTIFY_CONSUMER_IDS_CHANGED (40) requests the broker sends back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from reference_broker.broker.client_manager import ClientChannelInfo, MessageQueueKey, SubscriptionData
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import RemotingCommand, create_request, create_response, json_dumps, json_loads
+from reference_broker.remoting.headers import BadRequest, field, int_field
+from reference_broker.remoting.server import ConnectionContext
+
+if TYPE_CHECKING:
+    from reference_broker.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Channel(Protocol):
+    """What the broker needs of a client connection (ConnectionContext in production)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def send(self, cmd: RemotingCommand) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _json_body(cmd: RemotingCommand) -> dict[str, Any]:
+    try:
+        obj = json_loads(cmd.body)
+    except ValueError as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return obj
+
+
+class ClientManageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | None:
+        try:
+            code = cmd.code
+            if code == RequestCode.HEART_BEAT:
+                return self.heart_beat(ctx, cmd)
+            if code == RequestCode.UNREGISTER_CLIENT:
+                return self.unregister_client(ctx, cmd)
+            if code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
+                return self.consumer_list(cmd)
+            if code == RequestCode.QUERY_CONSUMER_OFFSET:
+                return self.query_consumer_offset(cmd)
+            if code == RequestCode.UPDATE_CONSUMER_OFFSET:
+                return self.update_consumer_offset(ctx, cmd)
+            if code == RequestCode.LOCK_BATCH_MQ:
+                return self.lock_batch(cmd)
+            if code == RequestCode.UNLOCK_BATCH_MQ:
+                return self.unlock_batch(cmd)
+            return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                   f" request type {cmd.code} not supported")
+        except (BadRequest, KeyError, ValueError, TypeError) as exc:
+            log.warning("bad request (code %d) from %s: %s", cmd.code, ctx.peer, exc)
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
+
+    # ---- heartbeat ---------------------------------------------------------------------------------
+    def heart_beat(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        data = _json_body(cmd)
+        client_id = str(data.get("clientID") or "")
+        if not client_id:
+            raise BadRequest("heartbeat without clientID")
+        now = _now_ms()
+        info = ClientChannelInfo(ctx, client_id, cmd.language, cmd.version, now)
+        ctx.attributes["client_id"] = client_id
+        for cdata in data.get("consumerDataSet") or []:
+            group = str(cdata["groupName"])
+            sgc = b.subscription_group_manager.find_subscription_group_config(group)
+            model = str(cdata.get("messageModel") or "CLUSTERING")
+            if sgc is not None:
+                # ClientManageProcessor: a clustering group gets its retry topic at its first heartbeat.
+                b.topic_config_manager.create_retry_topic(group, sgc.retry_queue_nums)
+            subs = [SubscriptionData.from_json(s) for s in cdata.get("subscriptionDataSet") or []]
+            changed = b.consumer_manager.register(group, ClientChannelInfo(ctx, client_id, cmd.language,
+                                                                           cmd.version, now),
+                                                  str(cdata.get("consumeType") or "CONSUME_PASSIVELY"), model,
+                                                  str(cdata.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
+                                                  subs, now)
+            if changed and (sgc is None or sgc.notify_consumer_ids_changed_enable):
+                self.notify_consumer_ids_changed(group)
+        for pdata in data.get("producerDataSet") or []:
+            b.producer_manager.register(str(pdata["groupName"]), info)
+        return create_response(cmd, ResponseCode.SUCCESS)
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        """Broker2Client.notifyConsumerIdsChanged: a oneway request to every member of the group."""
+        for channel in self.broker.consumer_manager.channels(group):
+            if isinstance(channel, Channel) and not channel.closed:
+                req = create_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+                req.flag |= 2  # oneway (RPC_ONEWAY)
+                self.broker.spawn(channel.send(req))
+
+    def unregister_client(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        producer_group = cmd.ext_fields.get("producerGroup")
+        consumer_group = cmd.ext_fields.get("consumerGroup")
+        if producer_group:
+            b.producer_manager.unregister(producer_group, ctx)
+        if consumer_group and b.consumer_manager.unregister(consumer_group, ctx):
+            self.notify_consumer_ids_changed(consumer_group)
+        return create_response(cmd, ResponseCode.SUCCESS)
+
+    def on_channel_close(self, ctx: ConnectionContext) -> None:
+        b = self.broker
+        b.producer_manager.channel_closed(ctx)
+        for group in b.consumer_manager.channel_closed(ctx):
+            self.notify_consumer_ids_changed(group)
+
+    def scan_not_active(self) -> None:
+        b = self.broker
+        now = _now_ms()
+        b.producer_manager.scan_not_active(now)
+        for group, channel in b.consumer_manager.scan_not_active(now):
+            if isinstance(channel, Channel):
+                channel.close()
+            self.notify_consumer_ids_changed(group)
+
+    # ---- consumers -----------------------------------------------------------------------------------
+    def consumer_list(self, cmd: RemotingCommand) -> RemotingCommand:
+        group = field(cmd, "consumerGroup")
+        ids = self.broker.consumer_manager.client_ids(group)
+        if not ids:
+            log.warning("getConsumerGroupInfo failed, %s", group)
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"consumerIdList": ids}))
+
+    def query_consumer_offset(self, cmd: RemotingCommand) -> RemotingCommand:
+        """ConsumerManageProcessor.queryConsumerOffset, including the "in memory → 0" rule (FACTS §3.4, §8)."""
+        b = self.broker
+        group = field(cmd, "consumerGroup")
+        topic = field(cmd, "topic")
+        queue_id = int_field(cmd, "queueId")
+        offset = b.consumer_offset_manager.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return create_response(cmd, ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        store = b.store
+        min_offset = store.get_min_offset_in_queue(topic, queue_id)
+        # A group with no offset reads from 0 while message 0 is still in memory — the well-known surprise
+        # that makes a new CONSUME_FROM_LAST_OFFSET group consume a young topic from its start.
+        if min_offset <= 0 and not self._in_disk(topic, queue_id, 0):
+            return create_response(cmd, ResponseCode.SUCCESS, None, {"offset": "0"})
+        return create_response(cmd, ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group "
+                                                                  "consumer boot first")
+
+    def _in_disk(self, topic: str, queue_id: int, cq_offset: int) -> bool:
+        """checkInDiskByConsumeOffset: is the message at this queue offset beyond the in-memory window?"""
+        store = self.broker.store
+        phy = store.get_commit_log_offset_in_queue(topic, queue_id, cq_offset)
+        if phy < 0:
+            return False
+        return store.check_in_disk_by_commit_offset(phy, store.get_max_phy_offset())
+
+    def update_consumer_offset(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
+        self.broker.consumer_offset_manager.commit_offset(
+            ctx.peer, field(cmd, "consumerGroup"), field(cmd, "topic"), int_field(cmd, "queueId"),
+            int_field(cmd, "commitOffset"))
+        return create_response(cmd, ResponseCode.SUCCESS)
+
+    # ---- orderly locks -------------------------------------------------------------------------------
+    def _lock_body(self, cmd: RemotingCommand) -> tuple[str, str, list[MessageQueueKey]]:
+        body = _json_body(cmd)
+        group = str(body["consumerGroup"])
+        client_id = str(body["clientId"])
+        mqs = [MessageQueueKey.from_json(o) for o in body.get("mqSet") or []]
+        return group, client_id, mqs
+
+    def lock_batch(self, cmd: RemotingCommand) -> RemotingCommand:
+        group, client_id, mqs = self._lock_body(cmd)
+        locked = self.broker.lock_manager.try_lock_batch(group, mqs, client_id, _now_ms())
+        return create_response(cmd, ResponseCode.SUCCESS,
+                               body=json_dumps({"lockOKMQSet": [mq.to_json() for mq in sorted(locked)]}))
+
+    def unlock_batch(self, cmd: RemotingCommand) -> RemotingCommand:
+        group, client_id, mqs = self._lock_body(cmd)
+        self.broker.lock_manager.unlock_batch(group, mqs, client_id)
+        return create_response(cmd, ResponseCode.SUCCESS)
+

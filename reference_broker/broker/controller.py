@@ -1,0 +1,265 @@
+"""This module owns the broker's assembly and life cycle (broker/.../BrokerController.java, 4.9.8): the store,
+the configuration managers, the client registries, the processors on one remoting server, long polling,
+delay levels, name-server registration and the periodic tasks.
+
+Everything that touches the managers' tables runs on the broker's one event loop; the store's own threads
+(flush, dispatch, cleaning) stay inside the store, and blocking calls (name-server registration) go to the
+loop's executor. Shutdown follows BrokerController.shutdown: stop accepting, answer held pulls, stop delay
+delivery, unregister, persist offsets and configs, then shut the store down (which removes ``abort``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import Coroutine
+from typing import Any
+
+from reference_broker import __version__
+from reference_broker.broker.admin_processor import CODES as ADMIN_CODES
+from reference_broker.broker.admin_processor import AdminProcessor
+from reference_broker.broker.broker_config import BrokerConfig
+from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+from reference_broker.broker.client_processor import ClientManageProcessor
+from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
+from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTERVAL_SHORT_S, PullRequestHoldService
+from reference_broker.broker.pull_processor import PullMessageProcessor
+from reference_broker.broker.schedule_message import ScheduleMessageService
+from reference_broker.broker.send_processor import SendMessageProcessor
+from reference_broker.broker.subscription_group import SubscriptionGroupManager
+from reference_broker.broker.topic_config import TopicConfigManager
+from reference_broker.remoting.client import RemotingClient
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import create_request, json_dumps
+from reference_broker.remoting.errors import RemotingError
+from reference_broker.remoting.server import RemotingServer
+from reference_broker.store.clean import disk_partition_space_used_percent
+from reference_broker.store.config import BrokerRole, MessageStoreConfig
+from reference_broker.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+SCAN_NOT_ACTIVE_CHANNEL_S = 10.0  # ClientHousekeepingService: every 10 s
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class BrokerController:
+    def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, host: str = "0.0.0.0") -> None:
+        if broker_config.listen_port <= 0:
+            raise BrokerStartError("listenPort must be a fixed port (it is part of every offsetMsgId)")
+        store_config.store_host = (broker_config.broker_ip1, broker_config.listen_port)
+        self.broker_config = broker_config
+        self.message_store_config = store_config
+        self.host = host
+        root = store_config.store_path_root_dir
+        self.store = MessageStore(store_config)
+        self.topic_config_manager = TopicConfigManager(root, broker_config)
+        self.consumer_offset_manager = ConsumerOffsetManager(root)
+        self.subscription_group_manager = SubscriptionGroupManager(root, broker_config)
+        self.schedule_service: ScheduleMessageService | None = None
+        self.consumer_manager = ConsumerManager()
+        self.producer_manager = ProducerManager()
+        self.lock_manager = RebalanceLockManager()
+        self.hold_service: PullRequestHoldService | None = None
+        self.server = RemotingServer()
+        self.client_processor = ClientManageProcessor(self)
+        self.send_processor = SendMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor(self)
+        self.admin_processor = AdminProcessor(self)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._periodic: list[asyncio.Task[None]] = []
+        self.boot_timestamp_ms = 0
+        self.registered = False
+        self._register_pending = False
+        self._stopped = False
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_config.broker_ip1}:{self.broker_config.listen_port}"
+
+    # ---- life cycle -----------------------------------------------------------------------------------
+    def initialize(self) -> None:
+        """Load configs and the store (BrokerController.initialize); BrokerStartError when unusable."""
+        for manager in (self.topic_config_manager, self.consumer_offset_manager, self.subscription_group_manager):
+            if not manager.load():
+                raise BrokerStartError(f"cannot load {manager.config_file_path}; see the log")
+        if not self.store.load():
+            raise BrokerStartError("the message store failed to load; see the log")
+        sched = ScheduleMessageService(self.store, self.message_store_config.store_path_root_dir)
+        if not sched.load():
+            raise BrokerStartError("cannot load config/delayOffset.json (nor its .bak); see the log")
+        self.schedule_service = sched
+
+    async def start(self) -> None:
+        loop = self.loop = asyncio.get_running_loop()
+        bc = self.broker_config
+        self.store.start()
+        self.hold_service = PullRequestHoldService(
+            loop, self.store.get_max_offset_in_queue,
+            CHECK_INTERVAL_LONG_S if bc.long_polling_enable else CHECK_INTERVAL_SHORT_S)
+        self.store.reput.arriving_listener = self.hold_service.arriving
+        self.hold_service.start()
+        server = self.server
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+                     RequestCode.CONSUMER_SEND_MSG_BACK):
+            server.register(code, self.send_processor.handle)
+        server.register(RequestCode.PULL_MESSAGE, self.pull_processor.handle)
+        for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                     RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET,
+                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+            server.register(code, self.client_processor.handle)
+        for code in ADMIN_CODES:
+            server.register(code, self.admin_processor.handle)
+        server.close_hooks.append(self.client_processor.on_channel_close)
+        self.topic_config_manager.on_change = self.register_to_namesrv_soon
+        await server.start(self.host, bc.listen_port)
+        # Delivery puts messages, which a slave refuses: only a master runs the delay timers.
+        if self.schedule_service is not None and self.message_store_config.broker_role is not BrokerRole.SLAVE:
+            self.schedule_service.start()
+        self.boot_timestamp_ms = time.time_ns() // 1_000_000
+        if bc.namesrv_addr:
+            await loop.run_in_executor(None, self.register_all)
+        self._every(bc.get_register_name_server_period_ms() / 1000, self._register_async)
+        self._every(bc.flush_consumer_offset_interval_ms / 1000, self._persist_offsets)
+        self._every(SCAN_NOT_ACTIVE_CHANNEL_S, self._scan_channels)
+
+    async def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for task in self._periodic:
+            task.cancel()
+        if self.hold_service is not None:
+            self.hold_service.shutdown()  # held pulls re-execute and answer now
+            await asyncio.sleep(0.05)  # let those answers reach the sockets
+        await self.server.stop()
+        pending = [t for t in (*self._periodic, *self._tasks) if not t.done()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if self.schedule_service is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.schedule_service.shutdown)
+        if self.broker_config.namesrv_addr:
+            await asyncio.get_running_loop().run_in_executor(None, self.unregister_all)
+        self.store.reput.arriving_listener = None
+        for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager):
+            try:
+                manager.persist()
+            except OSError:
+                log.exception("cannot persist %s", manager.config_file_path)
+        await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
+        log.info("broker %s shut down (normally: %s)", self.broker_addr, self.store.shutdown_normally)
+
+    # ---- periodic work ----------------------------------------------------------------------------------
+    def _every(self, period_s: float, fn: Any) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(period_s)
+                try:
+                    result = fn()
+                    if asyncio.iscoroutine(result):
+                        await result
+                except Exception:
+                    log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+
+        assert self.loop is not None
+        self._periodic.append(self.loop.create_task(loop()))
+
+    def _persist_offsets(self) -> None:
+        self.consumer_offset_manager.persist()
+
+    def _scan_channels(self) -> None:
+        self.client_processor.scan_not_active()
+
+    async def _register_async(self) -> None:
+        assert self.loop is not None
+        await self.loop.run_in_executor(None, self.register_all)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run a fire-and-forget coroutine on the broker's loop (keeps a reference until it ends)."""
+        assert self.loop is not None
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def register_to_namesrv_soon(self) -> None:
+        """Re-register after a topic change, coalescing a burst of changes into one registration.
+        Safe from any thread."""
+        loop = self.loop
+        if loop is None or not self.broker_config.namesrv_addr or self._register_pending:
+            return
+        self._register_pending = True
+
+        async def later() -> None:
+            await asyncio.sleep(0.01)
+            self._register_pending = False
+            await self._register_async()
+
+        loop.call_soon_threadsafe(lambda: self.spawn(later()))
+
+    # ---- name server ------------------------------------------------------------------------------------
+    def _namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in (self.broker_config.namesrv_addr or "").split(";") if a.strip()]
+
+    def _register_header(self) -> dict[str, str]:
+        bc = self.broker_config
+        return {"brokerAddr": self.broker_addr, "brokerId": str(bc.broker_id), "brokerName": bc.broker_name,
+                "clusterName": bc.broker_cluster_name,
+                "haServerAddr": f"{bc.broker_ip1}:{bc.listen_port + 1}", "compressed": "false"}
+
+    def register_all(self) -> None:
+        """registerBrokerAll: the topic table (with the broker's permission) to every name server."""
+        tcm = self.topic_config_manager
+        table = {}
+        for name, tc in list(tcm.topic_config_table.items()):
+            obj = tc.to_json()
+            obj["perm"] = tc.perm & self.broker_config.broker_permission
+            table[name] = obj
+        body = json_dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table,
+                                                           "dataVersion": tcm.data_version.to_json()},
+                           "filterServerList": []})
+        header = self._register_header()
+        header["bodyCrc32"] = str(zlib.crc32(body) & 0x7FFFFFFF)
+        ok = False
+        for addr in self._namesrv_addrs():
+            host, _, port = addr.rpartition(":")
+            try:
+                with RemotingClient(host, int(port), timeout_s=3.0) as client:
+                    resp = client.invoke(create_request(RequestCode.REGISTER_BROKER, header, body))
+                if resp.code == ResponseCode.SUCCESS:
+                    ok = True
+                else:
+                    log.warning("register broker to name server %s failed: code %d %s", addr, resp.code, resp.remark)
+            except (RemotingError, ValueError) as exc:
+                log.warning("register broker to name server %s failed: %s", addr, exc)
+        self.registered = self.registered or ok
+
+    def unregister_all(self) -> None:
+        header = self._register_header()
+        for addr in self._namesrv_addrs():
+            host, _, port = addr.rpartition(":")
+            with contextlib.suppress(RemotingError, ValueError), RemotingClient(host, int(port), 3.0) as client:
+                client.invoke(create_request(RequestCode.UNREGISTER_BROKER, {
+                    k: header[k] for k in ("brokerAddr", "brokerId", "brokerName", "clusterName")}))
+
+    # ---- runtime info ------------------------------------------------------------------------------------
+    def runtime_info(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's table: RocketMQ's keys where they exist, plus this lab's."""
+        info = dict(self.store.get_runtime_info())
+        root = self.message_store_config.store_path_root_dir
+        info.update({
+            "brokerVersionDesc": f"reference_broker {__version__}",
+            "bootTimestamp": str(self.boot_timestamp_ms),
+            "commitLogDiskRatio": f"{disk_partition_space_used_percent(root / 'commitlog'):.4f}",
+            "heldPullRequests": str(self.hold_service.held_count() if self.hold_service else 0),
+            "flushDiskType": self.message_store_config.flush_disk_type.name,
+            "brokerRole": self.message_store_config.broker_role.name,
+        })
+        return info

@@ -1,0 +1,151 @@
+"""This module owns PULL_MESSAGE (11): checks, the store read, the status → code mapping, long polling and
+the piggy-backed offset commit (broker/.../processor/PullMessageProcessor.java, 4.9.8; FACTS §3.4).
+
+| GetMessageStatus                          | response code                                           |
+|-------------------------------------------|---------------------------------------------------------|
+| FOUND                                     | SUCCESS (body = the raw commit-log records, back to back)|
+| MESSAGE_WAS_REMOVING, NO_MATCHED_MESSAGE  | PULL_RETRY_IMMEDIATELY                                  |
+| NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE | PULL_OFFSET_MOVED if the request offset ≠ 0, else PULL_NOT_FOUND |
+| OFFSET_FOUND_NULL, OFFSET_OVERFLOW_ONE    | PULL_NOT_FOUND                                          |
+| OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL   | PULL_OFFSET_MOVED                                       |
+
+A PULL_NOT_FOUND with the suspend flag is held (``pull_hold``) and re-executed once woken, without the
+suspend flag and without committing the offset again — as executeRequestWhenWakeup does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from reference_broker.broker.client_manager import SubscriptionData
+from reference_broker.broker.topic_config import is_readable
+from reference_broker.remoting.codes import ResponseCode
+from reference_broker.remoting.command import RemotingCommand, create_response
+from reference_broker.remoting.headers import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    BadRequest,
+    field,
+    int_field,
+)
+from reference_broker.store.config import BrokerRole
+from reference_broker.store.status import GetMessageStatus
+
+if TYPE_CHECKING:
+    from reference_broker.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+FAQ: Final = " See http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+class PullMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+
+    async def handle(self, ctx: object, cmd: RemotingCommand) -> RemotingCommand | None:
+        peer = getattr(ctx, "peer", "?")
+        try:
+            return await self.process(cmd, peer, allow_suspend=True)
+        except BadRequest as exc:
+            log.warning("bad pull request from %s: %s", peer, exc)
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+
+    async def process(self, cmd: RemotingCommand, peer: str, allow_suspend: bool) -> RemotingCommand:
+        b = self.broker
+        bc = b.broker_config
+        group = field(cmd, "consumerGroup")
+        topic = field(cmd, "topic")
+        queue_id = int_field(cmd, "queueId")
+        offset = int_field(cmd, "queueOffset")
+        max_nums = int_field(cmd, "maxMsgNums")
+        sys_flag = int_field(cmd, "sysFlag")
+        commit_offset = int_field(cmd, "commitOffset", 0)
+        suspend_ms = int_field(cmd, "suspendTimeoutMillis", 0)
+        sub_version = int_field(cmd, "subVersion", 0)
+
+        if not is_readable(bc.broker_permission):
+            return create_response(cmd, ResponseCode.NO_PERMISSION,
+                                   f"the broker[{bc.broker_ip1}] pulling message is forbidden")
+        sgc = b.subscription_group_manager.find_subscription_group_config(group)
+        if sgc is None:
+            return create_response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                   f"subscription group [{group}] does not exist,{FAQ}")
+        if not sgc.consume_enable:
+            return create_response(cmd, ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        has_suspend = bool(sys_flag & PULL_FLAG_SUSPEND)
+        has_commit = bool(sys_flag & PULL_FLAG_COMMIT_OFFSET)
+        has_sub = bool(sys_flag & PULL_FLAG_SUBSCRIPTION)
+        tc = b.topic_config_manager.select_topic_config(topic)
+        if tc is None:
+            log.error("the topic %s not exist, consumer: %s", topic, peer)
+            return create_response(cmd, ResponseCode.TOPIC_NOT_EXIST,
+                                   f"topic[{topic}] not exist, apply first please!{FAQ}")
+        if not is_readable(tc.perm):
+            return create_response(cmd, ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= tc.read_queue_nums:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR,
+                                   f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                                   f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{peer}]")
+        sub: SubscriptionData | None
+        if has_sub:
+            sub = SubscriptionData.build(topic, cmd.ext_fields.get("subscription"), sub_version)
+        else:
+            cgi = b.consumer_manager.table.get(group)
+            if cgi is None:
+                return create_response(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                       "the consumer's group info not exist" + FAQ)
+            if not sgc.consume_broadcast_enable and cgi.message_model == "BROADCASTING":
+                return create_response(cmd, ResponseCode.NO_PERMISSION,
+                                       f"the consumer group[{group}] can not consume by broadcast way")
+            sub = cgi.subscriptions.get(topic)
+            if sub is None:
+                return create_response(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                       "the consumer's subscription not exist" + FAQ)
+            if sub.sub_version < sub_version:
+                return create_response(cmd, ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                                       "the consumer's subscription not latest")
+        matches = None if (sub.sub_string == "*" or not sub.code_set) else sub.matches_tags_code
+
+        result = self.store.get_message(group, topic, queue_id, offset, max_nums, matches)
+        ext = {
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+            # slaveReadEnable is false: always suggest the master (MixAll.MASTER_ID).
+            "suggestWhichBrokerId": str(sgc.which_broker_when_consume_slowly
+                                        if bc.slave_read_enable and result.suggest_pulling_from_slave else 0),
+        }
+        status = result.status
+        if status is GetMessageStatus.FOUND:
+            code = ResponseCode.SUCCESS
+        elif status in (GetMessageStatus.MESSAGE_WAS_REMOVING, GetMessageStatus.NO_MATCHED_MESSAGE):
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        elif status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+            if offset != 0:
+                code = ResponseCode.PULL_OFFSET_MOVED
+                log.info("the broker store no queue data, fix the request offset %d to %d, Topic: %s QueueId: %d "
+                         "Consumer Group: %s", offset, result.next_begin_offset, topic, queue_id, group)
+            else:
+                code = ResponseCode.PULL_NOT_FOUND
+        elif status in (GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.OFFSET_OVERFLOW_ONE):
+            code = ResponseCode.PULL_NOT_FOUND
+        else:  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+            code = ResponseCode.PULL_OFFSET_MOVED
+            log.info("the request offset: %d over flow badly or too small, broker max offset: %d, consumer: %s",
+                     offset, result.max_offset, peer)
+
+        # storeOffsetEnable: computed and applied on the first execution, even if the request is then held.
+        if allow_suspend and has_commit and b.message_store_config.broker_role is not BrokerRole.SLAVE:
+            b.consumer_offset_manager.commit_offset(peer, group, topic, queue_id, commit_offset)
+
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
+            timeout_ms = suspend_ms if bc.long_polling_enable else bc.short_polling_time_mills
+            if timeout_ms > 0 and b.hold_service is not None:
+                await b.hold_service.suspend(topic, queue_id, offset, timeout_ms / 1000, matches)
+                return await self.process(cmd, peer, allow_suspend=False)
+        body = b"".join(result.messages) if code == ResponseCode.SUCCESS else b""
+        return create_response(cmd, code, None if code == ResponseCode.SUCCESS else status.name, ext, body)

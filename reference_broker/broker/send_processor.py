@@ -1,0 +1,356 @@
+"""This module owns the write side of the broker: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310),
+SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36)
+(broker/.../processor/SendMessageProcessor.java and AbstractSendMessageProcessor.java, 4.9.8).
+
+The order of checks and the remark texts follow msgCheck; put results map to response codes as
+handlePutMessageResult does (FLUSH_DISK_TIMEOUT and the slave codes mean *stored*). The store call runs on
+the event loop: under ASYNC_FLUSH its callback fires at once; under SYNC_FLUSH the group-commit thread fires
+it, and the answer crosses back to the loop, so no thread waits per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from reference_broker.broker import topic_config as tcm
+from reference_broker.broker.topic_config import PERM_READ, PERM_WRITE, is_writeable
+from reference_broker.common import message as mc
+from reference_broker.common.message_batch import BatchDecodeError, decode_batch
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import RemotingCommand, create_response
+from reference_broker.remoting.headers import BadRequest, field, int_field, send_v2_to_v1
+from reference_broker.store import record as rec
+from reference_broker.store.commit_log import MessageExtBatch
+from reference_broker.store.status import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from reference_broker.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+# handlePutMessageResult: status → (code, remark or None)
+_PUT_CODES: Final = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: ResponseCode.SYSTEM_ERROR,
+    PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_ERROR,
+    PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+_PUT_REMARKS: Final = {
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: "create mapped file failed, server is busy or broken.",
+    PutMessageStatus.OS_PAGECACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    PutMessageStatus.UNKNOWN_ERROR: "UNKNOWN_ERROR",
+}
+PROPERTY_CLUSTER: Final = "CLUSTER"  # MessageConst.PROPERTY_CLUSTER, set on every stored message
+REJECT_REMARK: Final = "[REJECTREQUEST]system busy, start flow control for a while"  # NettyRemotingAbstract
+MAX_RECONSUME_TIMES_DEFAULT: Final = 16  # SubscriptionGroupConfig.retryMaxTimes
+
+
+def put_result_response(cmd: RemotingCommand, result: PutMessageResult, queue_id: int,
+                        msg_id: str | None = None) -> RemotingCommand:
+    status = result.status
+    code = _PUT_CODES[status]
+    remark: str | None
+    if status is PutMessageStatus.MESSAGE_ILLEGAL or status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED:
+        remark = "the message is illegal, maybe msg body or properties length not matched. msg body length limit " \
+                 "128k, msg properties length limit 32k."
+    elif status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+        remark = result.remark or "service not available now. "
+    else:
+        remark = _PUT_REMARKS.get(status)
+    if not status.is_stored or result.append is None:
+        return create_response(cmd, code, remark)
+    append = result.append
+    return create_response(cmd, code, remark, {
+        "msgId": msg_id if msg_id is not None else append.msg_id,
+        "queueId": str(queue_id),
+        "queueOffset": str(append.logics_offset),
+    })
+
+
+class SendMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.topics = broker.topic_config_manager
+        self.cluster_name = broker.broker_config.broker_cluster_name
+        self._cluster_suffix = f"\x02{PROPERTY_CLUSTER}\x01{self.cluster_name}".encode()
+
+    # ---- entry ------------------------------------------------------------------------------------
+    async def handle(self, ctx: object, cmd: RemotingCommand) -> RemotingCommand | None:
+        peer = getattr(ctx, "peer", "?")
+        try:
+            if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
+                return await self._send_back(cmd, peer)
+            if self.store.is_os_page_cache_busy():
+                return create_response(cmd, ResponseCode.SYSTEM_BUSY, REJECT_REMARK)
+            busy = self._waited_too_long(cmd)
+            if busy is not None:
+                return busy
+            fields = send_v2_to_v1(cmd.ext_fields) if cmd.code == RequestCode.SEND_MESSAGE_V2 else cmd.ext_fields
+            if cmd.code == RequestCode.SEND_BATCH_MESSAGE or fields.get("batch") == "true":
+                return await self._send_batch(cmd, fields, peer)
+            return await self._send_one(cmd, fields, peer)
+        except BadRequest as exc:
+            log.warning("bad send request from %s: %s", peer, exc)
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+
+    def _waited_too_long(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """BrokerFastFailure.cleanExpiredRequestInQueue: a send that queued longer than
+        waitTimeMillsInSendQueue (200 ms) is refused with SYSTEM_BUSY rather than served late."""
+        if not cmd.received_at or not self.broker.broker_config.broker_fast_failure_enable:
+            return None
+        waited_ms = (asyncio.get_running_loop().time() - cmd.received_at) * 1000
+        if waited_ms <= self.broker.broker_config.wait_time_mills_in_send_queue:
+            return None
+        return create_response(cmd, ResponseCode.SYSTEM_BUSY,
+                               f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "
+                               f"{waited_ms:.0f}ms, size of queue: {self.broker.server.pending_requests()}")
+
+    # ---- checks (AbstractSendMessageProcessor.msgCheck) -----------------------------------------
+    def _check(self, cmd: RemotingCommand, topic: str, default_topic: str, default_queue_nums: int,
+               queue_id: int, sys_flag: int, peer: str) -> tuple[tcm.TopicConfig | None, RemotingCommand | None]:
+        bc = self.broker.broker_config
+        if not is_writeable(bc.broker_permission) and self.topics.is_order_topic(topic):
+            return None, create_response(cmd, ResponseCode.NO_PERMISSION,
+                                         f"the broker[{bc.broker_ip1}] sending message is forbidden")
+        problem = tcm.validate_topic(topic)
+        if problem is not None:
+            return None, create_response(cmd, ResponseCode.SYSTEM_ERROR, problem)
+        if tcm.is_not_allowed_send_topic(topic):
+            return None, create_response(cmd, ResponseCode.NO_PERMISSION,
+                                         f"Sending message to topic[{topic}] is forbidden.")
+        tc = self.topics.select_topic_config(topic)
+        if tc is None:
+            topic_sys_flag = 0
+            if topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):
+                tc = self.topics.create_topic_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE,
+                                                                          topic_sys_flag)
+            else:
+                tc = self.topics.create_topic_in_send_message_method(topic, default_topic, peer, default_queue_nums,
+                                                                     topic_sys_flag)
+            if tc is None:
+                return None, create_response(cmd, ResponseCode.TOPIC_NOT_EXIST,
+                                             f"topic[{topic}] not exist, apply first please! "
+                                             "See http://rocketmq.apache.org/docs/faq/ for further details.")
+        if not is_writeable(tc.perm):
+            return None, create_response(cmd, ResponseCode.NO_PERMISSION,
+                                         f"the topic[{topic}] sending message is forbidden")
+        queue_max = max(tc.write_queue_nums, tc.read_queue_nums)
+        if queue_id >= queue_max:
+            return None, create_response(
+                cmd, ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {tc} Producer: {peer}")
+        return tc, None
+
+    # ---- one message ------------------------------------------------------------------------------
+    async def _send_one(self, cmd: RemotingCommand, f: dict[str, str], peer: str) -> RemotingCommand | None:
+        topic = _f(f, "topic")
+        queue_id = _i(f, "queueId")
+        sys_flag = _i(f, "sysFlag", 0)
+        tc, bad = self._check(cmd, topic, f.get("defaultTopic", tcm.AUTO_CREATE_TOPIC_KEY_TOPIC),
+                              _i(f, "defaultTopicQueueNums", 4), queue_id, sys_flag, peer)
+        if bad is not None:
+            return bad
+        assert tc is not None
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, tc.write_queue_nums))  # randomQueueId
+        props_text = f.get("properties") or ""
+        props = mc.bytes_to_properties(props_text.encode()) if props_text else {}
+        reconsume_times = _i(f, "reconsumeTimes", 0)
+        if topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):  # handleRetryAndDLQ
+            redirected = self._retry_to_dlq(topic, reconsume_times, _i(f, "maxReconsumeTimes", -1))
+            if isinstance(redirected, RemotingCommand):
+                return create_response(cmd, redirected.code, redirected.remark)
+            if redirected is not None:
+                topic, queue_id = redirected, 0
+        if props.get(mc.PROPERTY_TRANSACTION_PREPARED) == "true":
+            if self.broker.broker_config.reject_transaction_message:
+                return create_response(cmd, ResponseCode.NO_PERMISSION,
+                                       f"the broker[{self.broker.broker_config.broker_ip1}] sending transaction "
+                                       "message is forbidden")
+            # Deliberate gap: half messages and check-back are on the roadmap (DESIGN §8), not built yet.
+            return create_response(cmd, ResponseCode.NO_PERMISSION,
+                                   "transactional messages are not supported by this broker yet")
+        props_b = props_text.encode() + self._cluster_suffix if props_text else self._cluster_suffix[1:]
+        props[PROPERTY_CLUSTER] = self.cluster_name
+        host, port = _split_peer(peer)
+        msg = rec.MessageExtBrokerInner(
+            topic=topic, body=cmd.body, queue_id=queue_id, flag=_i(f, "flag", 0), properties=props,
+            sys_flag=sys_flag, born_timestamp=_i(f, "bornTimestamp", 0), born_host=(host, port),
+            reconsume_times=reconsume_times, properties_bytes=props_b)
+        result = await self._put(lambda cb: self.store.put_message_callback(msg, cb))
+        return put_result_response(cmd, result, msg.queue_id)
+
+    async def _put(self, call: Callable[[Callable[[PutMessageResult], None]], None]) -> PutMessageResult:
+        """Run a store put whose callback fires either inside the call (ASYNC_FLUSH) or later on the
+        group-commit thread (SYNC_FLUSH); only the latter needs a future and a hop back to the loop."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PutMessageResult] = loop.create_future()
+        me = threading.get_ident()
+        inline: list[PutMessageResult] = []
+        in_call = [True]
+
+        def done(result: PutMessageResult) -> None:
+            if in_call[0] and threading.get_ident() == me:
+                inline.append(result)
+            else:
+                loop.call_soon_threadsafe(_resolve, fut, result)
+
+        call(done)
+        in_call[0] = False
+        if inline:
+            return inline[0]
+        return await fut
+
+    # ---- batches ------------------------------------------------------------------------------------
+    async def _send_batch(self, cmd: RemotingCommand, f: dict[str, str], peer: str) -> RemotingCommand | None:
+        topic = _f(f, "topic")
+        queue_id = _i(f, "queueId")
+        sys_flag = _i(f, "sysFlag", 0)
+        tc, bad = self._check(cmd, topic, f.get("defaultTopic", tcm.AUTO_CREATE_TOPIC_KEY_TOPIC),
+                              _i(f, "defaultTopicQueueNums", 4), queue_id, sys_flag, peer)
+        if bad is not None:
+            return bad
+        assert tc is not None
+        if topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):
+            return create_response(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                                   f"batch request does not support retry group {topic}")
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, tc.write_queue_nums))
+        try:
+            entries = decode_batch(cmd.body)
+        except BatchDecodeError as exc:
+            return create_response(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+        host, port = _split_peer(peer)
+        born = _i(f, "bornTimestamp", 0)
+        msgs = []
+        cluster_key = PROPERTY_CLUSTER
+        for e in entries:
+            props = dict(e.properties)
+            props[cluster_key] = self.cluster_name
+            msgs.append(rec.MessageExtBrokerInner(topic=topic, body=e.body, queue_id=queue_id, flag=e.flag,
+                                                  properties=props, sys_flag=sys_flag, born_timestamp=born,
+                                                  born_host=(host, port)))
+        batch = MessageExtBatch(topic, queue_id, msgs)
+        result = await self._put(lambda cb: self.store.put_messages_callback(batch, cb))
+        return put_result_response(cmd, result, queue_id)
+
+    # ---- retry and DLQ ------------------------------------------------------------------------------
+    def _retry_to_dlq(self, topic: str, reconsume_times: int, max_reconsume: int) -> str | RemotingCommand | None:
+        """handleRetryAndDLQ for a producer sending to %RETRY%group: past the limit, to %DLQ%group."""
+        group = topic[len(mc.RETRY_GROUP_TOPIC_PREFIX):]
+        sgc = self.broker.subscription_group_manager.find_subscription_group_config(group)
+        if sgc is None:
+            return create_response(RemotingCommand(0), ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                   f"subscription group not exist, {group} "
+                                   "See http://rocketmq.apache.org/docs/faq/ for further details.")
+        limit = max_reconsume if max_reconsume >= 0 else sgc.retry_max_times
+        if reconsume_times >= limit:
+            dlq = self.topics.create_dlq_topic(group)
+            return dlq.topic_name
+        return None
+
+    async def _send_back(self, cmd: RemotingCommand, peer: str) -> RemotingCommand:
+        """asyncConsumerSendMsgBack (FACTS §3.1)."""
+        group = field(cmd, "group")
+        offset = int_field(cmd, "offset")
+        delay_level = int_field(cmd, "delayLevel", 0)
+        origin_topic = cmd.ext_fields.get("originTopic")
+        origin_msg_id = cmd.ext_fields.get("originMsgId")
+        sgc = self.broker.subscription_group_manager.find_subscription_group_config(group)
+        if sgc is None:
+            return create_response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                   f"subscription group not exist, {group} "
+                                   "See http://rocketmq.apache.org/docs/faq/ for further details.")
+        bc = self.broker.broker_config
+        if not is_writeable(bc.broker_permission):
+            return create_response(cmd, ResponseCode.NO_PERMISSION,
+                                   f"the broker[{bc.broker_ip1}] sending message is forbidden")
+        if sgc.retry_queue_nums <= 0:  # the message is dropped, successfully (RocketMQ's rule)
+            return create_response(cmd, ResponseCode.SUCCESS)
+        new_topic = tcm.retry_topic(group)
+        queue_id = random.randrange(sgc.retry_queue_nums)
+        tc = self.topics.create_retry_topic(group, sgc.retry_queue_nums)
+        if not is_writeable(tc.perm):
+            return create_response(cmd, ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is "
+                                                                    "forbidden")
+        msg_ext = self.store.look_message_by_offset(offset)
+        if msg_ext is None:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        props = dict(msg_ext.properties)
+        if mc.PROPERTY_RETRY_TOPIC not in props:
+            props[mc.PROPERTY_RETRY_TOPIC] = msg_ext.topic
+        props[mc.PROPERTY_WAIT_STORE_MSG_OK] = "false"
+        max_reconsume = sgc.retry_max_times
+        if cmd.version >= 0 and "maxReconsumeTimes" in cmd.ext_fields:  # V3_4_9 and later send it
+            max_reconsume = int_field(cmd, "maxReconsumeTimes")
+        reconsume = msg_ext.reconsume_times
+        if reconsume >= max_reconsume or delay_level < 0:
+            new_topic = tcm.dlq_topic(group)
+            queue_id = 0
+            dlq = self.topics.create_dlq_topic(group)
+            if not is_writeable(dlq.perm):
+                return create_response(cmd, ResponseCode.NO_PERMISSION,
+                                       f"the topic[{new_topic}] sending message is forbidden")
+            # Known RocketMQ failure (FACTS §8, #2724): a DELAY left on the message sends it through
+            # SCHEDULE_TOPIC_XXXX once more before the DLQ. Clearing it goes straight to the DLQ.
+            props.pop(mc.PROPERTY_DELAY_TIME_LEVEL, None)
+        else:
+            if delay_level == 0:
+                delay_level = 3 + reconsume
+            props[mc.PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+        if mc.PROPERTY_ORIGIN_MESSAGE_ID not in props:
+            props[mc.PROPERTY_ORIGIN_MESSAGE_ID] = origin_msg_id or msg_ext.msg_id
+        del origin_topic  # RocketMQ logs it; the retry topic property already names the origin
+        msg = rec.MessageExtBrokerInner(
+            topic=new_topic, body=msg_ext.body, queue_id=queue_id, flag=msg_ext.flag, properties=props,
+            sys_flag=msg_ext.sys_flag, born_timestamp=msg_ext.born_timestamp, born_host=msg_ext.born_host,
+            reconsume_times=reconsume + 1)
+        result = await self._put(lambda cb: self.store.put_message_callback(msg, cb))
+        if result.status.is_stored:
+            return create_response(cmd, ResponseCode.SUCCESS)
+        return create_response(cmd, ResponseCode.SYSTEM_ERROR, result.status.name)
+
+
+def _resolve(fut: asyncio.Future[PutMessageResult], result: PutMessageResult) -> None:
+    if not fut.done():
+        fut.set_result(result)
+
+
+def _split_peer(peer: str) -> tuple[str, int]:
+    host, _, port = peer.rpartition(":")
+    try:
+        return (host.strip("[]") or "127.0.0.1"), int(port)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+def _f(f: dict[str, str], name: str) -> str:
+    value = f.get(name)
+    if value is None:
+        raise BadRequest(f"the custom field <{name}> is null")
+    return value
+
+
+def _i(f: dict[str, str], name: str, default: int | None = None) -> int:
+    value = f.get(name)
+    if value is None:
+        if default is not None:
+            return default
+        raise BadRequest(f"the custom field <{name}> is null")
+    try:
+        return int(value)
+    except ValueError:
+        raise BadRequest(f"the custom field <{name}> is not a number: {value!r}") from None
+

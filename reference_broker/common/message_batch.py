@@ -1,0 +1,76 @@
+"""This module owns the batch-send body (MessageDecoder.encodeMessage / decodeMessages, 4.9.8).
+
+A SEND_BATCH_MESSAGE body is the concatenation of one entry per message, big-endian:
+
+| field      | bytes  | notes                                               |
+|------------|--------|-----------------------------------------------------|
+| TOTALSIZE  | 4      | the whole entry, this field included                |
+| MAGICCODE  | 4      | written as 0 by encodeMessage                       |
+| BODYCRC    | 4      | crc32(body) & 0x7FFFFFFF (0 is accepted on decode)   |
+| FLAG       | 4      | user flag                                           |
+| BODY       | 4 + n  | int length + bytes                                  |
+| PROPERTIES | 2 + n  | short length + properties string (common/message.py)|
+
+Topic, queue and sysflag come from the request header, not the entries.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable
+from typing import Final, NamedTuple
+
+from reference_broker.common import message as mc
+
+_HEAD: Final = struct.Struct(">iiiii")  # total, magic, crc, flag, bodyLen
+_SHORT: Final = struct.Struct(">h")
+MIN_ENTRY: Final = _HEAD.size + _SHORT.size
+
+
+class BatchEntry(NamedTuple):
+    flag: int
+    body: bytes
+    properties: dict[str, str]
+
+
+class BatchDecodeError(ValueError):
+    """A batch body that does not parse; the broker answers MESSAGE_ILLEGAL."""
+
+
+def encode_entry(body: bytes, flag: int, properties: dict[str, str]) -> bytes:
+    props = mc.properties_to_bytes(properties)
+    total = MIN_ENTRY + len(body) + len(props)
+    crc = zlib.crc32(body) & 0x7FFFFFFF
+    return b"".join((_HEAD.pack(total, 0, crc, flag, len(body)), body, _SHORT.pack(len(props)), props))
+
+
+def encode_batch(entries: Iterable[BatchEntry]) -> bytes:
+    return b"".join(encode_entry(e.body, e.flag, e.properties) for e in entries)
+
+
+def decode_batch(data: bytes | memoryview) -> list[BatchEntry]:
+    """Every entry of a batch body; BatchDecodeError on anything that does not add up exactly."""
+    buf = memoryview(data)
+    out: list[BatchEntry] = []
+    pos, end = 0, len(buf)
+    while pos < end:
+        if end - pos < MIN_ENTRY:
+            raise BatchDecodeError(f"truncated batch entry at byte {pos}")
+        total, _magic, crc, flag, body_len = _HEAD.unpack_from(buf, pos)
+        if total < MIN_ENTRY or pos + total > end or body_len < 0 or body_len > total - MIN_ENTRY:
+            raise BatchDecodeError(f"bad batch entry size at byte {pos}: total {total}, body {body_len}")
+        body_at = pos + _HEAD.size
+        body = bytes(buf[body_at:body_at + body_len])
+        (props_len,) = _SHORT.unpack_from(buf, body_at + body_len)
+        props_at = body_at + body_len + _SHORT.size
+        if props_len < 0 or props_at + props_len != pos + total:
+            raise BatchDecodeError(f"bad batch entry properties length at byte {pos}")
+        if crc and crc != zlib.crc32(body) & 0x7FFFFFFF:
+            raise BatchDecodeError(f"batch entry body CRC mismatch at byte {pos}")
+        props = mc.bytes_to_properties(buf[props_at:props_at + props_len])
+        out.append(BatchEntry(flag, body, props))
+        pos += total
+    if not out:
+        raise BatchDecodeError("empty batch")
+    return out

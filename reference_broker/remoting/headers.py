@@ -1,0 +1,120 @@
+"""This module owns the custom header fields shared by broker and clients
+(common/.../protocol/header/*.java, 4.9.8).
+
+RocketMQ carries a request's custom header as string values in ``extFields`` (makeCustomHeaderToNet); a
+missing ``@CFNotNull`` field or a non-number where a number is declared makes decodeCommandCustomHeader
+throw, which the processors answer with SYSTEM_ERROR. ``field``/``int_field`` raise ``BadRequest`` for
+both so a handler turns either into that answer in one place.
+
+| request                          | header fields (ext_fields keys)                                          |
+|----------------------------------|--------------------------------------------------------------------------|
+| SEND_MESSAGE (10) / BATCH (320)  | producerGroup topic defaultTopic defaultTopicQueueNums queueId sysFlag  |
+|                                  | bornTimestamp flag properties reconsumeTimes unitMode batch             |
+|                                  | maxReconsumeTimes                                                        |
+| SEND_MESSAGE_V2 (310)            | the same, renamed a..n (``SEND_V2_KEYS``)                                |
+| send response                    | msgId queueId queueOffset transactionId                                  |
+| PULL_MESSAGE (11)                | consumerGroup topic queueId queueOffset maxMsgNums sysFlag commitOffset |
+|                                  | suspendTimeoutMillis subscription subVersion expressionType              |
+| pull response                    | suggestWhichBrokerId nextBeginOffset minOffset maxOffset                 |
+| QUERY/UPDATE_CONSUMER_OFFSET     | consumerGroup topic queueId [commitOffset]; response offset              |
+| GET_MAX/MIN_OFFSET, EARLIEST     | topic queueId; response offset / timestamp                               |
+| SEARCH_OFFSET_BY_TIMESTAMP       | topic queueId timestamp; response offset                                 |
+| QUERY_MESSAGE (12)               | topic key maxNum beginTimestamp endTimestamp; response                   |
+|                                  | indexLastUpdateTimestamp indexLastUpdatePhyoffset                        |
+| VIEW_MESSAGE_BY_ID (33)          | offset                                                                   |
+| CONSUMER_SEND_MSG_BACK (36)      | offset group delayLevel originMsgId originTopic unitMode                 |
+|                                  | maxReconsumeTimes                                                        |
+| UNREGISTER_CLIENT (35)           | clientID producerGroup consumerGroup                                     |
+| GET_CONSUMER_LIST_BY_GROUP (38)  | consumerGroup; body {"consumerIdList": [...]}                            |
+| NOTIFY_CONSUMER_IDS_CHANGED (40) | consumerGroup (broker → client, oneway)                                  |
+| UPDATE_AND_CREATE_TOPIC (17)     | topic defaultTopic readQueueNums writeQueueNums perm topicFilterType     |
+|                                  | topicSysFlag order                                                       |
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from reference_broker.remoting.command import RemotingCommand
+
+# SendMessageRequestHeaderV2.createSendMessageRequestHeaderV1: single-letter keys keep the hot header small.
+SEND_V2_KEYS: Final = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+SEND_V1_KEYS: Final = {v: k for k, v in SEND_V2_KEYS.items()}
+
+# PullSysFlag (common/.../sysflag/PullSysFlag.java).
+PULL_FLAG_COMMIT_OFFSET: Final = 0x1
+PULL_FLAG_SUSPEND: Final = 0x2
+PULL_FLAG_SUBSCRIPTION: Final = 0x4
+PULL_FLAG_CLASS_FILTER: Final = 0x8
+PULL_FLAG_LITE_PULL: Final = 0x10
+
+# ExpressionType; only TAG is evaluated by this broker (SQL92 needs enablePropertyFilter, off by default).
+EXPRESSION_TAG: Final = "TAG"
+SUB_ALL: Final = "*"
+
+
+def build_pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool, class_filter: bool = False) -> int:
+    """PullSysFlag.buildSysFlag."""
+    flag = PULL_FLAG_COMMIT_OFFSET if commit_offset else 0
+    if suspend:
+        flag |= PULL_FLAG_SUSPEND
+    if subscription:
+        flag |= PULL_FLAG_SUBSCRIPTION
+    if class_filter:
+        flag |= PULL_FLAG_CLASS_FILTER
+    return flag
+
+
+class BadRequest(Exception):
+    """A request's header or body cannot be decoded; the message becomes the SYSTEM_ERROR remark."""
+
+
+def send_v2_to_v1(fields: dict[str, str]) -> dict[str, str]:
+    """Rename SEND_MESSAGE_V2's single-letter keys to the V1 names (unknown keys are kept as they are)."""
+    return {SEND_V2_KEYS.get(k, k): v for k, v in fields.items()}
+
+
+def send_v1_to_v2(fields: dict[str, str]) -> dict[str, str]:
+    return {SEND_V1_KEYS.get(k, k): v for k, v in fields.items()}
+
+
+def field(cmd: RemotingCommand, name: str) -> str:
+    value = cmd.ext_fields.get(name)
+    if value is None:
+        # RemotingCommand.checkFields' message for a missing @CFNotNull field.
+        raise BadRequest(f"the custom field <{name}> is null")
+    return value
+
+
+def int_field(cmd: RemotingCommand, name: str, default: int | None = None) -> int:
+    value = cmd.ext_fields.get(name)
+    if value is None:
+        if default is not None:
+            return default
+        raise BadRequest(f"the custom field <{name}> is null")
+    try:
+        return int(value)
+    except ValueError:
+        raise BadRequest(f"the custom field <{name}> is not a number: {value!r}") from None
+
+
+def bool_field(cmd: RemotingCommand, name: str, default: bool = False) -> bool:
+    value = cmd.ext_fields.get(name)
+    if value is None:
+        return default
+    return value.lower() == "true"  # Boolean.parseBoolean: anything else is false

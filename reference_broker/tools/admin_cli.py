@@ -1,0 +1,158 @@
+"""``python -m reference_broker admin …``: mqadmin-like subcommands over ``tools.admin``. Option letters follow
+mqadmin's (-n namesrv, -t topic, -c cluster, -b broker, -g group, -i id, -k key, -o offset); ``--json`` prints
+machine-readable output."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from reference_broker.remoting.errors import RemotingError
+from reference_broker.tools import admin
+
+T = TypeVar("T")
+
+_namesrv = click.option("-n", "--namesrv-addr", default=lambda: os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
+                        show_default="$NAMESRV_ADDR or 127.0.0.1:9876", help="Name server address(es), ';'-separated.")
+_json = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _run(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except admin.AdminError as exc:
+        raise click.ClickException(str(exc)) from None
+    except RemotingError as exc:
+        raise click.ClickException(f"connection problem: {exc}") from None
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    widths = [max([len(c), *(len(str(r.get(c, ""))) for r in rows)]) for c in columns]
+    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for r in rows:
+        click.echo("  ".join(str(r.get(c, "")).ljust(w) for c, w in zip(columns, widths, strict=True)))
+
+
+def _emit(data: Any, as_json: bool, columns: Sequence[str] | None = None) -> None:
+    if as_json or columns is None:
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        _table(data, columns)
+
+
+@click.group("admin")
+def admin_cli() -> None:
+    """mqadmin-like administration of a name server and its brokers."""
+
+
+@admin_cli.command("updateTopic")
+@_namesrv
+@click.option("-t", "--topic", required=True)
+@click.option("-c", "--cluster", help="Create on every master of this cluster.")
+@click.option("-b", "--broker-addr", help="Create on this broker only (HOST:PORT).")
+@click.option("-r", "--read-queues", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("-w", "--write-queues", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("-p", "--perm", type=click.IntRange(0, 15), default=6, show_default=True)
+@click.option("-o", "--order", is_flag=True)
+def update_topic(namesrv_addr: str, topic: str, cluster: str | None, broker_addr: str | None, read_queues: int,
+                 write_queues: int, perm: int, order: bool) -> None:
+    """Create or update a topic."""
+    targets = _run(lambda: admin.update_topic(namesrv_addr, topic, read_queues, write_queues, perm, cluster,
+                                              broker_addr, order))
+    for addr in targets:
+        click.echo(f"create topic to {addr} success.")
+
+
+@admin_cli.command("topicList")
+@_namesrv
+@_json
+def topic_list(namesrv_addr: str, as_json: bool) -> None:
+    """Every topic the name server knows."""
+    topics = _run(lambda: admin.topic_list(namesrv_addr))
+    if as_json:
+        _emit(topics, True)
+    else:
+        for t in topics:
+            click.echo(t)
+
+
+@admin_cli.command("topicStatus")
+@_namesrv
+@click.option("-t", "--topic", required=True)
+@_json
+def topic_status(namesrv_addr: str, topic: str, as_json: bool) -> None:
+    """Min and max offset per queue."""
+    _emit(_run(lambda: admin.topic_status(namesrv_addr, topic)), as_json,
+          ["brokerName", "queueId", "minOffset", "maxOffset"])
+
+
+@admin_cli.command("consumerProgress")
+@_namesrv
+@click.option("-g", "--group", required=True)
+@click.option("-t", "--topic")
+@_json
+def consumer_progress(namesrv_addr: str, group: str, topic: str | None, as_json: bool) -> None:
+    """Broker offset, consumer offset and backlog (diff) per queue."""
+    rows = _run(lambda: admin.consumer_progress(namesrv_addr, group, topic))
+    _emit(rows, as_json, ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "diff"])
+    if not as_json:
+        click.echo(f"Diff Total: {sum(r['diff'] for r in rows)}")
+
+
+@admin_cli.command("queryMsgById")
+@click.option("-i", "--msg-id", required=True, help="offsetMsgId (the broker address and offset are inside it).")
+def query_msg_by_id(msg_id: str) -> None:
+    """Show a message by its offsetMsgId."""
+    _emit(_run(lambda: admin.query_msg_by_id(msg_id)), True)
+
+
+@admin_cli.command("queryMsgByKey")
+@_namesrv
+@click.option("-t", "--topic", required=True)
+@click.option("-k", "--key", required=True)
+def query_msg_by_key(namesrv_addr: str, topic: str, key: str) -> None:
+    """Messages with this key (or unique id) in a topic."""
+    _emit(_run(lambda: admin.query_msg_by_key(namesrv_addr, topic, key)), True)
+
+
+@admin_cli.command("queryMsgByOffset")
+@_namesrv
+@click.option("-t", "--topic", required=True)
+@click.option("-b", "--broker-name", required=True)
+@click.option("-i", "--queue-id", type=click.IntRange(min=0), required=True)
+@click.option("-o", "--offset", type=click.IntRange(min=0), required=True)
+def query_msg_by_offset(namesrv_addr: str, topic: str, broker_name: str, queue_id: int, offset: int) -> None:
+    """The message at a queue offset."""
+    _emit(_run(lambda: admin.query_msg_by_offset(namesrv_addr, topic, broker_name, queue_id, offset)), True)
+
+
+@admin_cli.command("clusterList")
+@_namesrv
+@_json
+def cluster_list(namesrv_addr: str, as_json: bool) -> None:
+    """Clusters, broker names and addresses."""
+    info = _run(lambda: admin.cluster_info(namesrv_addr))
+    rows = []
+    for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
+        for name in names:
+            for bid, addr in sorted(info.get("brokerAddrTable", {}).get(name, {}).get("brokerAddrs", {}).items()):
+                rows.append({"cluster": cluster, "brokerName": name, "brokerId": bid, "addr": addr})
+    _emit(rows, as_json, ["cluster", "brokerName", "brokerId", "addr"])
+
+
+@admin_cli.command("brokerStatus")
+@click.option("-b", "--broker-addr", required=True)
+@_json
+def broker_status(broker_addr: str, as_json: bool) -> None:
+    """A broker's runtime information."""
+    table = _run(lambda: admin.broker_status(broker_addr))
+    if as_json:
+        _emit(table, True)
+    else:
+        width = max(map(len, table), default=0)
+        for k in sorted(table):
+            click.echo(f"{k.ljust(width)} : {table[k]}")

@@ -1,0 +1,5 @@
+"""`python -m sysctl_profiles`."""
+
+from sysctl_profiles.cli import main
+
+main()
