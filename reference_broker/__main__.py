@@ -94,6 +94,75 @@ def store(quick: bool, as_json: bool, directory: Path | None, no_fio: bool, size
         click.echo(format_table(result))
 
 
+_NAMESRV = click.option("-n", "--namesrv-addr", default="127.0.0.1:9876", show_default=True,
+                        help="Name server address(es), ';'-separated.")
+
+
+@bench.command("producer")
+@_NAMESRV
+@click.option("-t", "--topic", default="BenchmarkTest", show_default=True)
+@click.option("-w", "--threads", type=click.IntRange(1, 1024), default=64, show_default=True,
+              help="Sending threads (sync mode).")
+@click.option("-s", "--size", type=click.IntRange(1, 4 * 1024 * 1024), default=128, show_default=True,
+              help="Message body size in bytes.")
+@click.option("-k", "--key-enable", is_flag=True, help="Give every message a key (indexed).")
+@click.option("-l", "--tag-count", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("-b", "--batch-size", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="Messages per request (SEND_BATCH_MESSAGE when > 1).")
+@click.option("-y", "--async-send", is_flag=True, help="Asynchronous sends from one thread, --in-flight at once.")
+@click.option("--in-flight", type=click.IntRange(1, 100_000), default=64, show_default=True)
+@click.option("-q", "--quantity", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Stop after this many messages per process (0: run for --duration).")
+@click.option("-d", "--duration", type=click.FloatRange(min=0.1, max=86_400), default=30.0, show_default=True,
+              help="Seconds to run.")
+@click.option("-i", "--report-interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option("-p", "--processes", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Producer processes; their samples are merged (exact percentiles).")
+@click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON on stdout.")
+def bench_producer(namesrv_addr: str, topic: str, threads: int, size: int, key_enable: bool, tag_count: int,
+                   batch_size: int, async_send: bool, in_flight: int, quantity: int, duration: float,
+                   report_interval: float, processes: int, as_json: bool) -> None:
+    """Send as fast as possible and print RocketMQ's benchmark line (plus percentiles)."""
+    from reference_broker.bench.client_bench import ProducerOptions, complete_line, run_producers
+
+    if async_send and batch_size > 1:
+        raise click.BadParameter("--async-send and --batch-size > 1 cannot be combined", param_hint="-b")
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    opts = ProducerOptions(namesrv_addr, topic, threads, size, key_enable, tag_count, batch_size, async_send,
+                           in_flight, duration, quantity, report_interval)
+    echo = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+    summary = run_producers(opts, processes, echo)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(complete_line(summary))
+    if summary["messages"] == 0:
+        sys.exit(1)
+
+
+@bench.command("consumer")
+@_NAMESRV
+@click.option("-t", "--topic", default="BenchmarkTest", show_default=True)
+@click.option("-g", "--group", default="benchmark_consumer", show_default=True)
+@click.option("-w", "--threads", type=click.IntRange(1, 1024), default=20, show_default=True)
+@click.option("-e", "--expression", default="*", show_default=True, help="Tag expression.")
+@click.option("--from-first", is_flag=True, help="A new group starts at the first offset.")
+@click.option("-d", "--duration", type=click.FloatRange(min=0.1, max=86_400), default=30.0, show_default=True)
+@click.option("-i", "--report-interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_consumer(namesrv_addr: str, topic: str, group: str, threads: int, expression: str, from_first: bool,
+                   duration: float, report_interval: float, as_json: bool) -> None:
+    """Consume and print the Consumer tool's line: TPS, born-to-consume and store-to-consume times."""
+    from reference_broker.bench.client_bench import ConsumerOptions, run_consumer
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    opts = ConsumerOptions(namesrv_addr, topic, group, threads, expression, from_first, duration, report_interval)
+    summary = run_consumer(opts, (lambda line: click.echo(line, err=True)) if as_json else click.echo)
+    click.echo(json.dumps(summary, indent=2) if as_json else
+               f"[Complete] Consumed: {summary['consumed']} TPS: {int(summary['tps'])} "
+               f"AVG(B2C) RT(ms): {summary['avg_b2c_ms']:7.3f} p99(B2C) RT(ms): {summary['b2c_p99_ms']:.3f}")
+
+
 @main.command("namesrv")
 @click.option("-p", "--port", type=click.IntRange(min=0, max=65535), default=9876, show_default=True,
               help="Listen port (0: any free port).")

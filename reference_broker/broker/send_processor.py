@@ -15,7 +15,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from reference_broker.broker import topic_config as tcm
 from reference_broker.broker.topic_config import PERM_READ, PERM_WRITE, is_writeable
@@ -23,9 +23,10 @@ from reference_broker.common import message as mc
 from reference_broker.common.message_batch import BatchDecodeError, decode_batch
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response
-from reference_broker.remoting.headers import BadRequest, field, int_field, send_v2_to_v1
+from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, field, int_field
 from reference_broker.store import record as rec
 from reference_broker.store.commit_log import MessageExtBatch
+from reference_broker.store.config import FlushDiskType
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -78,6 +79,37 @@ def put_result_response(cmd: RemotingCommand, result: PutMessageResult, queue_id
     })
 
 
+class _Keys(NamedTuple):
+    """Where each send-header field lives: V1 names, or SEND_MESSAGE_V2's letters (read in place, not renamed)."""
+
+    topic: str
+    queue_id: str
+    sys_flag: str
+    default_topic: str
+    default_queue_nums: str
+    properties: str
+    reconsume_times: str
+    max_reconsume_times: str
+    flag: str
+    born_timestamp: str
+    batch: str
+
+
+_V1: Final = _Keys("topic", "queueId", "sysFlag", "defaultTopic", "defaultTopicQueueNums", "properties",
+                   "reconsumeTimes", "maxReconsumeTimes", "flag", "bornTimestamp", "batch")
+_V2: Final = _Keys(*(SEND_V1_KEYS[name] for name in _V1))
+
+
+def _parse_properties(text: str) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties on the header's str (no bytes round trip)."""
+    out = {}
+    for item in text.split("\x02"):
+        key, sep, value = item.partition("\x01")
+        if sep:
+            out[key] = value
+    return out
+
+
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -85,6 +117,11 @@ class SendMessageProcessor:
         self.topics = broker.topic_config_manager
         self.cluster_name = broker.broker_config.broker_cluster_name
         self._cluster_suffix = f"\x02{PROPERTY_CLUSTER}\x01{self.cluster_name}".encode()
+        self._sync_flush = self.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        # Topics that passed msgCheck, valid while the topic table's data version stays the same.
+        self._checked: dict[str, tcm.TopicConfig] = {}
+        self._checked_version = -1
+        self._peers: dict[str, tuple[str, int]] = {}
 
     # ---- entry ------------------------------------------------------------------------------------
     async def handle(self, ctx: object, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -97,10 +134,15 @@ class SendMessageProcessor:
             busy = self._waited_too_long(cmd)
             if busy is not None:
                 return busy
-            fields = send_v2_to_v1(cmd.ext_fields) if cmd.code == RequestCode.SEND_MESSAGE_V2 else cmd.ext_fields
-            if cmd.code == RequestCode.SEND_BATCH_MESSAGE or fields.get("batch") == "true":
-                return await self._send_batch(cmd, fields, peer)
-            return await self._send_one(cmd, fields, peer)
+            fields = cmd.ext_fields
+            # parseRequestHeader: SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE carry the V2 letters; a batch with V1
+            # names (which Java would reject) is accepted too.
+            code = cmd.code
+            k = _V2 if code == RequestCode.SEND_MESSAGE_V2 or (
+                code == RequestCode.SEND_BATCH_MESSAGE and _V2.topic in fields) else _V1
+            if cmd.code == RequestCode.SEND_BATCH_MESSAGE or fields.get(k.batch) == "true":
+                return await self._send_batch(cmd, fields, k, peer)
+            return await self._send_one(cmd, fields, k, peer)
         except BadRequest as exc:
             log.warning("bad send request from %s: %s", peer, exc)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
@@ -118,8 +160,30 @@ class SendMessageProcessor:
                                f"{waited_ms:.0f}ms, size of queue: {self.broker.server.pending_requests()}")
 
     # ---- checks (AbstractSendMessageProcessor.msgCheck) -----------------------------------------
-    def _check(self, cmd: RemotingCommand, topic: str, default_topic: str, default_queue_nums: int,
-               queue_id: int, sys_flag: int, peer: str) -> tuple[tcm.TopicConfig | None, RemotingCommand | None]:
+    def _check(self, cmd: RemotingCommand, topic: str, f: dict[str, str], k: _Keys, queue_id: int,
+               peer: str) -> tuple[tcm.TopicConfig | None, RemotingCommand | None]:
+        version = self.topics.data_version.counter
+        if version != self._checked_version:
+            self._checked.clear()
+            self._checked_version = version
+        tc = self._checked.get(topic)
+        if tc is None:
+            tc, bad = self._full_check(cmd, topic, f.get(k.default_topic, tcm.AUTO_CREATE_TOPIC_KEY_TOPIC),
+                                       _i(f, k.default_queue_nums, 4), peer)
+            if bad is not None:
+                return None, bad
+            assert tc is not None
+            if self.topics.data_version.counter == version:  # not just created: safe to remember
+                self._checked[topic] = tc
+        queue_max = max(tc.write_queue_nums, tc.read_queue_nums)
+        if queue_id >= queue_max:
+            return None, create_response(
+                cmd, ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {tc} Producer: {peer}")
+        return tc, None
+
+    def _full_check(self, cmd: RemotingCommand, topic: str, default_topic: str, default_queue_nums: int,
+                    peer: str) -> tuple[tcm.TopicConfig | None, RemotingCommand | None]:
         bc = self.broker.broker_config
         if not is_writeable(bc.broker_permission) and self.topics.is_order_topic(topic):
             return None, create_response(cmd, ResponseCode.NO_PERMISSION,
@@ -146,30 +210,25 @@ class SendMessageProcessor:
         if not is_writeable(tc.perm):
             return None, create_response(cmd, ResponseCode.NO_PERMISSION,
                                          f"the topic[{topic}] sending message is forbidden")
-        queue_max = max(tc.write_queue_nums, tc.read_queue_nums)
-        if queue_id >= queue_max:
-            return None, create_response(
-                cmd, ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{queue_id}] is illegal, {tc} Producer: {peer}")
         return tc, None
 
     # ---- one message ------------------------------------------------------------------------------
-    async def _send_one(self, cmd: RemotingCommand, f: dict[str, str], peer: str) -> RemotingCommand | None:
-        topic = _f(f, "topic")
-        queue_id = _i(f, "queueId")
-        sys_flag = _i(f, "sysFlag", 0)
-        tc, bad = self._check(cmd, topic, f.get("defaultTopic", tcm.AUTO_CREATE_TOPIC_KEY_TOPIC),
-                              _i(f, "defaultTopicQueueNums", 4), queue_id, sys_flag, peer)
+    async def _send_one(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys,
+                        peer: str) -> RemotingCommand | None:
+        topic = _f(f, k.topic)
+        queue_id = _i(f, k.queue_id)
+        sys_flag = _i(f, k.sys_flag, 0)
+        tc, bad = self._check(cmd, topic, f, k, queue_id, peer)
         if bad is not None:
             return bad
         assert tc is not None
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))  # randomQueueId
-        props_text = f.get("properties") or ""
-        props = mc.bytes_to_properties(props_text.encode()) if props_text else {}
-        reconsume_times = _i(f, "reconsumeTimes", 0)
+        props_text = f.get(k.properties) or ""
+        props = _parse_properties(props_text) if props_text else {}
+        reconsume_times = _i(f, k.reconsume_times, 0)
         if topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):  # handleRetryAndDLQ
-            redirected = self._retry_to_dlq(topic, reconsume_times, _i(f, "maxReconsumeTimes", -1))
+            redirected = self._retry_to_dlq(topic, reconsume_times, _i(f, k.max_reconsume_times, -1))
             if isinstance(redirected, RemotingCommand):
                 return create_response(cmd, redirected.code, redirected.remark)
             if redirected is not None:
@@ -184,12 +243,17 @@ class SendMessageProcessor:
                                    "transactional messages are not supported by this broker yet")
         props_b = props_text.encode() + self._cluster_suffix if props_text else self._cluster_suffix[1:]
         props[PROPERTY_CLUSTER] = self.cluster_name
-        host, port = _split_peer(peer)
+        born_host = self._peers.get(peer)
+        if born_host is None:
+            born_host = self._peers[peer] = _split_peer(peer)
         msg = rec.MessageExtBrokerInner(
-            topic=topic, body=cmd.body, queue_id=queue_id, flag=_i(f, "flag", 0), properties=props,
-            sys_flag=sys_flag, born_timestamp=_i(f, "bornTimestamp", 0), born_host=(host, port),
+            topic=topic, body=cmd.body, queue_id=queue_id, flag=_i(f, k.flag, 0), properties=props,
+            sys_flag=sys_flag, born_timestamp=_i(f, k.born_timestamp, 0), born_host=born_host,
             reconsume_times=reconsume_times, properties_bytes=props_b)
-        result = await self._put(lambda cb: self.store.put_message_callback(msg, cb))
+        if self._sync_flush:
+            result = await self._put(lambda cb: self.store.put_message_callback(msg, cb))
+        else:
+            result = self.store.put_message(msg)  # ASYNC_FLUSH: returns as soon as the record is appended
         return put_result_response(cmd, result, msg.queue_id)
 
     async def _put(self, call: Callable[[Callable[[PutMessageResult], None]], None]) -> PutMessageResult:
@@ -214,12 +278,12 @@ class SendMessageProcessor:
         return await fut
 
     # ---- batches ------------------------------------------------------------------------------------
-    async def _send_batch(self, cmd: RemotingCommand, f: dict[str, str], peer: str) -> RemotingCommand | None:
-        topic = _f(f, "topic")
-        queue_id = _i(f, "queueId")
-        sys_flag = _i(f, "sysFlag", 0)
-        tc, bad = self._check(cmd, topic, f.get("defaultTopic", tcm.AUTO_CREATE_TOPIC_KEY_TOPIC),
-                              _i(f, "defaultTopicQueueNums", 4), queue_id, sys_flag, peer)
+    async def _send_batch(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys,
+                          peer: str) -> RemotingCommand | None:
+        topic = _f(f, k.topic)
+        queue_id = _i(f, k.queue_id)
+        sys_flag = _i(f, k.sys_flag, 0)
+        tc, bad = self._check(cmd, topic, f, k, queue_id, peer)
         if bad is not None:
             return bad
         assert tc is not None
@@ -233,7 +297,7 @@ class SendMessageProcessor:
         except BatchDecodeError as exc:
             return create_response(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
         host, port = _split_peer(peer)
-        born = _i(f, "bornTimestamp", 0)
+        born = _i(f, k.born_timestamp, 0)
         msgs = []
         cluster_key = PROPERTY_CLUSTER
         for e in entries:

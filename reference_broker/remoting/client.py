@@ -3,8 +3,9 @@
 Built on ``socket`` and ``threading`` only, so gevent's monkey-patching turns it cooperative. Requests are
 multiplexed by opaque, as NettyRemotingAbstract.responseTable does: callers register a waiter, write the
 frame, and a reader thread hands each response to the waiter with its opaque. When the connection drops, every
-pending waiter fails at once with ``RemotingConnectError``; the next ``invoke`` connects again (as
-NettyRemotingClient.getAndCreateChannel does).
+pending waiter fails at once with ``RemotingConnectionLostError`` (a ``RemotingConnectError`` whose request was
+written, so its outcome is unknown); the next ``invoke`` connects again (as NettyRemotingClient.getAndCreateChannel
+does).
 
 ``invoke_async`` pipelines: many requests in flight on one connection, each completed by a callback (run on
 the reader thread, so it must be quick and must never block on this client) with the response or the error.
@@ -17,12 +18,20 @@ Requests the server initiates (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_ST
 ``request_handler`` on the reader thread; its response, if any, is written back unless the request was
 oneway. Without a handler a two-way request is answered REQUEST_CODE_NOT_SUPPORTED, as
 NettyRemotingAbstract.processRequestCommand does for a code with no processor.
+
+Async writes: a loopback TCP send costs ~10-20 us, more than the rest of a request, so frames are coalesced.
+With real threads the sending thread writes at once, and frames queued meanwhile by other threads go out
+with its next write (no added latency). Under gevent's monkey-patching (``queued_writes`` left at None
+detects it) a writer greenlet per connection sends whatever the senders queued since it last ran, so a
+burst of sends between two yields costs one syscall.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -49,8 +58,15 @@ class RemotingConnectionLostError(RemotingConnectError):
     """The connection dropped while this request was pending: it was written, so the peer may have acted on
     it (unlike a failed connect or write, after which it certainly did not)."""
 
+
 ResponseCallback = Callable[[RemotingCommand | None, RemotingError | None], None]
 RequestHandler = Callable[[RemotingCommand], RemotingCommand | None]
+
+
+def _gevent_patched() -> bool:
+    """Whether gevent has monkey-patched ``socket`` (locust does); looked up without importing gevent."""
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey is not None and monkey.is_module_patched("socket"))
 
 
 def _run_callback(callback: ResponseCallback, response: RemotingCommand | None, error: RemotingError | None) -> None:
@@ -79,7 +95,8 @@ class _Waiter:
 class _Channel:
     """One connected socket with its reader thread and pending waiters; dead once closed, never reused."""
 
-    def __init__(self, sock: socket.socket, addr: str, request_handler: RequestHandler | None = None) -> None:
+    def __init__(self, sock: socket.socket, addr: str, request_handler: RequestHandler | None = None,
+                 queued_writes: bool = False) -> None:
         self.sock = sock
         self.addr = addr
         self.alive = True
@@ -87,11 +104,17 @@ class _Channel:
         self.pending: dict[int, _Waiter | _AsyncWaiter] = {}
         self.lock = threading.Lock()  # guards alive and pending
         self.send_lock = threading.Lock()
-        # invoke_async's write coalescing: frames queued while another thread is writing go out with its next
-        # sendall instead of one syscall each.
+        # invoke_async's write coalescing (see the module docstring). Direct mode: frames queued while another
+        # thread writes go out with its next sendall. Queued mode: the writer thread sends everything queued.
         self.out: list[bytes] = []
         self.out_lock = threading.Lock()
         self.flushing = False
+        self.queued_writes = queued_writes
+        self.out_queue: deque[bytes] = deque()
+        self.wake = threading.Event()
+        self.writer: threading.Thread | None = None
+        if queued_writes:
+            self.writer = threading.Thread(target=self._write_loop, name=f"remoting-writer-{addr}", daemon=True)
         self.reader = threading.Thread(target=self._read_loop, name=f"remoting-client-{addr}", daemon=True)
 
     def _read_loop(self) -> None:
@@ -111,6 +134,55 @@ class _Channel:
         except OSError as exc:
             reason = f"connection error: {exc}"
         self.fail(reason)
+
+    def write_async(self, frame: bytes) -> None:
+        """Send ``frame`` now or with the next coalesced write; OSError only in direct mode (the caller fails
+        the channel); in queued mode the writer fails it."""
+        if self.queued_writes:
+            self.out_queue.append(frame)
+            if not self.wake.is_set():
+                self.wake.set()
+            return
+        with self.out_lock:
+            self.out.append(frame)
+            if self.flushing:
+                return  # the thread writing now takes this frame too
+            self.flushing = True
+        try:
+            while True:
+                with self.out_lock:
+                    out = self.out
+                    if not out:
+                        self.flushing = False
+                        return
+                    data = out[0] if len(out) == 1 else b"".join(out)
+                    self.out = []
+                with self.send_lock:
+                    self.sock.sendall(data)
+        except OSError:
+            with self.out_lock:
+                self.flushing = False
+                self.out = []
+            raise
+
+    def _write_loop(self) -> None:
+        queue = self.out_queue
+        while True:
+            self.wake.wait()
+            self.wake.clear()  # before draining: a frame queued from now on sets it again
+            if not self.alive:
+                return
+            frames: list[bytes] = []
+            while queue:  # only this thread pops
+                frames.append(queue.popleft())
+            if not frames:
+                continue
+            try:
+                with self.send_lock:
+                    self.sock.sendall(frames[0] if len(frames) == 1 else b"".join(frames))
+            except OSError as exc:
+                self.fail(f"send failed: {exc}")
+                return
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
         if not cmd.is_response:
@@ -160,6 +232,7 @@ class _Channel:
             was_alive, self.alive = self.alive, False
             waiters = list(self.pending.values())
             self.pending.clear()
+        self.wake.set()  # lets a queued-mode writer see that the channel is dead
         if was_alive:
             try:
                 self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader thread's recv
@@ -186,18 +259,21 @@ class _Channel:
 
 class RemotingClient:
     def __init__(self, host: str, port: int, timeout_s: float = 3.0,
-                 request_handler: RequestHandler | None = None) -> None:
+                 request_handler: RequestHandler | None = None, queued_writes: bool | None = None) -> None:
         self.host = host
         self.port = port
         self.addr = f"{host}:{port}"
         self.timeout_s = timeout_s
         self.request_handler = request_handler
+        self.queued_writes = _gevent_patched() if queued_writes is None else queued_writes
         self._channel: _Channel | None = None
         self._lock = threading.Lock()
         self._closed = False
-        # Per timeout value, the async requests in send order: deadlines within one deque only grow, so the
-        # sweeper looks at each deque's head only. Entries answered in time stay until their deadline passes.
-        self._deadlines: dict[float, deque[tuple[float, _Channel, int, _AsyncWaiter]]] = {}
+        # Per timeout (in 100 ms buckets), (deadline, opaque) of the async requests in send order: deadlines
+        # within one deque (almost) only grow, so the sweeper looks at each deque's head only. Entries answered
+        # in time stay until their deadline passes, which is why they hold no reference to the request (a
+        # tuple of a float and an int is untracked by the garbage collector, so thousands cost it nothing).
+        self._deadlines: dict[float, deque[tuple[float, int]]] = {}
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
         self._sweep_lock = threading.Lock()
@@ -210,13 +286,13 @@ class RemotingClient:
             channel.request_handler = handler
 
     @classmethod
-    def from_addr(cls, addr: str, timeout_s: float = 3.0,
-                  request_handler: RequestHandler | None = None) -> RemotingClient:
+    def from_addr(cls, addr: str, timeout_s: float = 3.0, request_handler: RequestHandler | None = None,
+                  queued_writes: bool | None = None) -> RemotingClient:
         """A client for ``"host:port"``."""
         host, sep, port = addr.rpartition(":")
         if not sep or not port.isdigit():
             raise ValueError(f"address must be host:port, got {addr!r}")
-        return cls(host.strip("[]"), int(port), timeout_s, request_handler)
+        return cls(host.strip("[]"), int(port), timeout_s, request_handler, queued_writes)
 
     def _get_channel(self) -> _Channel:
         channel = self._channel  # fast path, no lock: a dead or replaced channel falls through to the locked one
@@ -234,15 +310,18 @@ class RemotingClient:
                 raise RemotingConnectError(f"connect failed: {exc}", self.addr) from exc
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            channel = _Channel(sock, self.addr, self.request_handler)
+            channel = _Channel(sock, self.addr, self.request_handler, self.queued_writes)
             channel.reader.start()
+            if channel.writer is not None:
+                channel.writer.start()
             self._channel = channel
             return channel
 
     def _send(self, channel: _Channel, frame: bytes) -> None:
+        # Every write goes through the one coalescing path, so frames leave in the order they were handed in
+        # (a sync or oneway request never overtakes an async one queued just before it).
         try:
-            with channel.send_lock:
-                channel.sock.sendall(frame)
+            channel.write_async(frame)
         except OSError as exc:
             channel.fail(f"send failed: {exc}")
             raise RemotingSendError(f"send failed: {exc}", self.addr) from exc
@@ -293,33 +372,20 @@ class RemotingClient:
             if opaque in channel.pending:
                 raise ValueError(f"opaque {opaque} already has a pending request on this connection")
             channel.pending[opaque] = waiter
-        queue = self._deadlines.get(timeout)
+        # One deque per 100 ms of timeout: a caller passing what is left of a budget (3 s minus the time
+        # spent so far) must not make a deque per request. Within a bucket a deadline can precede the head's
+        # by less than the bucket width, so it may fire up to 100 ms late.
+        bucket = math.ceil(timeout * 10) / 10
+        queue = self._deadlines.get(bucket)
         if queue is None:
             with self._lock:
-                queue = self._deadlines.setdefault(timeout, deque())
-        queue.append((time.monotonic() + timeout, channel, opaque, waiter))
+                queue = self._deadlines.setdefault(bucket, deque())
+        queue.append((time.monotonic() + timeout, opaque))
         if self._sweeper is None:
             self._start_sweeper()
-        with channel.out_lock:
-            channel.out.append(frame)
-            if channel.flushing:
-                return  # the thread writing now takes this frame too
-            channel.flushing = True
         try:
-            while True:
-                with channel.out_lock:
-                    out = channel.out
-                    if not out:
-                        channel.flushing = False
-                        return
-                    data = out[0] if len(out) == 1 else b"".join(out)
-                    channel.out = []
-                with channel.send_lock:
-                    channel.sock.sendall(data)
+            channel.write_async(frame)
         except OSError as exc:
-            with channel.out_lock:
-                channel.flushing = False
-                channel.out = []
             owned = channel.take(opaque, waiter)
             channel.fail(f"send failed: {exc}")  # calls back every other pending request, queued ones included
             if owned:
@@ -339,14 +405,19 @@ class RemotingClient:
 
     def sweep(self, now: float) -> int:
         """Fail every async request whose deadline is at or before ``now``; how many were failed."""
-        expired: list[tuple[float, _Channel, int, _AsyncWaiter]] = []
+        expired: list[int] = []
         with self._sweep_lock:  # appends need no lock (deque.append is atomic); two sweepers would race
             for queue in list(self._deadlines.values()):
                 while queue and queue[0][0] <= now:
-                    expired.append(queue.popleft())
+                    expired.append(queue.popleft()[1])
+        # Only the current connection can still hold them: a connection that died failed all of its requests.
+        channel = self._channel
+        if channel is None or not expired:
+            return 0
         failed = 0
-        for _deadline, channel, opaque, waiter in expired:
-            if channel.take(opaque, waiter):
+        for opaque in expired:
+            waiter = channel.pending.get(opaque)
+            if type(waiter) is _AsyncWaiter and channel.take(opaque, waiter):
                 failed += 1
                 _run_callback(waiter.callback, None,
                               RemotingTimeoutError(f"no response to opaque {opaque} in time", self.addr))

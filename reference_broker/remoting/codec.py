@@ -132,6 +132,16 @@ def _scalar_str(where: str, value: Any) -> str:
     raise ProtocolError(f"JSON header {where} is not a string: {value!r}")
 
 
+_STR_ONLY: Final = frozenset({str})
+
+
+def _int32(obj: dict[str, Any], key: str, default: int | None) -> int:
+    value = obj.get(key)
+    if type(value) is int and INT32_MIN <= value <= INT32_MAX:
+        return value
+    return _int_field(obj, key, default)
+
+
 def _decode_json_header(raw: bytes) -> RemotingCommand:
     obj = json_loads(raw)  # ValueError / RecursionError become ProtocolError in next_frame
     if not isinstance(obj, dict):
@@ -142,22 +152,27 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     elif not isinstance(language, str):
         raise ProtocolError(f"JSON header 'language' is not a string: {language!r}")
     remark = obj.get("remark")
-    if remark is not None:
+    if remark is not None and type(remark) is not str:
         remark = _scalar_str("'remark'", remark)
     raw_ext = obj.get("extFields")
-    ext: dict[str, str] = {}
-    if raw_ext is not None:
+    ext: dict[str, str]
+    if raw_ext is None:
+        ext = {}
+    elif type(raw_ext) is dict and set(map(type, raw_ext.values())) <= _STR_ONLY:
+        ext = raw_ext  # the common case, checked at C speed: every value already a string
+    else:
         if not isinstance(raw_ext, dict):
             raise ProtocolError(f"JSON header 'extFields' is not an object: {raw_ext!r}")
+        ext = {}
         for key, value in raw_ext.items():
             if value is not None:  # a null value is dropped, as makeCustomHeaderToNet never sends one
                 ext[key] = _scalar_str(f"extFields[{key!r}]", value)
     return RemotingCommand(
-        code=_int_field(obj, "code", None),
+        code=_int32(obj, "code", None),
         language=language,
-        version=_int_field(obj, "version", 0),
-        opaque=_int_field(obj, "opaque", 0),
-        flag=_int_field(obj, "flag", 0),
+        version=_int32(obj, "version", 0),
+        opaque=_int32(obj, "opaque", 0),
+        flag=_int32(obj, "flag", 0),
         remark=remark,
         ext_fields=ext,
     )

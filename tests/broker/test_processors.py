@@ -291,3 +291,12 @@ def test_send_that_queued_too_long_gets_system_busy(broker):
     r = broker.run(late)
     assert r.code == ResponseCode.SYSTEM_BUSY and r.remark.startswith("[TIMEOUT_CLEAN_QUEUE]")
     assert broker.store.get_max_offset_in_queue("Busy", 0) == 0, "refused, not stored"
+
+
+def test_batch_with_v2_header_letters_as_rocketmq_clients_send_it(broker):
+    entries = [BatchEntry(0, f"v{i}".encode(), {"UNIQ_KEY": f"V{i}"}) for i in range(3)]
+    req = send_request("B2", encode_batch(entries), queue_id=0, v2=True)
+    req.code = RequestCode.SEND_BATCH_MESSAGE
+    r = call(broker, broker.send_processor, req)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert r.ext_fields["queueOffset"] == "0" and len(r.ext_fields["msgId"].split(",")) == 3

@@ -1,0 +1,113 @@
+"""``python -m harness``: check and validate run records.
+
+Exit codes: 0 = valid; 1 = the check failed (lost messages without --allow-loss, unexpected messages, or order
+violations in an ordered run); 2 = not a valid run record (or bad usage).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from harness.checker import CheckResult, check_run
+from harness.records.reader import RunRecordError
+from harness.records.validate import validate_run
+
+EXIT_VALID, EXIT_CHECK_FAILED, EXIT_INVALID_RUN = 0, 1, 2
+
+
+def format_summary(result: CheckResult, run_dir: Path) -> str:
+    """One screen of plain text: the counts, the verdict and a few sample keys per non-empty category."""
+    def line(label: str, n: int, note: str = "") -> str:
+        return f"  {label:<18}{n:>12,}{('   ' + note) if note else ''}"
+
+    verdict = "VALID" if result.valid else "INVALID"
+    reasons = []
+    if result.lost:
+        reasons.append(f"{result.lost:,} lost" + (" (allowed)" if result.allow_loss else ""))
+    if result.unexpected:
+        reasons.append(f"{result.unexpected:,} unexpected")
+    if result.ordered and result.order_violation_count:
+        reasons.append(f"{result.order_violation_count:,} order violations")
+    order_note = "ordered run: counted in the verdict" if result.ordered else "unordered run: reported only"
+    out = [
+        f"run {result.run_id or run_dir.name}  ({run_dir})",
+        f"  events: {result.sends:,} sends, {result.receives:,} accepted receives"
+        + (f", {result.declined_receives:,} declined" if result.declined_receives else ""),
+        line("attempted", result.attempted),
+        line("acknowledged", result.acknowledged),
+        line("failed", result.failed, f"recovered_failed {result.recovered_failed:,}"),
+        line("unknown", result.unknown, f"recovered {result.recovered:,}"),
+        line("lost", result.lost, f"{result.lost_bytes:,} bytes"),
+        line("unexpected", result.unexpected),
+        line("duplicated", result.duplicated, f"{result.duplicate_deliveries:,} surplus deliveries"),
+        line("order violations", result.order_violation_count, order_note),
+    ]
+    worst = sorted(result.order_violations.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    if worst:
+        out.append("    " + ", ".join(f"{q}: {n:,}" for q, n in worst))
+    for category, keys in result.samples.items():
+        if keys:
+            shown = ", ".join(keys[:6]) + (", ..." if len(keys) > 6 else "")
+            out.append(f"  sample {category}: {shown}")
+    out.append(f"verdict: {verdict}" + (f" ({'; '.join(reasons)})" if reasons else ""))
+    return "\n".join(out)
+
+
+@click.group()
+def main() -> None:
+    """Run-record tools: check (loss accounting) and validate (schema v1)."""
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--allow-loss", is_flag=True, help="Lost acknowledged messages do not fail the check "
+                                                 "(expected loss, e.g. power loss under ASYNC_FLUSH).")
+@click.option("--ordered/--unordered", default=None,
+              help="Order violations fail the check. Default: meta.json params.ordered.")
+@click.option("--json", "as_json", is_flag=True, help="Print check.json instead of the summary.")
+def check(run_dir: Path, allow_loss: bool, ordered: bool | None, as_json: bool) -> None:
+    """Check RUN_DIR's events (Jepsen total-queue accounting) and write RUN_DIR/check.json."""
+    try:
+        result = check_run(run_dir, allow_loss=allow_loss, ordered=ordered)
+    except RunRecordError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_INVALID_RUN)
+    click.echo(json.dumps(result.to_json(), indent=2) if as_json else format_summary(result, run_dir))
+    sys.exit(EXIT_VALID if result.valid else EXIT_CHECK_FAILED)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print {\"valid\": bool, \"problems\": [...]}.")
+def validate(run_dir: Path, as_json: bool) -> None:
+    """Check that RUN_DIR is a schema v1 run record; list every problem found."""
+    problems = validate_run(run_dir)
+    if as_json:
+        click.echo(json.dumps({"valid": not problems, "problems": problems}, indent=2))
+    elif problems:
+        click.echo(f"{run_dir}: {len(problems)} problem(s)\n" + "\n".join(f"  {p}" for p in problems))
+    else:
+        click.echo(f"{run_dir}: valid run record (schema v1)")
+    sys.exit(EXIT_INVALID_RUN if problems else EXIT_VALID)
+
+
+@main.command()
+@click.option("--events", "n_events", type=click.IntRange(min=1000), default=1_000_000, show_default=True,
+              help="Events in the checker's synthetic history.")
+@click.option("--writer-events", type=click.IntRange(min=1000), default=1_000_000, show_default=True,
+              help="Sends recorded through EventWriter.")
+@click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Where to put the temporary run directories (default: $TMPDIR).")
+def bench(n_events: int, writer_events: int, directory: Path | None) -> None:
+    """Measure the harness's own costs: EventWriter per event, the checker over N events."""
+    from harness.bench import run_bench
+
+    click.echo(run_bench(writer_events, n_events, directory))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,311 @@
+"""The loss checker: Jepsen's total-queue accounting over a run's events, plus per-queue order rules.
+
+Every message carries a unique key; a key's fate is read from its send rows and its accepted receive rows
+(receive outcome "ok"; a "fail" receive is a delivery the listener declined, which will come again). Per key:
+
+==================  =====================================================================================
+attempted           has at least one send row
+acknowledged        has a send with outcome "ok"
+failed              every send has outcome "fail"
+unknown             attempted, not acknowledged, not failed (a timeout or a lost connection: maybe stored)
+lost                acknowledged and never received                       -> invalid (unless allow_loss)
+unexpected          received, never attempted                             -> invalid
+recovered           unknown, and received (the send did store it)
+recovered_failed    failed, and received
+duplicated          received more often than it could have been stored: more than max(1, number of sends
+                    with outcome ok or unknown). Each send row counts, so a workload-level retry of the same
+                    key is another possible copy; a client-internal retry inside one send call is not (one
+                    row). Duplicates do not invalidate a run (at-least-once delivery).
+==================  =====================================================================================
+
+Departures from Jepsen ``total-queue`` (checker.clj), deliberate:
+
+- Copies allowed per key: Jepsen counts deliveries beyond the number of attempted enqueues as duplicates; here
+  they are counted beyond the sends that may have stored the message (outcome ok or unknown), at least one.
+  So, as in Jepsen, a received unknown-outcome send is ``recovered`` and its delivery is no duplicate (OpenChaos
+  counts it as one, the mistake avoided here); unknown outcomes are never lost.
+- A "fail" send that is nevertheless received is ``recovered_failed``, not ``unexpected``: a fail can still
+  have stored the message; e.g. the RocketMQ producer's internal retries (retryTimesWhenSendFailed), where an
+  earlier attempt timed out after the broker stored it and the last attempt was refused. It is worth a look in
+  a report, not a bug in the store, so it does not invalidate the run. (SendStatus FLUSH_DISK_TIMEOUT,
+  FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are recorded by the workloads as "ok": the master stored it.)
+- ``duplicated`` counts keys; ``duplicate_deliveries`` counts the surplus deliveries.
+
+Ordered runs (``ordered=True``, from meta.json ``params.ordered`` in ``check_run``) are also invalid on any
+order violation; order is always counted (rules in harness.ordering) but otherwise only reported.
+"""
+
+# pyarrow ships no type information; its names are Any here.
+# mypy: disable-error-code="import-untyped"
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from harness.ordering import FirstAcks, Receives, ack_order_violations, offset_violations
+from harness.records.reader import RunRecordError, load_events, load_meta
+from harness.records.run import write_json_atomic
+from harness.records.schema import CHECK_FILE, EVENTS_FULL_SCHEMA, SCHEMA_VERSION
+from harness.records.validate import validate_run
+
+I64 = npt.NDArray[np.int64]
+Bool = npt.NDArray[np.bool_]
+
+CHECK_COLUMNS = ["op", "key", "topic", "queue_id", "queue_offset", "start_ns", "end_ns", "outcome", "bytes",
+                 "worker", "session"]
+# Defaults for hand-built histories that leave columns out (tests, other tools' adapters).
+_DEFAULTS: dict[str, tuple[pa.DataType, object]] = {
+    "topic": (pa.string(), ""), "queue_id": (pa.int32(), -1), "queue_offset": (pa.int64(), -1),
+    "start_ns": (pa.int64(), 0), "end_ns": (pa.int64(), 0), "outcome": (pa.string(), "ok"),
+    "bytes": (pa.int32(), 0), "worker": (pa.string(), ""), "session": (pa.string(), ""),
+}
+SAMPLE_SIZE = 20
+
+
+class Category(StrEnum):
+    """The named key sets of a check (keys of ``CheckResult.samples``)."""
+
+    LOST = "lost"
+    UNEXPECTED = "unexpected"
+    DUPLICATED = "duplicated"
+    RECOVERED = "recovered"
+    RECOVERED_FAILED = "recovered_failed"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    ORDER = "order"
+
+
+class InvalidRunError(RunRecordError):
+    """The run directory does not validate, so it cannot be checked."""
+
+    def __init__(self, run_dir: Path, problems: list[str]) -> None:
+        super().__init__(f"{run_dir}: not a valid run record:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    attempted: int
+    acknowledged: int
+    failed: int
+    unknown: int
+    lost: int
+    lost_bytes: int
+    unexpected: int
+    duplicated: int
+    recovered: int
+    order_violations: dict[str, int]
+    samples: dict[str, list[str]]
+    allow_loss: bool
+    # Optional fields beyond the v1 check.json contract.
+    recovered_failed: int = 0
+    duplicate_deliveries: int = 0
+    sends: int = 0
+    receives: int = 0
+    declined_receives: int = 0
+    ordered: bool = False
+    run_id: str | None = None
+
+    @property
+    def order_violation_count(self) -> int:
+        return sum(self.order_violations.values())
+
+    @property
+    def valid(self) -> bool:
+        return ((self.lost == 0 or self.allow_loss) and self.unexpected == 0
+                and not (self.ordered and self.order_violation_count))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, **asdict(self), "valid": self.valid}
+
+
+def _as_table(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]) -> pa.Table:
+    if isinstance(events, pa.Table):
+        table = events
+    elif isinstance(events, Mapping):
+        table = pa.table(dict(events))
+    else:
+        rows = list(events)
+        names = list(dict.fromkeys(name for row in rows for name in row))  # Table.from_pylist reads row 0 only
+        table = (pa.table({n: [row.get(n) for row in rows] for n in names}) if rows
+                 else EVENTS_FULL_SCHEMA.empty_table())
+    for name in ("op", "key"):
+        if name not in table.column_names or table[name].null_count:
+            raise ValueError(f"every event needs an {name!r}")
+    for name, (typ, default) in _DEFAULTS.items():
+        fill = pa.scalar(default, typ)
+        if name not in table.column_names:
+            table = table.append_column(name, pa.repeat(fill, table.num_rows))
+        elif table[name].null_count:  # row dicts that leave a field out
+            table = table.set_column(table.schema.get_field_index(name), name, table[name].fill_null(fill))
+    return table
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[I64, pa.Array]:
+    """Dictionary codes (int64 numpy) and the dictionary of a string column."""
+    if isinstance(column, pa.ChunkedArray):
+        # One array first: encoding chunk by chunk hands every chunk a copy of the whole dictionary.
+        if column.nbytes >= 2**31 - 1:
+            column = column.cast(pa.large_string())
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    return codes.astype(np.int64, copy=False), encoded.dictionary
+
+
+def _np(column: pa.ChunkedArray) -> npt.NDArray[Any]:
+    return np.asarray(column.to_numpy())
+
+
+def _is(column: pa.ChunkedArray, value: str) -> npt.NDArray[np.bool_]:
+    return np.asarray(pc.equal(column, value).to_numpy(zero_copy_only=False), np.bool_)
+
+
+@dataclass(frozen=True)
+class _Fates:
+    """Per key code, the sets of the module docstring as boolean masks; plus surplus deliveries and lost bytes."""
+
+    attempted: Bool
+    acknowledged: Bool
+    failed: Bool
+    unknown: Bool
+    lost: Bool
+    unexpected: Bool
+    duplicated: Bool
+    recovered: Bool
+    recovered_failed: Bool
+    surplus: I64  # deliveries beyond the copies a key may have
+    lost_bytes: int
+
+
+def _fates(key: I64, n_keys: int, send: Bool, ok_send: Bool, fail_send: Bool, accepted: Bool,
+           nbytes: npt.NDArray[Any]) -> _Fates:
+    n_send = np.bincount(key[send], minlength=n_keys)
+    n_ok = np.bincount(key[ok_send], minlength=n_keys)
+    n_fail = np.bincount(key[fail_send], minlength=n_keys)
+    n_recv = np.bincount(key[accepted], minlength=n_keys)
+    attempted = n_send > 0
+    acked = n_ok > 0
+    failed = attempted & (n_fail == n_send)
+    unknown = attempted & ~acked & ~failed
+    received = n_recv > 0
+    lost = acked & ~received
+    copies = np.maximum(n_send - n_fail, 1)  # sends that may have stored the key: ok or unknown
+    duplicated = attempted & (n_recv > copies)
+    lost_bytes = 0
+    if lost.any():
+        # Retries of one key carry one body, so the mean size of its ok sends is that body's size.
+        ok_bytes = np.bincount(key[ok_send], weights=nbytes[ok_send], minlength=n_keys)
+        lost_bytes = round(float(np.sum(ok_bytes[lost] / n_ok[lost])))
+    return _Fates(attempted=attempted, acknowledged=acked, failed=failed, unknown=unknown, lost=lost,
+                  unexpected=~attempted & received, duplicated=duplicated, recovered=unknown & received,
+                  recovered_failed=failed & received, surplus=np.where(duplicated, n_recv - copies, 0),
+                  lost_bytes=lost_bytes)
+
+
+def _first_acks(codes: I64, ok_send: Bool, worker: I64, topic: I64, queue_id: I64, start_ns: I64, end_ns: I64,
+                n_keys: int) -> FirstAcks:
+    """Per key: the ok send acknowledged first; all -1 for keys without one or whose queue is unknown."""
+    idx = np.flatnonzero(ok_send)
+    if len(idx) and np.bincount(codes[idx]).max() > 1:  # a key acknowledged more than once: keep the first ack
+        order = idx[np.lexsort((end_ns[idx], codes[idx]))]
+        first = np.ones(len(order), np.bool_)
+        first[1:] = codes[order][1:] != codes[order][:-1]
+        idx = order[first]
+    idx = idx[queue_id[idx] >= 0]
+    arrays = []
+    for src in (worker, topic, queue_id, start_ns, end_ns):
+        a = np.full(n_keys, -1, np.int64)
+        a[codes[idx]] = src[idx]
+        arrays.append(a)
+    return FirstAcks(*arrays)
+
+
+def _order(table: pa.Table, key: I64, n_keys: int, ok_send: Bool, accepted: Bool) -> tuple[dict[str, int], I64]:
+    """Order violations per "topic/queue" and the codes of the keys delivered late (rules in harness.ordering)."""
+    worker, _ = _codes(table["worker"])
+    session, sessions = _codes(table["session"])
+    topic, topics = _codes(table["topic"])
+    queue_id = _np(table["queue_id"]).astype(np.int64)
+    end_ns = _np(table["end_ns"])
+    first = _first_acks(key, ok_send, worker, topic, queue_id, _np(table["start_ns"]), end_ns, n_keys)
+    rx = Receives(key=key[accepted], session=(worker * max(1, len(sessions)) + session)[accepted],
+                  topic=topic[accepted], queue_id=queue_id[accepted],
+                  queue_offset=_np(table["queue_offset"])[accepted], end_ns=end_ns[accepted])
+    late = offset_violations(rx) | ack_order_violations(rx, first)
+    return _order_summary(late, rx, first, topics.to_pylist())
+
+
+def check_events(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]], *,
+                 allow_loss: bool = False, ordered: bool = False, sample_size: int = SAMPLE_SIZE) -> CheckResult:
+    """Check a history: an events table (``EVENTS_FULL_SCHEMA`` or a subset with at least op and key), a dict of
+    columns, or a list of row dicts. Pure: reads nothing, writes nothing."""
+    table = _as_table(events)
+    send, receive = _is(table["op"], "send"), _is(table["op"], "receive")
+    ok, fail = _is(table["outcome"], "ok"), _is(table["outcome"], "fail")
+    accepted = receive & ok
+    key, keys = _codes(table["key"])
+    f = _fates(key, len(keys), send, send & ok, send & fail, accepted, _np(table["bytes"]))
+    order_violations, late_keys = _order(table, key, len(keys), send & ok, accepted)
+
+    def sample(codes: I64) -> list[str]:
+        return sorted(keys.take(pa.array(codes[:sample_size])).to_pylist())
+
+    named = {Category.LOST: f.lost, Category.UNEXPECTED: f.unexpected, Category.DUPLICATED: f.duplicated,
+             Category.RECOVERED: f.recovered, Category.RECOVERED_FAILED: f.recovered_failed,
+             Category.FAILED: f.failed, Category.UNKNOWN: f.unknown}
+    samples = {str(c): sample(np.flatnonzero(m)) for c, m in named.items() if m.any()}
+    if len(late_keys):
+        samples[Category.ORDER] = sample(late_keys)
+    return CheckResult(
+        attempted=int(f.attempted.sum()), acknowledged=int(f.acknowledged.sum()), failed=int(f.failed.sum()),
+        unknown=int(f.unknown.sum()), lost=int(f.lost.sum()), lost_bytes=f.lost_bytes,
+        unexpected=int(f.unexpected.sum()), duplicated=int(f.duplicated.sum()), recovered=int(f.recovered.sum()),
+        order_violations=order_violations, samples=samples, allow_loss=allow_loss,
+        recovered_failed=int(f.recovered_failed.sum()), duplicate_deliveries=int(f.surplus.sum()),
+        sends=int(send.sum()), receives=int(accepted.sum()), declined_receives=int((receive & ~ok).sum()),
+        ordered=ordered)
+
+
+def _order_summary(late: Bool, rx: Receives, first: FirstAcks, topics: list[str]) -> tuple[dict[str, int], I64]:
+    """Violations per "topic/queue" (the receive's queue, else the acknowledged send's) and the late keys."""
+    idx = np.flatnonzero(late)
+    if len(idx) == 0:
+        return {}, np.zeros(0, np.int64)
+    keys = rx.key[idx]
+    known = rx.queue_id[idx] >= 0
+    queue = np.where(known, rx.queue_id[idx], first.queue_id[keys])
+    topic = np.where(known, rx.topic[idx], first.topic[keys])
+    pairs, counts = np.unique(np.stack([topic, queue], axis=1), axis=0, return_counts=True)
+    summary = {f"{topics[t]}/{q}": int(n) for (t, q), n in zip(pairs.tolist(), counts.tolist(), strict=True)}
+    return summary, np.unique(keys)
+
+
+def check_run(run_dir: str | os.PathLike[str], allow_loss: bool = False, ordered: bool | None = None,
+              sample_size: int = SAMPLE_SIZE) -> CheckResult:
+    """Validate ``run_dir``, check its events, write ``check.json``; ``ordered`` None = meta params.ordered.
+
+    Raises ``InvalidRunError`` (a ``RunRecordError``) when the directory is not a valid run record.
+    """
+    root = Path(run_dir)
+    problems = validate_run(root, include_check=False)
+    if problems:
+        raise InvalidRunError(root, problems)
+    meta = load_meta(root)
+    if ordered is None:
+        ordered = bool(meta.get("params", {}).get("ordered", False))
+    events = load_events(root, columns=CHECK_COLUMNS)
+    result = check_events(events, allow_loss=allow_loss, ordered=ordered, sample_size=sample_size)
+    result = replace(result, run_id=meta.get("run_id"))
+    write_json_atomic(root / CHECK_FILE, result.to_json())
+    return result

@@ -1,0 +1,337 @@
+"""This module owns ``bench producer`` and ``bench consumer``, modelled on RocketMQ's benchmark tools
+(example/.../benchmark/Producer.java and Consumer.java, 4.9.8; FACTS §7.2): the same options and the same
+periodic line, plus the percentiles RocketMQ's tools do not print, the client's CPU per message, and a JSON
+summary. ``--processes`` runs several producer processes and merges their samples (exact percentiles), so
+the load generator is not what limits the figure.
+
+Latency samples are kept as microseconds in ``array('I')`` (4 bytes each); percentiles are exact (sorted).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import random
+import sys
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from reference_broker.client import (
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    Message,
+    MQBrokerError,
+    MQClientError,
+    Producer,
+    PushConsumer,
+    SendResult,
+)
+
+PERCENTILES = (50.0, 99.0, 99.9)
+
+
+def percentile(sorted_us: array[int] | list[int], p: float) -> float:
+    """Nearest-rank percentile of sorted microsecond samples, in ms."""
+    if not sorted_us:
+        return 0.0
+    k = max(0, min(len(sorted_us) - 1, math.ceil(round(p * len(sorted_us) / 100, 9)) - 1))
+    return sorted_us[k] / 1000
+
+
+@dataclass
+class Window:
+    """Counters for one reporting period (the tools' StatsBenchmarkProducer snapshot)."""
+
+    ok: int = 0
+    send_failed: int = 0
+    response_failed: int = 0
+    rt_total_us: int = 0
+    rt_max_us: int = 0
+    samples: array[int] = field(default_factory=lambda: array("I"))
+
+    def add(self, rt_us: int) -> None:
+        self.ok += 1
+        self.rt_total_us += rt_us
+        if rt_us > self.rt_max_us:
+            self.rt_max_us = rt_us
+        self.samples.append(min(rt_us, 0xFFFFFFFF))
+
+
+@dataclass
+class ProducerOptions:
+    namesrv: str
+    topic: str = "BenchmarkTest"
+    threads: int = 64
+    size: int = 128
+    key_enable: bool = False
+    tag_count: int = 0
+    batch_size: int = 1
+    async_send: bool = False
+    in_flight: int = 64
+    duration_s: float = 30.0
+    quantity: int = 0
+    report_interval_s: float = 10.0
+    group: str = "benchmark_producer"
+
+
+def producer_line(now: float, w: Window, elapsed_s: float, batch: int) -> str:
+    tps = w.ok * batch / elapsed_s if elapsed_s > 0 else 0.0
+    avg = w.rt_total_us / w.ok / 1000 if w.ok else 0.0
+    s = sorted(w.samples)
+    ts = datetime.fromtimestamp(now).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    return (f"Current Time: {ts} Send TPS: {int(tps)} Max RT(ms): {w.rt_max_us // 1000} Average RT(ms): "
+            f"{avg:7.3f} Send Failed: {w.send_failed} Response Failed: {w.response_failed} "
+            f"p50(ms): {percentile(s, 50):.3f} p99(ms): {percentile(s, 99):.3f} p999(ms): {percentile(s, 99.9):.3f}")
+
+
+def run_producer(opts: ProducerOptions, out: Callable[[str], None] = print) -> dict[str, Any]:
+    """One producer process; returns its summary (with the raw samples under ``samples_us``)."""
+    producer = Producer(opts.group, opts.namesrv, instance_name=f"bench-{os.getpid()}")
+    producer.start()
+    body = bytes(random.getrandbits(8) for _ in range(min(opts.size, 64))) * (opts.size // 64 + 1)
+    body = body[:opts.size]
+    lock = threading.Lock()
+    total = Window()
+    window = Window()
+    stop = threading.Event()
+    seq = [0]
+
+    def next_message() -> Message:
+        with lock:
+            seq[0] += 1
+            n = seq[0]
+        tags = f"tag{n % opts.tag_count}" if opts.tag_count else None
+        keys = f"{os.getpid()}-{n}" if opts.key_enable else None
+        return Message(opts.topic, body, tags=tags, keys=keys)
+
+    def record(rt_us: int, ok: bool, send_failed: bool) -> None:
+        with lock:
+            for w in (total, window):
+                if ok:
+                    w.add(rt_us)
+                elif send_failed:
+                    w.send_failed += 1
+                else:
+                    w.response_failed += 1
+
+    def limit_reached() -> bool:
+        return bool(opts.quantity) and seq[0] >= opts.quantity
+
+    def sync_worker() -> None:
+        while not stop.is_set() and not limit_reached():
+            msgs = [next_message() for _ in range(opts.batch_size)]
+            t0 = time.perf_counter_ns()
+            try:
+                if opts.batch_size > 1:
+                    producer.send_batch(msgs)
+                else:
+                    producer.send(msgs[0])
+            except MQClientError as exc:  # the tools: a broker's answer → Response Failed, else Send Failed
+                record(0, False, not isinstance(exc, MQBrokerError))
+                continue
+            record((time.perf_counter_ns() - t0) // 1000, True, False)
+
+    def async_worker() -> None:
+        sem = threading.Semaphore(opts.in_flight)
+        while not stop.is_set() and not limit_reached():
+            sem.acquire()
+            msg = next_message()
+            t0 = time.perf_counter_ns()
+
+            def done(result: SendResult | None, error: MQClientError | None, t0: int = t0) -> None:
+                record((time.perf_counter_ns() - t0) // 1000, error is None,
+                       error is not None and not isinstance(error, MQBrokerError))
+                sem.release()
+
+            try:
+                producer.send_async(msg, done)
+            except MQClientError:
+                record(0, False, True)
+                sem.release()
+        for _ in range(opts.in_flight):  # wait for the last answers
+            sem.acquire(timeout=producer.send_msg_timeout_s + 1)
+
+    workers = [threading.Thread(target=async_worker if opts.async_send else sync_worker, daemon=True)
+               for _ in range(1 if opts.async_send else opts.threads)]
+    cpu0 = time.process_time()
+    t_start = time.monotonic()
+    for t in workers:
+        t.start()
+    last = t_start
+    deadline = t_start + opts.duration_s if opts.duration_s > 0 else float("inf")
+    try:
+        while any(t.is_alive() for t in workers):
+            now = time.monotonic()
+            if now >= deadline:
+                stop.set()
+            wake = min(last + opts.report_interval_s, deadline if not stop.is_set() else now + 0.1)
+            time.sleep(max(0.0, min(0.1, wake - now)))
+            now = time.monotonic()
+            if now - last >= opts.report_interval_s:
+                with lock:
+                    w, window = window, Window()
+                out(producer_line(time.time(), w, now - last, opts.batch_size))
+                last = now
+    except KeyboardInterrupt:
+        stop.set()
+    for t in workers:
+        t.join(producer.send_msg_timeout_s + 2)
+    if window.ok or window.send_failed or window.response_failed:  # the last, partial period
+        out(producer_line(time.time(), window, time.monotonic() - last, opts.batch_size))
+    elapsed = time.monotonic() - t_start
+    cpu = time.process_time() - cpu0
+    producer.shutdown()
+    msgs = total.ok * opts.batch_size
+    return {"sent_ok_requests": total.ok, "messages": msgs, "send_failed": total.send_failed,
+            "response_failed": total.response_failed, "elapsed_s": elapsed, "rt_total_us": total.rt_total_us,
+            "rt_max_us": total.rt_max_us, "client_cpu_s": cpu, "samples_us": total.samples}
+
+
+def _child(opts: ProducerOptions, conn: Any) -> None:
+    summary = run_producer(opts, out=lambda line: print(f"[{os.getpid()}] {line}", file=sys.stderr, flush=True))
+    summary["samples_us"] = summary["samples_us"].tobytes()
+    conn.send(summary)
+    conn.close()
+
+
+def merge_producer_summaries(parts: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:
+    samples: array[int] = array("I")
+    for p in parts:
+        s = p["samples_us"]
+        if isinstance(s, bytes):
+            arr: array[int] = array("I")
+            arr.frombytes(s)
+            s = arr
+        samples.extend(s)
+    ordered = sorted(samples)
+    ok = sum(p["sent_ok_requests"] for p in parts)
+    msgs = sum(p["messages"] for p in parts)
+    elapsed = max(p["elapsed_s"] for p in parts) if parts else 0.0
+    cpu = sum(p["client_cpu_s"] for p in parts)
+    return {
+        "send_tps": msgs / elapsed if elapsed else 0.0,
+        "messages": msgs,
+        "requests": ok,
+        "batch_size": batch_size,
+        "send_failed": sum(p["send_failed"] for p in parts),
+        "response_failed": sum(p["response_failed"] for p in parts),
+        "avg_rt_ms": sum(p["rt_total_us"] for p in parts) / ok / 1000 if ok else 0.0,
+        "max_rt_ms": max((p["rt_max_us"] for p in parts), default=0) / 1000,
+        **{f"p{str(q).replace('.0', '').replace('.', '')}_ms": percentile(ordered, q) for q in PERCENTILES},
+        "elapsed_s": elapsed,
+        "processes": len(parts),
+        "client_cpu_us_per_msg": cpu / msgs * 1e6 if msgs else None,
+    }
+
+
+def run_producers(opts: ProducerOptions, processes: int, out: Callable[[str], None] = print) -> dict[str, Any]:
+    if processes <= 1:
+        return merge_producer_summaries([run_producer(opts, out)], opts.batch_size)
+    ctx = mp.get_context("spawn")
+    pipes, procs = [], []
+    for _ in range(processes):
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(opts, child), daemon=True)
+        p.start()
+        child.close()
+        pipes.append(parent)
+        procs.append(p)
+    parts = []
+    for parent, p in zip(pipes, procs, strict=True):
+        try:
+            parts.append(parent.recv())
+        except EOFError:
+            out(f"producer process {p.pid} ended without a summary (exit code {p.exitcode})")
+        p.join(10)
+    return merge_producer_summaries(parts, opts.batch_size)
+
+
+def complete_line(s: dict[str, Any]) -> str:
+    return (f"[Complete] Send Total: {s['messages']} Send TPS: {int(s['send_tps'])} Max RT(ms): "
+            f"{int(s['max_rt_ms'])} Average RT(ms): {s['avg_rt_ms']:7.3f} Send Failed: {s['send_failed']} "
+            f"Response Failed: {s['response_failed']} p50(ms): {s['p50_ms']:.3f} p99(ms): {s['p99_ms']:.3f} "
+            f"p999(ms): {s['p999_ms']:.3f} client CPU/msg(us): {_fmt(s['client_cpu_us_per_msg'])}")
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+# ---- consumer -------------------------------------------------------------------------------------------
+@dataclass
+class ConsumerOptions:
+    namesrv: str
+    topic: str = "BenchmarkTest"
+    group: str = "benchmark_consumer"
+    threads: int = 20
+    expression: str = "*"
+    from_first: bool = False
+    duration_s: float = 30.0
+    report_interval_s: float = 10.0
+    commit: bool = True
+
+
+def run_consumer(opts: ConsumerOptions, out: Callable[[str], None] = print) -> dict[str, Any]:
+    """A push consumer printing the Consumer tool's line (B2C = born to consume, S2C = store to consume)."""
+    lock = threading.Lock()
+    stats = {"n": 0, "b2c_total": 0, "s2c_total": 0, "b2c_max": 0, "s2c_max": 0}
+    window = dict(stats)
+    b2c_samples: array[int] = array("I")
+
+    def listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:
+        now = time.time_ns() // 1_000_000
+        with lock:
+            for m in msgs:
+                b2c = max(0, now - m.born_timestamp)
+                s2c = max(0, now - m.store_timestamp)
+                for d in (stats, window):
+                    d["n"] += 1
+                    d["b2c_total"] += b2c
+                    d["s2c_total"] += s2c
+                    d["b2c_max"] = max(d["b2c_max"], b2c)
+                    d["s2c_max"] = max(d["s2c_max"], s2c)
+                b2c_samples.append(min(b2c * 1000, 0xFFFFFFFF))
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(opts.group, opts.namesrv, consume_thread_min=opts.threads,
+                            consume_thread_max=opts.threads,
+                            consume_from_where=(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET if opts.from_first
+                                                else ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET))
+    consumer.subscribe(opts.topic, opts.expression)
+    consumer.register_message_listener(listener)
+    cpu0 = time.process_time()
+    consumer.start()
+    t0 = last = time.monotonic()
+    try:
+        while time.monotonic() - t0 < opts.duration_s:
+            time.sleep(min(0.2, opts.report_interval_s))
+            now = time.monotonic()
+            if now - last >= opts.report_interval_s:
+                with lock:
+                    w = dict(window)
+                    window.update({k: 0 for k in window})
+                n = w["n"]
+                ts = datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+                out(f"Current Time: {ts} TPS: {int(n / (now - last))} FAIL: 0 AVG(B2C) RT(ms): "
+                    f"{(w['b2c_total'] / n if n else 0):7.3f} AVG(S2C) RT(ms): {(w['s2c_total'] / n if n else 0):7.3f} "
+                    f"MAX(B2C) RT(ms): {w['b2c_max']} MAX(S2C) RT(ms): {w['s2c_max']}")
+                last = now
+    except KeyboardInterrupt:
+        pass
+    elapsed = time.monotonic() - t0
+    consumer.shutdown()
+    cpu = time.process_time() - cpu0
+    ordered = sorted(b2c_samples)
+    n = stats["n"]
+    return {"consumed": n, "tps": n / elapsed if elapsed else 0.0, "elapsed_s": elapsed,
+            "avg_b2c_ms": stats["b2c_total"] / n if n else 0.0, "avg_s2c_ms": stats["s2c_total"] / n if n else 0.0,
+            "max_b2c_ms": stats["b2c_max"], "max_s2c_ms": stats["s2c_max"],
+            **{f"b2c_p{str(q).replace('.0', '').replace('.', '')}_ms": percentile(ordered, q) for q in PERCENTILES},
+            "client_cpu_us_per_msg": cpu / n * 1e6 if n else None}
+

@@ -1,0 +1,74 @@
+"""This module owns a consumer's subscription to one topic: the tag expression, its parsed form and the
+client-side tag re-check (FilterAPI.buildSubscriptionData, SubscriptionData, PullAPIWrapper, 4.9.8). Sans-IO.
+
+An expression is ``*`` (everything) or tags joined by ``||`` (``"TagA || TagB"``); each tag is trimmed and
+blanks are dropped. The broker filters by the tags' Java hash codes only (``codeSet``), so the client keeps a
+pulled message only if its TAGS string is in ``tagsSet``; a message without tags is dropped then.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from reference_broker.common.java_hash import string_hash_code
+from reference_broker.store.record import MessageExt
+
+SUB_ALL: Final = "*"
+EXPRESSION_TAG: Final = "TAG"
+
+
+@dataclass(slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str = SUB_ALL
+    tags_set: frozenset[str] = frozenset()
+    code_set: frozenset[int] = frozenset()
+    # SubscriptionData.subVersion = System.currentTimeMillis() at creation; the broker keeps the newest.
+    sub_version: int = field(default_factory=lambda: int(time.time() * 1000))
+    expression_type: str = EXPRESSION_TAG
+    class_filter_mode: bool = False
+
+    @property
+    def matches_all(self) -> bool:
+        return not self.tags_set
+
+    def is_matched(self, msg: MessageExt) -> bool:
+        """The client's re-check of a pulled message (PullAPIWrapper.processPullResult)."""
+        if not self.tags_set or self.class_filter_mode:
+            return True
+        tags = msg.tags
+        return tags is not None and tags in self.tags_set
+
+    def filter(self, msgs: list[MessageExt]) -> list[MessageExt]:
+        if not self.tags_set or self.class_filter_mode:
+            return msgs
+        tags_set = self.tags_set
+        return [m for m in msgs if m.tags in tags_set]
+
+    def to_json(self) -> dict[str, Any]:
+        # SubscriptionData as fastjson writes it inside HeartbeatData (sets as arrays; sorted for stable output).
+        return {
+            "classFilterMode": self.class_filter_mode,
+            "codeSet": sorted(self.code_set),
+            "expressionType": self.expression_type,
+            "subString": self.sub_string,
+            "subVersion": self.sub_version,
+            "tagsSet": sorted(self.tags_set),
+            "topic": self.topic,
+        }
+
+
+def build_subscription_data(topic: str, sub_string: str | None) -> SubscriptionData:
+    """FilterAPI.buildSubscriptionData for the TAG expression type."""
+    if sub_string is None or sub_string.strip() in ("", SUB_ALL):
+        return SubscriptionData(topic, SUB_ALL)
+    tags = [t.strip() for t in sub_string.split("||")]
+    tags = [t for t in tags if t]
+    return SubscriptionData(
+        topic=topic,
+        sub_string=sub_string,
+        tags_set=frozenset(tags),
+        code_set=frozenset(string_hash_code(t) for t in tags),
+    )

@@ -1,0 +1,69 @@
+"""This module owns the client-side checks on topics, groups and messages (Validators, TopicValidator, 4.9.8).
+
+Failures raise ``MQClientError`` with MESSAGE_ILLEGAL (13), or NO_PERMISSION (16) for a topic clients may
+not send to; RocketMQ throws most of these with code -1, we give each a RocketMQ response code instead.
+A topic that passed once is remembered, so the per-message cost is one set lookup.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from reference_broker.client.errors import MQClientError
+from reference_broker.client.message import Message
+from reference_broker.remoting.codes import ResponseCode
+
+TOPIC_MAX_LENGTH: Final = 127
+GROUP_MAX_LENGTH: Final = 255  # Validators.CHARACTER_MAX_LENGTH
+_VALID: Final = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (4.9.8).
+NOT_ALLOWED_SEND_TOPICS: Final = frozenset({
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+})
+_checked_topics: set[str] = set()
+
+
+def _illegal(text: str) -> MQClientError:
+    return MQClientError(ResponseCode.MESSAGE_ILLEGAL, text, False)
+
+
+def check_topic(topic: str) -> None:
+    if topic in _checked_topics:
+        return
+    if not topic or not topic.strip():
+        raise _illegal("The specified topic is blank")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise _illegal("The specified topic is longer than topic max length.")
+    if not _VALID.match(topic):
+        raise _illegal(f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$")
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        raise MQClientError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.", False)
+    if len(_checked_topics) < 65536:
+        _checked_topics.add(topic)
+
+
+def check_group(group: str) -> None:
+    if not group or not group.strip():
+        raise _illegal("the specified group is blank")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise _illegal("the specified group is longer than group max length 255.")
+    if not _VALID.match(group):
+        raise _illegal(f"the specified group[{group}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$")
+
+
+def check_message(msg: Message, max_message_size: int) -> None:
+    """Validators.checkMessage."""
+    check_topic(msg.topic)
+    body = msg.body
+    if body is None:
+        raise _illegal("the message body is null")
+    if not body:
+        raise _illegal("the message body length is zero")
+    if len(body) > max_message_size:
+        raise _illegal(f"the message body size over max value, MAX: {max_message_size}")

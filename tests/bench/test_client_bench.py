@@ -1,0 +1,59 @@
+"""``bench producer`` / ``bench consumer`` against a real topology: they run, report, and count right."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from array import array
+
+import pytest
+
+from harness.launcher import Topology
+from reference_broker.bench.client_bench import merge_producer_summaries, percentile
+
+
+def test_percentile_is_nearest_rank():
+    s = array("I", range(1, 1001))  # 1..1000 us
+    assert percentile(s, 50) == 0.5
+    assert percentile(s, 99) == 0.99
+    assert percentile(s, 99.9) == 0.999
+    assert percentile(array("I"), 50) == 0.0
+
+
+def test_merge_sums_counts_and_merges_samples_exactly():
+    a = {"sent_ok_requests": 2, "messages": 2, "send_failed": 1, "response_failed": 0, "elapsed_s": 2.0,
+         "rt_total_us": 3000, "rt_max_us": 2000, "client_cpu_s": 0.001, "samples_us": array("I", [1000, 2000])}
+    b = {**a, "send_failed": 0, "response_failed": 2, "elapsed_s": 1.0, "rt_max_us": 5000,
+         "samples_us": array("I", [3000, 5000]).tobytes()}
+    m = merge_producer_summaries([a, b], 1)
+    assert (m["messages"], m["send_failed"], m["response_failed"]) == (4, 1, 2)
+    assert m["send_tps"] == 2.0  # 4 messages over the longest elapsed time
+    assert m["max_rt_ms"] == 5.0 and m["p50_ms"] == 2.0 and m["p99_ms"] == 5.0
+    assert m["client_cpu_us_per_msg"] == pytest.approx(500.0)
+
+
+@pytest.mark.e2e
+def test_producer_then_consumer(tmp_path):
+    with Topology(tmp_path / "t") as topo:
+        p = subprocess.run([sys.executable, "-m", "reference_broker", "bench", "producer", "-n", topo.namesrv_addr,
+                            "-t", "BenchT", "-w", "2", "-s", "100", "-q", "200", "-d", "30", "-i", "0.5", "-k",
+                            "--json"], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        s = json.loads(p.stdout)
+        assert s["messages"] >= 200 and s["send_failed"] == 0 and s["response_failed"] == 0
+        assert s["p50_ms"] > 0 and s["client_cpu_us_per_msg"] > 0
+        assert "Send TPS:" in p.stderr and "Response Failed:" in p.stderr
+        p = subprocess.run([sys.executable, "-m", "reference_broker", "bench", "producer", "-n", topo.namesrv_addr,
+                            "-t", "BenchT", "-b", "8", "-q", "80", "-d", "30", "-p", "2", "--json"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        s = json.loads(p.stdout)
+        assert s["processes"] == 2 and s["messages"] >= 160 and s["batch_size"] == 8
+        c = subprocess.run([sys.executable, "-m", "reference_broker", "bench", "consumer", "-n", topo.namesrv_addr,
+                            "-t", "BenchT", "--from-first", "-d", "6", "-i", "1", "--json"],
+                           capture_output=True, text=True, timeout=120)
+        assert c.returncode == 0, c.stderr
+        cs = json.loads(c.stdout)
+        assert cs["consumed"] >= 360, cs
+        assert "AVG(B2C) RT(ms)" in c.stderr
