@@ -1,4 +1,4 @@
-"""``python -m harness``: check and validate run records.
+"""``python -m harness``: check and validate run records; the harness and broker benchmarks.
 
 Exit codes: 0 = valid; 1 = the check failed (lost messages without --allow-loss, unexpected messages, or order
 violations in an ordered run); 2 = not a valid run record (or bad usage).
@@ -107,6 +107,18 @@ def bench(n_events: int, writer_events: int, directory: Path | None) -> None:
     from harness.bench import run_bench
 
     click.echo(run_bench(writer_events, n_events, directory))
+
+
+@main.command("broker-bench")
+@click.option("--quick", is_flag=True, help="3 s per figure instead of 10 s.")
+@click.option("--json", "as_json", is_flag=True, help="Print every measurement as JSON.")
+def broker_bench(quick: bool, as_json: bool) -> None:
+    """The broker's figures (send rates, latencies, SYNC vs ASYNC, consumption) against embedded topologies."""
+    from harness.broker_bench import Plan, format_figures, run
+
+    plan = Plan.quick() if quick else Plan()
+    result = run(plan, progress=lambda line: click.echo(f"[broker-bench] {line}", err=True))
+    click.echo(json.dumps(result, indent=2, default=str) if as_json else format_figures(result))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ class AdminProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    async def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | None:
+    def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | None:
         try:
             return self.process(cmd)
         except (BadRequest, KeyError, ValueError, TypeError) as exc:

@@ -52,7 +52,7 @@ class ClientManageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    async def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | None:
+    def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | None:
         try:
             code = cmd.code
             if code == RequestCode.HEART_BEAT:

@@ -16,6 +16,7 @@ suspend flag and without committing the offset again — as executeRequestWhenWa
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Final
 
 from reference_broker.broker.client_manager import SubscriptionData
@@ -46,15 +47,29 @@ class PullMessageProcessor:
         self.broker = broker
         self.store = broker.store
 
-    async def handle(self, ctx: object, cmd: RemotingCommand) -> RemotingCommand | None:
+    def handle(self, ctx: object, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """The answer at once, or — for a pull to hold — an awaitable answered when it is woken."""
         peer = getattr(ctx, "peer", "?")
         try:
-            return await self.process(cmd, peer, allow_suspend=True)
+            result = self.process(cmd, peer, allow_suspend=True)
         except BadRequest as exc:
             log.warning("bad pull request from %s: %s", peer, exc)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        if isinstance(result, RemotingCommand):
+            return result
+        return self._held(cmd, peer, result)
 
-    async def process(self, cmd: RemotingCommand, peer: str, allow_suspend: bool) -> RemotingCommand:
+    async def _held(self, cmd: RemotingCommand, peer: str, wait: Awaitable[str]) -> RemotingCommand:
+        await wait
+        try:
+            answer = self.process(cmd, peer, allow_suspend=False)
+        except BadRequest as exc:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        assert isinstance(answer, RemotingCommand)  # without the suspend flag nothing is held
+        return answer
+
+    def process(self, cmd: RemotingCommand, peer: str, allow_suspend: bool) -> RemotingCommand | Awaitable[str]:
+        """The response, or the hold service's future when the request is held (then re-run it)."""
         b = self.broker
         bc = b.broker_config
         group = field(cmd, "consumerGroup")
@@ -145,7 +160,6 @@ class PullMessageProcessor:
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
             timeout_ms = suspend_ms if bc.long_polling_enable else bc.short_polling_time_mills
             if timeout_ms > 0 and b.hold_service is not None:
-                await b.hold_service.suspend(topic, queue_id, offset, timeout_ms / 1000, matches)
-                return await self.process(cmd, peer, allow_suspend=False)
+                return b.hold_service.suspend(topic, queue_id, offset, timeout_ms / 1000, matches)
         body = b"".join(result.messages) if code == ResponseCode.SUCCESS else b""
         return create_response(cmd, code, None if code == ResponseCode.SUCCESS else status.name, ext, body)

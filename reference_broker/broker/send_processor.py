@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from reference_broker.broker import topic_config as tcm
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from reference_broker.broker.controller import BrokerController
 
 log = logging.getLogger(__name__)
+
+Reply = RemotingCommand | Awaitable[RemotingCommand | None] | None
 
 # handlePutMessageResult: status → (code, remark or None)
 _PUT_CODES: Final = {
@@ -124,11 +126,12 @@ class SendMessageProcessor:
         self._peers: dict[str, tuple[str, int]] = {}
 
     # ---- entry ------------------------------------------------------------------------------------
-    async def handle(self, ctx: object, cmd: RemotingCommand) -> RemotingCommand | None:
+    def handle(self, ctx: object, cmd: RemotingCommand) -> Reply:
+        """A response at once when the put completes inline (ASYNC_FLUSH), else an awaitable one."""
         peer = getattr(ctx, "peer", "?")
         try:
             if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
-                return await self._send_back(cmd, peer)
+                return self._send_back(cmd, peer)
             if self.store.is_os_page_cache_busy():
                 return create_response(cmd, ResponseCode.SYSTEM_BUSY, REJECT_REMARK)
             busy = self._waited_too_long(cmd)
@@ -141,8 +144,8 @@ class SendMessageProcessor:
             k = _V2 if code == RequestCode.SEND_MESSAGE_V2 or (
                 code == RequestCode.SEND_BATCH_MESSAGE and _V2.topic in fields) else _V1
             if cmd.code == RequestCode.SEND_BATCH_MESSAGE or fields.get(k.batch) == "true":
-                return await self._send_batch(cmd, fields, k, peer)
-            return await self._send_one(cmd, fields, k, peer)
+                return self._send_batch(cmd, fields, k, peer)
+            return self._send_one(cmd, fields, k, peer)
         except BadRequest as exc:
             log.warning("bad send request from %s: %s", peer, exc)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
@@ -213,8 +216,7 @@ class SendMessageProcessor:
         return tc, None
 
     # ---- one message ------------------------------------------------------------------------------
-    async def _send_one(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys,
-                        peer: str) -> RemotingCommand | None:
+    def _send_one(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys, peer: str) -> Reply:
         topic = _f(f, k.topic)
         queue_id = _i(f, k.queue_id)
         sys_flag = _i(f, k.sys_flag, 0)
@@ -251,19 +253,20 @@ class SendMessageProcessor:
             sys_flag=sys_flag, born_timestamp=_i(f, k.born_timestamp, 0), born_host=born_host,
             reconsume_times=reconsume_times, properties_bytes=props_b)
         if self._sync_flush:
-            result = await self._put(lambda cb: self.store.put_message_callback(msg, cb))
-        else:
-            result = self.store.put_message(msg)  # ASYNC_FLUSH: returns as soon as the record is appended
+            return self._reply_later(cmd, self._put(lambda cb: self.store.put_message_callback(msg, cb)),
+                                     msg.queue_id)
+        result = self.store.put_message(msg)  # ASYNC_FLUSH: returns as soon as the record is appended
         return put_result_response(cmd, result, msg.queue_id)
 
-    async def _put(self, call: Callable[[Callable[[PutMessageResult], None]], None]) -> PutMessageResult:
+    def _put(self, call: Callable[[Callable[[PutMessageResult], None]], None]
+             ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
         """Run a store put whose callback fires either inside the call (ASYNC_FLUSH) or later on the
         group-commit thread (SYNC_FLUSH); only the latter needs a future and a hop back to the loop."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[PutMessageResult] = loop.create_future()
         me = threading.get_ident()
         inline: list[PutMessageResult] = []
         in_call = [True]
+        fut: asyncio.Future[PutMessageResult] = loop.create_future()
 
         def done(result: PutMessageResult) -> None:
             if in_call[0] and threading.get_ident() == me:
@@ -273,13 +276,20 @@ class SendMessageProcessor:
 
         call(done)
         in_call[0] = False
-        if inline:
-            return inline[0]
-        return await fut
+        return inline[0] if inline else fut
+
+    def _reply_later(self, cmd: RemotingCommand, put: PutMessageResult | asyncio.Future[PutMessageResult],
+                     queue_id: int) -> Reply:
+        if isinstance(put, PutMessageResult):
+            return put_result_response(cmd, put, queue_id)
+
+        async def wait() -> RemotingCommand:
+            return put_result_response(cmd, await put, queue_id)
+
+        return wait()
 
     # ---- batches ------------------------------------------------------------------------------------
-    async def _send_batch(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys,
-                          peer: str) -> RemotingCommand | None:
+    def _send_batch(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys, peer: str) -> Reply:
         topic = _f(f, k.topic)
         queue_id = _i(f, k.queue_id)
         sys_flag = _i(f, k.sys_flag, 0)
@@ -307,8 +317,7 @@ class SendMessageProcessor:
                                                   properties=props, sys_flag=sys_flag, born_timestamp=born,
                                                   born_host=(host, port)))
         batch = MessageExtBatch(topic, queue_id, msgs)
-        result = await self._put(lambda cb: self.store.put_messages_callback(batch, cb))
-        return put_result_response(cmd, result, queue_id)
+        return self._reply_later(cmd, self._put(lambda cb: self.store.put_messages_callback(batch, cb)), queue_id)
 
     # ---- retry and DLQ ------------------------------------------------------------------------------
     def _retry_to_dlq(self, topic: str, reconsume_times: int, max_reconsume: int) -> str | RemotingCommand | None:
@@ -325,7 +334,7 @@ class SendMessageProcessor:
             return dlq.topic_name
         return None
 
-    async def _send_back(self, cmd: RemotingCommand, peer: str) -> RemotingCommand:
+    def _send_back(self, cmd: RemotingCommand, peer: str) -> Reply:
         """asyncConsumerSendMsgBack (FACTS §3.1)."""
         group = field(cmd, "group")
         offset = int_field(cmd, "offset")
@@ -381,10 +390,20 @@ class SendMessageProcessor:
             topic=new_topic, body=msg_ext.body, queue_id=queue_id, flag=msg_ext.flag, properties=props,
             sys_flag=msg_ext.sys_flag, born_timestamp=msg_ext.born_timestamp, born_host=msg_ext.born_host,
             reconsume_times=reconsume + 1)
-        result = await self._put(lambda cb: self.store.put_message_callback(msg, cb))
-        if result.status.is_stored:
-            return create_response(cmd, ResponseCode.SUCCESS)
-        return create_response(cmd, ResponseCode.SYSTEM_ERROR, result.status.name)
+        put = self._put(lambda cb: self.store.put_message_callback(msg, cb))
+
+        def answer(result: PutMessageResult) -> RemotingCommand:
+            if result.status.is_stored:
+                return create_response(cmd, ResponseCode.SUCCESS)
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, result.status.name)
+
+        if isinstance(put, PutMessageResult):
+            return answer(put)
+
+        async def wait() -> RemotingCommand:
+            return answer(await put)
+
+        return wait()
 
 
 def _resolve(fut: asyncio.Future[PutMessageResult], result: PutMessageResult) -> None:

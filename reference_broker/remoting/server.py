@@ -1,12 +1,14 @@
 """This module owns the server side of the remoting transport: a thin asyncio shell over ``FrameDecoder``.
 
-Per connection, bytes go into a ``FrameDecoder``; each request frame is dispatched to its handler as its own
-task (NettyRemotingAbstract.processRequestCommand runs processors on executors, so a slow handler never
-blocks the connection) and the response carries the request's opaque. The one peer error, ``ProtocolError``,
-closes that connection only (NettyDecoder closes the channel); nothing a peer sends can stop the server.
+Per connection, bytes go into a ``FrameDecoder``; each request frame goes to its handler, and the response
+carries the request's opaque. A handler that can answer at once returns the response (no task: the hot path
+of a send); one that must wait returns an awaitable, which finishes in its own task so a slow request never
+blocks the connection (NettyRemotingAbstract.processRequestCommand runs processors on executors). The one
+peer error, ``ProtocolError``, closes that connection only (NettyDecoder closes the channel); nothing a peer
+sends can stop the server.
 
-Responses written in one event-loop pass go out in one ``writelines`` call; a handler awaits drain only when
-the transport's buffer is above the high-water mark.
+Responses written in one event-loop pass go out in one ``writelines`` call; while the transport's buffer is
+above the high-water mark the connection is not read from.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ log = logging.getLogger(__name__)
 WRITE_HIGH_WATER_BYTES: Final = 4 * 1024 * 1024
 WRITE_LOW_WATER_BYTES: Final = 1024 * 1024
 
-Handler = Callable[["ConnectionContext", RemotingCommand], Awaitable[RemotingCommand | None]]
+# A handler answers with a response (or None: no answer), either directly or through an awaitable.
+Handler = Callable[["ConnectionContext", RemotingCommand],
+                   "RemotingCommand | Awaitable[RemotingCommand | None] | None"]
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -104,9 +108,7 @@ class _Connection(asyncio.Protocol):
             if cmd.is_response:
                 log.debug("ignoring response (code %d, opaque %d) from %s", cmd.code, cmd.opaque, self.ctx.peer)
                 continue
-            task = self._loop.create_task(self._handle(cmd))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self._dispatch(cmd)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -120,10 +122,15 @@ class _Connection(asyncio.Protocol):
                 log.exception("connection-close hook failed for %s", self.ctx.peer)
 
     def pause_writing(self) -> None:
+        # A peer that does not read its responses stops being read from: no unbounded buffering.
         self._paused = True
+        if self._transport is not None and not self.closed:
+            self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
+        if self._transport is not None and not self.closed:
+            self._transport.resume_reading()
         self._wake_drainers()
 
     # -- writing
@@ -160,21 +167,38 @@ class _Connection(asyncio.Protocol):
             self._transport.close()
 
     # -- dispatch
-    async def _handle(self, cmd: RemotingCommand) -> None:
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        """Run the handler; a plain (non-coroutine) result is answered at once, without a task — the hot
+        path of a send under ASYNC_FLUSH — and an awaitable one finishes in its own task."""
         handler = self._server._handlers.get(cmd.code)
-        response: RemotingCommand | None
         if handler is None:
             # NettyRemotingAbstract.processRequestCommand's remark, leading space included.
-            response = create_response(
-                cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
-            )
             log.warning("%s: request type %d not supported", self.ctx.peer, cmd.code)
-        else:
-            try:
-                response = await handler(self.ctx, cmd)
-            except Exception as exc:
-                log.exception("handler for code %d failed on a request from %s", cmd.code, self.ctx.peer)
-                response = create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc))
+            self._respond(cmd, create_response(
+                cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"))
+            return
+        try:
+            result = handler(self.ctx, cmd)
+        except Exception as exc:
+            log.exception("handler for code %d failed on a request from %s", cmd.code, self.ctx.peer)
+            self._respond(cmd, create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc)))
+            return
+        if result is None or isinstance(result, RemotingCommand):
+            self._respond(cmd, result)
+            return
+        task = self._loop.create_task(self._finish(cmd, result))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            response = await pending
+        except Exception as exc:
+            log.exception("handler for code %d failed on a request from %s", cmd.code, self.ctx.peer)
+            response = create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc))
+        self._respond(cmd, response)
+
+    def _respond(self, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or cmd.is_oneway:
             return
         response.opaque = cmd.opaque
@@ -185,7 +209,6 @@ class _Connection(asyncio.Protocol):
             log.exception("cannot encode the response to code %d from %s", cmd.code, self.ctx.peer)
             frame = encode(create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc)))
         self.write(frame)
-        await self.drain()
 
 
 def _exception_desc(exc: BaseException) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -32,8 +33,14 @@ def broker(tmp_path):
     loop.close()
 
 
+async def answer(processor, conn, cmd):
+    """A handler answers at once or with an awaitable, as the server allows."""
+    result = processor.handle(conn, cmd)
+    return await result if inspect.isawaitable(result) else result
+
+
 def call(broker, processor, cmd, conn=None):
-    return broker.run(processor.handle, conn or FakeConn(), cmd)
+    return broker.run(answer, processor, conn or FakeConn(), cmd)
 
 
 def test_send_v1_and_v2_store_and_answer_with_offsets(broker):
@@ -159,7 +166,7 @@ def test_long_polling_wakes_on_arrival(broker):
         await asyncio.sleep(0.1)
         assert not held.done(), "nothing to read: the pull is held"
         assert broker.hold_service.held_count() == 1
-        await broker.send_processor.handle(FakeConn(), send_request("L", b"second"))
+        await answer(broker.send_processor, FakeConn(), send_request("L", b"second"))
         resp = await asyncio.wait_for(held, 5)
         return resp
 
@@ -286,7 +293,7 @@ def test_send_that_queued_too_long_gets_system_busy(broker):
 
     async def late():
         req.received_at = asyncio.get_running_loop().time() - 0.5  # decoded 500 ms ago
-        return await broker.send_processor.handle(FakeConn(), req)
+        return await answer(broker.send_processor, FakeConn(), req)
 
     r = broker.run(late)
     assert r.code == ResponseCode.SYSTEM_BUSY and r.remark.startswith("[TIMEOUT_CLEAN_QUEUE]")

@@ -1,0 +1,139 @@
+"""This module owns the broker benchmark (``python -m harness broker-bench``): the figures the broker issue names,
+each measured by ``python -m reference_broker bench producer|consumer`` against a fresh embedded topology
+(real name server and broker processes), side by side with its baseline (SYNC_FLUSH next to ASYNC_FLUSH, half
+rate next to maximum rate) and printed next to its target.
+
+The load generator runs in ``--processes`` separate processes and reports its own CPU per message, so a
+figure bounded by the client says so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.launcher import Topology
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Plan:
+    duration_s: float = 10.0
+    size: int = 1024
+    processes: int = 2
+    in_flight: int = 32  # per process: 2 × 32 = 64 in flight
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(duration_s=3.0)
+
+
+def _producer(topo: Topology, args: list[str], progress: Progress) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "reference_broker", "bench", "producer", "-n", topo.namesrv_addr, "--json",
+           "-i", "1000", *args]
+    progress("bench producer " + " ".join(args))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"bench producer failed ({p.returncode}): {p.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(p.stdout)
+    return result
+
+
+def _consumer(topo: Topology, args: list[str], progress: Progress) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "reference_broker", "bench", "consumer", "-n", topo.namesrv_addr, "--json",
+           "-i", "1000", *args]
+    progress("bench consumer " + " ".join(args))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"bench consumer failed ({p.returncode}): {p.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(p.stdout)
+    return result
+
+
+def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dict[str, Any]:
+    d = str(plan.duration_s)
+    size = str(plan.size)
+    out: dict[str, Any] = {"plan": plan.__dict__}
+    with tempfile.TemporaryDirectory(prefix="rmq-lab-broker-bench-", dir=root) as tmp:
+        for mode in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            with Topology(Path(tmp) / mode, broker_conf={"flushDiskType": mode}) as topo:
+                r: dict[str, Any] = {}
+                # warm-up: creates the topic and maps the first files
+                _producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", size], progress)
+                r["single_64_in_flight"] = _producer(
+                    topo, ["-t", "Single", "-y", "--in-flight", str(plan.in_flight), "-p", str(plan.processes),
+                           "-s", size, "-d", d], progress)
+                r["one_in_flight"] = _producer(topo, ["-t", "One", "-w", "1", "-s", size, "-d", d], progress)
+                half = r["single_64_in_flight"]["send_tps"] / 2
+                r["half_rate"] = _producer(
+                    topo, ["-t", "Half", "-r", f"{half / plan.processes:.0f}", "--in-flight", "1024",
+                           "-p", str(plan.processes), "-s", size, "-d", d], progress)
+                if mode == "ASYNC_FLUSH":
+                    r["batch_32"] = _producer(
+                        topo, ["-t", "Batch", "-b", "32", "-w", "4", "-p", str(plan.processes), "-s", size, "-d", d],
+                        progress)
+                    r["consume_with_commits"] = _consumer(
+                        topo, ["-t", "Batch", "-g", "bench_drain", "--from-first", "-d", d], progress)
+                    r["send_to_consume_1000"] = _send_to_consume(topo, plan, progress)
+                out[mode] = r
+    a, s = out["ASYNC_FLUSH"], out["SYNC_FLUSH"]
+    single_a = a["single_64_in_flight"]["send_tps"]
+    single_s = s["single_64_in_flight"]["send_tps"]
+    out["figures"] = [
+        ("single sends, 64 in flight (ASYNC)", f"{single_a:,.0f} msg/s", ">= 50,000 msg/s", single_a >= 50_000),
+        ("batches of 32 (ASYNC)", f"{a['batch_32']['send_tps']:,.0f} msg/s", ">= 150,000 msg/s",
+         a["batch_32"]["send_tps"] >= 150_000),
+        ("one in flight, p50 (ASYNC)", f"{a['one_in_flight']['p50_ms']:.3f} ms", "<= 0.2 ms",
+         a["one_in_flight"]["p50_ms"] <= 0.2),
+        ("SYNC / ASYNC, 64 in flight", f"{single_s / single_a:.2f} ({single_s:,.0f} msg/s)",
+         ">= 0.5 and >= 25,000 msg/s", single_s / single_a >= 0.5 and single_s >= 25_000),
+        ("p99 at half the max rate (ASYNC)", f"{a['half_rate']['p99_ms']:.2f} ms", "<= 2 ms",
+         a["half_rate"]["p99_ms"] <= 2),
+        ("p99 at half the max rate (SYNC)", f"{s['half_rate']['p99_ms']:.2f} ms", "<= 5 ms",
+         s["half_rate"]["p99_ms"] <= 5),
+        ("send-to-consume p99 at 1,000 msg/s", f"{a['send_to_consume_1000']['e2e_p99_ms']:.1f} ms", "<= 10 ms",
+         a["send_to_consume_1000"]["e2e_p99_ms"] <= 10),
+        ("consumption with offset commits", f"{a['consume_with_commits']['tps']:,.0f} msg/s", ">= 50,000 msg/s",
+         a["consume_with_commits"]["tps"] >= 50_000),
+        ("client CPU per message (async sends)",
+         f"{a['single_64_in_flight']['client_cpu_us_per_msg']:.1f} us", "reported", None),
+    ]
+    return out
+
+
+def _send_to_consume(topo: Topology, plan: Plan, progress: Progress) -> dict[str, Any]:
+    """A consumer on a topic while a producer sends 1,000 msg/s to it; the consumer's born-to-consume times."""
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "reference_broker", "bench", "consumer", "-n", topo.namesrv_addr, "--json",
+         "-t", "E2E", "-g", "bench_e2e", "-d", str(plan.duration_s + 6), "-i", "1000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        import time
+
+        time.sleep(3)  # let the consumer subscribe and its first long poll park
+        _producer(topo, ["-t", "E2E", "-r", "1000", "-s", str(plan.size), "-d", str(plan.duration_s)], progress)
+        out, err = consumer.communicate(timeout=120)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+    if consumer.returncode != 0:
+        raise RuntimeError(f"bench consumer failed: {err[-2000:]}")
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def format_figures(result: dict[str, Any]) -> str:
+    rows = result["figures"]
+    w = max(len(r[0]) for r in rows)
+    lines = [f"{'figure':<{w}}  {'measured':>26}  {'target':<28} verdict"]
+    for name, measured, target, ok in rows:
+        verdict = "-" if ok is None else ("met" if ok else "MISSED")
+        lines.append(f"{name:<{w}}  {measured:>26}  {target:<28} {verdict}")
+    return "\n".join(lines)
