@@ -18,7 +18,7 @@ import importlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from reference_broker.remoting.codec import FrameDecoder, ProtocolError
 from reference_broker.remoting.codes import FLAG_RESPONSE, ResponseCode
@@ -82,7 +82,8 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's TCPTransport implements asyncio.Transport's methods without subclassing it.
+        transport = cast(asyncio.Transport, transport)
         self._transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES, low=WRITE_LOW_WATER_BYTES)
         peer = transport.get_extra_info("peername")
