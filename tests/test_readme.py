@@ -42,4 +42,3 @@ def test_readme_client_example_runs(tmp_path: Path) -> None:
         finally:
             consumer.shutdown()  # type: ignore[attr-defined]
             producer.shutdown()  # type: ignore[attr-defined]
-
