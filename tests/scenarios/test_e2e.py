@@ -1,0 +1,146 @@
+"""End to end: each scenario file run headless by locust against real broker processes, ending with a
+complete, schema-valid run record in which the checker finds nothing lost."""
+
+# pyarrow ships no type information.
+# mypy: disable-error-code="import-untyped"
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from harness.driver import RocketMQDriver
+from harness.launcher import Topology
+from harness.records import load_check, load_events, load_faults, load_meta, load_metrics, validate_run
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL_BROKER = ["--broker-conf", f"mappedFileSizeCommitLog={64 << 20}"]
+
+pytestmark = pytest.mark.e2e
+
+
+def run_locust(scenario: str, tmp_path: Path, *args: str,
+               timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], Path]:
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "scenarios" / f"{scenario}.py"), "--headless",
+           "--only-summary", "-L", "WARNING", "--run-dir", str(runs), "--store-dir", str(tmp_path / "store"), *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCUST_", "RMQ_LAB_"))}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+    dirs = sorted(runs.iterdir()) if runs.is_dir() else []
+    assert len(dirs) == 1, f"expected one run directory, got {dirs}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc, dirs[0]
+
+
+def assert_good_run(proc: subprocess.CompletedProcess[str], run: Path, scenario: str) -> dict:
+    detail = f"\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, detail
+    assert validate_run(run) == [], detail
+    check = load_check(run)
+    assert check is not None and check["valid"], detail
+    assert check["lost"] == 0 and check["unexpected"] == 0 and check["acknowledged"] > 0, check
+    assert check["attempted"] == check["acknowledged"] + check["failed"] + check["unknown"]
+    meta = load_meta(run)
+    assert meta["scenario"] == scenario and meta["ended_at_ns"] > meta["started_at_ns"]
+    assert meta["broker"]["flushDiskType"] == "ASYNC_FLUSH"
+    assert meta["broker_impl"].startswith("reference_broker")
+    assert set(meta["sysctl"]) >= {"profile", "applied", "reason", "values"}
+    assert meta["results"]["load"]["ok"] == check["acknowledged"]
+    metrics = set(load_metrics(run)["metric"].to_pylist())
+    assert metrics >= {"commitlog_max_offset", "commitlog_flushed_offset", "dispatch_lag_bytes", "backlog_msgs",
+                       "disk_used_ratio", "send_tps", "consume_tps"}, metrics
+    assert "check   VALID" in proc.stdout and (run / "summary.txt").is_file(), detail
+    assert proc.stdout.rstrip().endswith((run / "summary.txt").read_text().rstrip())  # the last screen
+    json.loads((run / "summary.json").read_text())
+    return meta
+
+
+def test_throughput_two_worker_processes_merge_their_events(tmp_path):
+    proc, run = run_locust("throughput", tmp_path, "-t", "5s", "--processes", "2", "-u", "2", "--rate", "2000",
+                           *SMALL_BROKER)
+    meta = assert_good_run(proc, run, "throughput")
+    assert meta["params"]["distributed"] is True and meta["results"]["load"]["processes"] == 2
+    events = load_events(run, columns=["op", "worker", "intended_ns", "start_ns"])
+    for op in ("send", "receive"):
+        workers = set(events.filter(pc.equal(events["op"], op))["worker"].to_pylist())
+        assert workers == {"w0", "w1"}, (op, workers)
+    assert {p.name.split("-")[1] for p in (run / "events").glob("part-*.parquet")} == {"w0", "w1"}
+
+
+def test_latency_against_an_existing_name_server_and_topic(tmp_path):
+    with Topology(tmp_path / "topo", broker_conf={"mappedFileSizeCommitLog": str(64 << 20)}) as topo:
+        # An existing topic with history: the run consumes from its own start time and records only its own.
+        d = RocketMQDriver(topo.namesrv_addr, instance="history")
+        d.create_topic("ExistingTopic", 4)
+        assert all(d.send("ExistingTopic", f"old-{i}", b"h").outcome == "ok" for i in range(20))
+        d.stop()
+        proc, run = run_locust("latency", tmp_path, "-t", "4s", "--host", f"rmq://{topo.namesrv_addr}",
+                               "--sysctl-profile", "default", "--rate", "300", "--topic", "ExistingTopic")
+    meta = assert_good_run(proc, run, "latency")
+    assert meta["topology"]["embedded"] is False and meta["params"]["namesrv"] == topo.namesrv_addr
+    assert meta["phases"][0]["topics"] == [["ExistingTopic", 4]]
+    keys = load_events(run, columns=["key"])["key"].to_pylist()
+    assert not any(k.startswith("old-") for k in keys)
+    assert meta["sysctl"]["profile"] == "default" and meta["sysctl"]["applied"] is True
+    assert "vm.dirty_ratio" in meta["sysctl"]["values"]
+    sends = load_events(run, columns=["op", "intended_ns", "start_ns"])
+    sends = sends.filter(pc.equal(sends["op"], "send"))
+    intended, start = sends["intended_ns"].to_numpy(), sends["start_ns"].to_numpy()
+    assert (intended <= start).all() and len(set(intended.tolist())) == len(intended)  # one slot each
+    gaps = sorted(intended)[-1] - sorted(intended)[0]
+    assert abs(gaps / (len(intended) - 1) - 1e9 / 300) < 1e9 / 300 * 0.01  # the schedule is 300 msg/s
+
+
+def test_backlog_builds_and_drains(tmp_path):
+    proc, run = run_locust("backlog", tmp_path, "-t", "9s", "--backlog-bytes", str(1 << 20), "--warmup", "1",
+                           "--rate", "1500", *SMALL_BROKER)
+    meta = assert_good_run(proc, run, "backlog")
+    assert meta["broker"]["mappedFileSizeCommitLog"] == 64 << 20 and meta["broker"]["brokerRole"] == "ASYNC_MASTER"
+    b = meta["results"]["backlog"]
+    assert b["backlog_bytes"] >= 1 << 20 and b["build_s"] > 0 and b["drain_s"] > 0, b
+    assert b["read_from"].startswith(("page cache", "disk")) and b["drain_rate_msgs"] > 0
+    assert b["page_cache_at_build"]["file_bytes"] > 0
+    assert "backlog built" in proc.stdout and "drained in" in proc.stdout
+
+
+def test_queues_phases(tmp_path):
+    proc, run = run_locust("queues", tmp_path, "-t", "6s", "--queue-counts", "1,100", "--rate", "1000",
+                           *SMALL_BROKER)
+    meta = assert_good_run(proc, run, "queues")
+    assert [p["label"] for p in meta["results"]["phases"]] == ["q=1", "q=100"]
+    topics = set(load_events(run, columns=["topic"])["topic"].to_pylist())
+    assert {t.rsplit("_", 2)[-2] for t in topics} == {"n1", "n100"}
+    assert "phase q=100" in proc.stdout
+
+
+@pytest.mark.slow
+def test_queues_default_phases_up_to_10000_queues(tmp_path):
+    proc, run = run_locust("queues", tmp_path, "-t", "30s", timeout=300)
+    meta = assert_good_run(proc, run, "queues")
+    assert [p["queues"] for p in meta["results"]["phases"]] == [1, 100, 1000, 10000]
+
+
+@pytest.mark.slow
+def test_without_recording_nothing_is_checked(tmp_path):
+    proc, run = run_locust("throughput", tmp_path, "-t", "3s", "--no-record", *SMALL_BROKER)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert validate_run(run) == [] and load_check(run) is None
+    assert load_meta(run)["results"]["load"]["ok"] > 0 and "check   skipped" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping the page cache needs root")
+def test_cold_backlog_drops_the_page_cache_and_records_it(tmp_path):
+    proc, run = run_locust("backlog", tmp_path, "-t", "10s", "--backlog-bytes", str(2 << 20), "--warmup", "1",
+                           "--cold", "--fio", *SMALL_BROKER, timeout=300)
+    meta = assert_good_run(proc, run, "backlog")
+    faults = load_faults(run)
+    assert [f["kind"] for f in faults] == ["drop_caches"] and faults[0]["params"]["done"] is True
+    assert meta["results"]["backlog"]["cold"]["dropped"] is True
+    assert meta["fio"]["seq_write_bytes_per_s"] > 0
