@@ -26,6 +26,7 @@ CODES = (
     RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET, RequestCode.GET_EARLIEST_MSG_STORETIME,
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_BROKER_RUNTIME_INFO, RequestCode.GET_ALL_CONSUMER_OFFSET,
     RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.QUERY_MESSAGE, RequestCode.VIEW_MESSAGE_BY_ID,
+    RequestCode.GET_BROKER_CONFIG,
 )
 
 
@@ -76,6 +77,10 @@ class AdminProcessor:
             offset = store.get_offset_in_queue_by_time(field(cmd, "topic"), int_field(cmd, "queueId"),
                                                        int_field(cmd, "timestamp"))
             return create_response(cmd, ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        if code == RequestCode.GET_BROKER_CONFIG:
+            # AdminBrokerProcessor.getBrokerConfig: every setting as a properties text, RocketMQ's key names.
+            return create_response(cmd, ResponseCode.SUCCESS, None, {"version": "0"},
+                                   b.config_properties().encode())
         if code == RequestCode.GET_BROKER_RUNTIME_INFO:
             return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"table": b.runtime_info()}))
         if code == RequestCode.GET_ALL_CONSUMER_OFFSET:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 import zlib
@@ -21,7 +22,7 @@ from typing import Any
 from reference_broker import __version__
 from reference_broker.broker.admin_processor import CODES as ADMIN_CODES
 from reference_broker.broker.admin_processor import AdminProcessor
-from reference_broker.broker.broker_config import BrokerConfig
+from reference_broker.broker.broker_config import BROKER_KEYS, BrokerConfig
 from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from reference_broker.broker.client_processor import ClientManageProcessor
 from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
@@ -37,7 +38,7 @@ from reference_broker.remoting.command import create_request, json_dumps
 from reference_broker.remoting.errors import RemotingError
 from reference_broker.remoting.server import RemotingServer
 from reference_broker.store.clean import disk_partition_space_used_percent
-from reference_broker.store.config import BrokerRole, MessageStoreConfig
+from reference_broker.store.config import ROCKETMQ_KEYS, BrokerRole, MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -248,6 +249,21 @@ class BrokerController:
             with contextlib.suppress(RemotingError, ValueError), RemotingClient(host, int(port), 3.0) as client:
                 client.invoke(create_request(RequestCode.UNREGISTER_BROKER, {
                     k: header[k] for k in ("brokerAddr", "brokerId", "brokerName", "clusterName")}))
+
+    def config_properties(self) -> str:
+        """The broker's effective configuration as ``key=value`` lines under RocketMQ's key names."""
+        lines = []
+        for keys, obj in ((BROKER_KEYS, self.broker_config), (ROCKETMQ_KEYS, self.message_store_config)):
+            for key, attr in sorted(keys.items()):
+                value = getattr(obj, attr)
+                if isinstance(value, bool):
+                    text = str(value).lower()
+                elif isinstance(value, enum.Enum):
+                    text = value.name
+                else:
+                    text = "" if value is None else str(value)
+                lines.append(f"{key}={text}")
+        return "\n".join(lines) + "\n"
 
     # ---- runtime info ------------------------------------------------------------------------------------
     def runtime_info(self) -> dict[str, str]:

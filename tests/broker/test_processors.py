@@ -307,3 +307,13 @@ def test_batch_with_v2_header_letters_as_rocketmq_clients_send_it(broker):
     r = call(broker, broker.send_processor, req)
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert r.ext_fields["queueOffset"] == "0" and len(r.ext_fields["msgId"].split(",")) == 3
+
+
+def test_get_broker_config_lists_rocketmq_keys(broker):
+    r = call(broker, broker.admin_processor, create_request(RequestCode.GET_BROKER_CONFIG, {}))
+    assert r.code == ResponseCode.SUCCESS
+    conf = dict(line.split("=", 1) for line in r.body.decode().splitlines())
+    assert conf["brokerName"] == "broker-t"
+    assert conf["flushDiskType"] == "ASYNC_FLUSH"
+    assert conf["autoCreateTopicEnable"] == "true"
+    assert conf["listenPort"] == str(broker.broker_config.listen_port)
