@@ -118,7 +118,7 @@ class ConsumeQueue:
         Idempotent: a unit already covered (re-dispatch after recovery) is skipped and reported as
         written. Raises OSError when space cannot be reserved (the store retries, then goes read-only).
         """
-        if offset + size <= self.max_physic_offset:
+        if offset + size <= self.max_physic_offset and not self._stale_at(cq_offset, offset, size):
             return True  # already built, e.g. re-dispatched during recovery
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         mfq = self.mapped_file_queue
@@ -132,6 +132,8 @@ class ConsumeQueue:
         current = mf.file_from_offset + mf.wrote_position
         if cq_offset != 0 or current != 0:
             if expect < current:
+                if self._stale_at(cq_offset, offset, size):
+                    return self.put_message_position_info(offset, size, tags_code, cq_offset)
                 log.warning("build consume queue repeatedly, expect %d < current %d, topic %s queue %d",
                             expect, current, self.topic, self.queue_id)
                 return True
@@ -143,6 +145,27 @@ class ConsumeQueue:
         UNIT.pack_into(mf.buf, pos, offset, size, tags_code)
         mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
         self.max_physic_offset = offset + size
+        return True
+
+    def _stale_at(self, cq_offset: int, offset: int, size: int) -> bool:
+        """A unit already at ``cq_offset`` that names another record than (offset, size) is stale — left
+        by a truncation that never reached the disk, or damage. It and everything after it are dropped
+        (and True returned) so dispatch rebuilds them; RocketMQ skips such a unit ("build consume queue
+        repeatedly") and the message it should point to becomes unreachable."""
+        if cq_offset * CQ_STORE_UNIT_SIZE < self.min_logic_offset:
+            return False  # expired or pre-blank region: nothing to compare
+        unit = self.get_unit(cq_offset)
+        if unit is None or (unit[0] == offset and unit[1] == size):
+            return False
+        log.warning("consume queue %s-%d: unit %d names (%d, %d), the log has (%d, %d) there: dropping the queue "
+                    "from this unit on and rebuilding it", self.topic, self.queue_id, cq_offset, unit[0], unit[1],
+                    offset, size)
+        self.mapped_file_queue.truncate_dirty_files(cq_offset * CQ_STORE_UNIT_SIZE)
+        self.max_physic_offset = -1
+        if cq_offset > 0:
+            prev = self.get_unit(cq_offset - 1)
+            if prev is not None and prev[0] >= 0 and prev[1] > 0 and prev[1] != 0x7FFFFFFF:
+                self.max_physic_offset = prev[0] + prev[1]
         return True
 
     def _fill_pre_blank(self, mf: MappedFile, until_where: int) -> None:
@@ -266,6 +289,9 @@ class ConsumeQueue:
                     if offset + size > phy_offset and size != 0x7FFFFFFF:
                         mf.set_positions(pos)
                         mf.zero_tail(pos)
+                        mf.force()  # durable before new units land here (see MappedFileQueue.truncate_dirty_files)
+                        log.info("consume queue %s-%d truncated at unit %d (it pointed past %d)", self.topic,
+                                 self.queue_id, (mf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE, phy_offset)
                         return
                     if size != 0x7FFFFFFF:
                         self.max_physic_offset = offset + size

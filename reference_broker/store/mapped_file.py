@@ -40,6 +40,19 @@ _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _libc: ctypes.CDLL | None = None
 
 
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _zero_range(fd: int, offset: int, length: int) -> bool:
     """fallocate(FALLOC_FL_ZERO_RANGE); False when the filesystem or platform does not support it."""
     global _libc
@@ -356,9 +369,19 @@ class MappedFileQueue:
                 log.warning("%s: empty newest file (crash while creating it): deleted", p)
                 p.unlink()
                 continue
-            if p.stat().st_size != self.mapped_file_size:
+            size = p.stat().st_size
+            if p is names[-1] and 0 < size < self.mapped_file_size:
+                # The newest file cut short (a damaged disk, a copy interrupted): RocketMQ refuses to start.
+                # Its missing tail reads as zeros once extended, so recovery ends the log where the data
+                # ends and says so; a short *older* file, or a longer one, still stops the load (a changed
+                # file size in the configuration would otherwise misplace every record).
+                log.warning("%s: length %d is short of %d: extended with zeros; recovery truncates at the last "
+                            "intact record", p, size, self.mapped_file_size)
+                os.truncate(p, self.mapped_file_size)
+                size = self.mapped_file_size
+            if size != self.mapped_file_size:
                 log.warning("%s: length %d does not match %d, please check it manually",
-                            p, p.stat().st_size, self.mapped_file_size)
+                            p, size, self.mapped_file_size)
                 return False
             mf = MappedFile(p, self.mapped_file_size, create=False, alloc_chunk=self.alloc_chunk,
                             random_access=self.random_access)
@@ -455,8 +478,14 @@ class MappedFileQueue:
 
     # ---- truncation and deletion ---------------------------------------------------------------
     def truncate_dirty_files(self, offset: int) -> None:
-        """Drop everything at and after ``offset`` (MappedFileQueue.truncateDirtyFiles)."""
+        """Drop everything at and after ``offset`` (MappedFileQueue.truncateDirtyFiles), durably.
+
+        Unlike RocketMQ, the cut reaches the disk before this returns (fdatasync of the zeroed file, fsync
+        of the directory after unlinks): otherwise a second crash soon after recovery can bring back
+        units or records that recovery dropped, next to new data written over the same positions (found
+        by the chaos suite's repeated power losses)."""
         keep: list[MappedFile] = []
+        unlinked = False
         for mf in list(self.mapped_files):
             tail = mf.file_from_offset + self.mapped_file_size
             if tail > offset:
@@ -464,14 +493,18 @@ class MappedFileQueue:
                     pos = offset % self.mapped_file_size
                     mf.set_positions(pos)
                     mf.zero_tail(pos)
+                    mf.force()
                     keep.append(mf)
                 else:
                     mf.destroy(1000)
+                    unlinked = True
                     continue
             else:
                 keep.append(mf)
         with self._lock:
             self.mapped_files = keep
+        if unlinked:
+            _fsync_dir(self.store_path)
 
     def delete_last_mapped_file(self) -> None:
         with self._lock:
@@ -479,6 +512,7 @@ class MappedFileQueue:
                 return
             mf = self.mapped_files.pop()
         mf.destroy(1000)
+        _fsync_dir(self.store_path)  # recovery's cut must survive the next crash (see truncate_dirty_files)
 
     def reset_offset(self, offset: int) -> bool:
         """Used by replication to move the write position back within the last file."""

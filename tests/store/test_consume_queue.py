@@ -76,9 +76,18 @@ def test_re_put_is_idempotent(new_cq: CQFactory) -> None:
     put_units(cq, 5)
     put_units(cq, 5)  # same offsets again (re-dispatch after recovery): skipped, reported as written
     assert cq.get_max_offset_in_queue() == 5
-    # A cq offset already written, even with a new physical offset, is not written twice.
+    assert cq.get_unit(2) == (200, 100, 1002)
+
+
+def test_stale_unit_is_replaced_not_skipped(new_cq: CQFactory) -> None:
+    """A cq offset already written with *another* record is stale (a truncation that never reached the disk):
+    the queue is cut there and rebuilt, where RocketMQ skips the unit and loses the new record."""
+    cq = new_cq()
+    put_units(cq, 5)
     assert cq.put_message_position_info(9_000, SIZE, 0, 2)
-    assert cq.get_max_offset_in_queue() == 5 and cq.get_unit(2) == (200, 100, 1002)
+    assert cq.get_unit(2) == (9_000, 100, 0)
+    assert cq.get_max_offset_in_queue() == 3, "units after the stale one are dropped"
+    assert cq.get_unit(1) == (100, 100, 1001)
 
 
 def test_gap_logs_but_writes_at_the_end(new_cq: CQFactory, caplog: pytest.LogCaptureFixture) -> None:

@@ -334,9 +334,24 @@ def test_load_maps_existing_files_as_full(new_queue: QueueFactory) -> None:
 def test_load_rejects_file_of_wrong_length(new_queue: QueueFactory, tmp_path: Path) -> None:
     d = tmp_path / "bad"
     d.mkdir()
-    (d / offset_to_file_name(0)).write_bytes(bytes(SIZE))
-    (d / offset_to_file_name(SIZE)).write_bytes(bytes(SIZE - 24))
+    (d / offset_to_file_name(0)).write_bytes(bytes(SIZE - 24))  # an older file cut short
+    (d / offset_to_file_name(SIZE)).write_bytes(bytes(SIZE))
     assert not new_queue("bad").load()
+    d2 = tmp_path / "long"
+    d2.mkdir()
+    (d2 / offset_to_file_name(0)).write_bytes(bytes(SIZE + 24))  # longer: a changed file size
+    assert not new_queue("long").load()
+
+
+def test_load_extends_a_short_newest_file(new_queue: QueueFactory, tmp_path: Path) -> None:
+    d = tmp_path / "short"
+    d.mkdir()
+    (d / offset_to_file_name(0)).write_bytes(bytes(SIZE))
+    (d / offset_to_file_name(SIZE)).write_bytes(b"\x01" * (SIZE - 24))  # the newest file, cut short
+    q = new_queue("short")
+    assert q.load()
+    assert (d / offset_to_file_name(SIZE)).stat().st_size == SIZE
+    assert bytes(q.mapped_files[1].buf[SIZE - 24:]) == bytes(24), "the missing tail reads as zeros"
 
 
 def test_load_of_missing_directory_is_empty(new_queue: QueueFactory) -> None:

@@ -1,0 +1,225 @@
+"""``python -m chaos``: one experiment per fault, the matrix with its gate, and cleanup.
+
+Exit codes: 0 = every experiment passed (or was skipped for a stated reason); 1 = a verdict failed (the
+gate); 2 = bad usage or the harness itself failed.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from chaos.experiment import ExperimentResult, ExperimentSpec, FaultName, FlushMode, run_experiment
+from chaos.leftovers import Ledger, cleanup
+from chaos.load import LoadSpec
+from chaos.matrix import MatrixSpec, format_table, gate_failures, make_fault, run_matrix, summary_rows
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
+
+
+def _sigterm_to_exit() -> None:
+    """SIGTERM (tox, CI timeouts) becomes SystemExit so every ``finally`` runs: brokers stopped, images
+    unmounted, loop devices detached, sysctl values restored."""
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _flushes(text: str) -> list[FlushMode]:
+    try:
+        return [FlushMode.parse(t) for t in _split(text)]
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _faults(text: str) -> list[FaultName]:
+    try:
+        return [FaultName(t) for t in _split(text)]
+    except ValueError:
+        raise click.BadParameter(f"faults: choose from {', '.join(f.value for f in FaultName)}") from None
+
+
+def _profiles(text: str) -> list[str | None]:
+    return [None if t == "none" else t for t in _split(text)]
+
+
+def _gap(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise click.BadParameter("expected MIN,MAX seconds, e.g. 0.5,2") from None
+    if not 0 <= lo <= hi:
+        raise click.BadParameter("expected 0 <= MIN <= MAX")
+    return lo, hi
+
+
+def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--cycles", type=click.IntRange(min=1), default=20, show_default=True,
+                     help="Fault cycles per experiment."),
+        click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+                     help="Where the run records go."),
+        click.option("--work-dir", type=click.Path(path_type=Path), default=None,
+                     help="Scratch space for stores and disk images (default: $TMPDIR)."),
+        click.option("--seed", type=int, default=None, help="Random seed (fault moments, pause lengths, torn pages)."),
+        click.option("--gap", "gap", default="0.5,2", show_default=True,
+                     help="MIN,MAX seconds of load between faults (the fault lands at a random moment)."),
+        click.option("--size", "msg_size", type=click.IntRange(min=64), default=1024, show_default=True,
+                     help="Message body size in bytes."),
+        click.option("--in-flight", type=click.IntRange(min=1), default=32, show_default=True,
+                     help="Sends in flight at most."),
+        click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def _print_results(results: list[ExperimentResult], as_json: bool, runs_dir: Path) -> None:
+    rows = summary_rows(results)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+    else:
+        click.echo(format_table(rows))
+        click.echo(f"\nrun records: {runs_dir.resolve()}")
+
+
+def _progress(as_json: bool) -> Callable[[str], None]:
+    """Progress goes to stderr, so stdout holds only the table (or the JSON)."""
+    return lambda line: click.echo(line, err=True)
+
+
+@click.group()
+def main() -> None:
+    """Chaos experiments (kill -9, power loss, disk fill, pause) against the reference broker."""
+    _sigterm_to_exit()
+
+
+def _single(fault: FaultName, flush: str, profile: str, cycles: int, runs_dir: Path, work_dir: Path | None,
+            seed: int | None, gap: str, msg_size: int, in_flight: int, as_json: bool, quick: bool = False) -> None:
+    spec = ExperimentSpec(fault=fault, flush=_flushes(flush)[0], cycles=cycles, profile=_profiles(profile)[0],
+                          runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
+                          load=LoadSpec(msg_size=msg_size, in_flight=in_flight), command=tuple(sys.argv))
+    result = run_experiment(spec, make_fault(fault, quick=quick), log=_progress(as_json))
+    _print_results([result], as_json, runs_dir)
+    sys.exit(EXIT_OK if result.ok else EXIT_GATE)
+
+
+_flush_opt = click.option("--flush", default="async", show_default=True, help="sync or async (flushDiskType).")
+_profile_opt = click.option("--profile", default="default", show_default=True,
+                            help="sysctl profile applied during the run (sysctl_profiles); 'none' for none.")
+
+
+@main.command()
+@_flush_opt
+@_profile_opt
+@common_options
+def kill9(**kw: Any) -> None:
+    """SIGKILL the broker under load and restart it on the same store, CYCLES times."""
+    _single(FaultName.KILL9, **kw)
+
+
+@main.command("power-loss")
+@_flush_opt
+@_profile_opt
+@common_options
+@click.option("--torn", is_flag=True, help="Also zero or garble random 4 KiB pages past the flushed offset.")
+def power_loss(torn: bool, **kw: Any) -> None:
+    """SIGKILL, copy the loop-mounted disk image as the device holds it, restart on the copy (needs root)."""
+    _single(FaultName.POWER_LOSS_TORN if torn else FaultName.POWER_LOSS, **kw)
+
+
+@main.command("disk-fill")
+@_flush_opt
+@_profile_opt
+@common_options
+@click.option("--no-clean-phase", is_flag=True, help="Skip the cleaning phase (it waits for 60 s of uptime).")
+def disk_fill(no_clean_phase: bool, **kw: Any) -> None:
+    """Fill a small loop-mounted filesystem past 90 %, then free it; ENOSPC and cleaning phases (needs root)."""
+    _single(FaultName.DISK_FILL, quick=no_clean_phase, **kw)
+
+
+@main.command()
+@_flush_opt
+@_profile_opt
+@common_options
+def pause(**kw: Any) -> None:
+    """SIGSTOP the broker for 0.5-4.5 s, then SIGCONT, CYCLES times."""
+    _single(FaultName.PAUSE, **kw)
+
+
+@main.command()
+@click.option("--flush", "flush", default="sync,async", show_default=True, help="Flush modes, comma-separated.")
+@click.option("--faults", default=",".join(f.value for f in FaultName), show_default=True,
+              help="Faults, comma-separated.")
+@click.option("--profiles", default="default", show_default=True, help="sysctl profiles, comma-separated.")
+@click.option("--gate", is_flag=True, help="Exit 1 if any cell fails its verdict (the tox -e crash check).")
+@click.option("--require-all", is_flag=True, help="With --gate, a skipped cell fails too.")
+@click.option("--quick", is_flag=True, help="Short cells: disk fill without the cleaning phase.")
+@common_options
+def matrix(flush: str, faults: str, profiles: str, gate: bool, require_all: bool, quick: bool, cycles: int,
+           runs_dir: Path, work_dir: Path | None, seed: int | None, gap: str, msg_size: int, in_flight: int,
+           as_json: bool) -> None:
+    """Run every flush mode x fault x profile against fresh stores; print the summary table."""
+    spec = MatrixSpec(flushes=_flushes(flush), faults=_faults(faults), profiles=_profiles(profiles), cycles=cycles,
+                      runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
+                      load=LoadSpec(msg_size=msg_size, in_flight=in_flight), quick=quick, command=tuple(sys.argv))
+    results = run_matrix(spec, log=_progress(as_json))
+    _print_results(results, as_json, runs_dir)
+    if gate:
+        failures = gate_failures(results, require_all)
+        if failures:
+            click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in failures), err=True)
+            sys.exit(EXIT_GATE)
+        click.echo("\ngate passed", err=True)
+
+
+@main.command("cleanup")
+@click.option("--force", is_flag=True, help="Also undo entries whose owning process is still running.")
+@click.option("--state-file", type=click.Path(path_type=Path), default=None,
+              help="The ledger (default: $RMQ_LAB_CHAOS_STATE or /run/rmq-lab-chaos/state.json).")
+def cleanup_cmd(force: bool, state_file: Path | None) -> None:
+    """Undo what an interrupted run left: broker processes, mounts, loop devices, scratch files, sysctl."""
+    ledger = Ledger(state_file)
+    report = cleanup(ledger, force=force)
+    for line in report.done:
+        click.echo(f"done: {line}")
+    for line in report.kept:
+        click.echo(f"kept: {line}")
+    for line in report.failed:
+        click.echo(f"FAILED: {line}", err=True)
+    click.echo(f"sysctl: {report.sysctl}")
+    if not (report.done or report.kept or report.failed):
+        click.echo(f"nothing to clean up ({ledger.path})")
+    sys.exit(EXIT_OK if report.ok else EXIT_USAGE)
+
+
+@main.command("recovery-bench")
+@click.option("--sizes", default="64,256,1024", show_default=True, help="Commit-log sizes in MiB, comma-separated.")
+@click.option("--file-size", "file_mib", type=click.IntRange(min=1), default=256, show_default=True,
+              help="mappedFileSizeCommitLog in MiB.")
+@click.option("--work-dir", type=click.Path(path_type=Path), default=None, help="Scratch space (default: $TMPDIR).")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+def recovery_bench(sizes: str, file_mib: int, work_dir: Path | None, as_json: bool) -> None:
+    """Broker restart time after a clean stop and after kill -9 (no tail, a tail, no checkpoint), per log size."""
+    from chaos.recovery_bench import bench_log_size, format_rows
+
+    rows = []
+    for mib in (int(x) for x in _split(sizes)):
+        got = bench_log_size(mib << 20, work_dir=work_dir, file_bytes=file_mib << 20)
+        click.echo(format_rows(got), err=True)
+        rows += got
+    click.echo(json.dumps([r.to_json() for r in rows], indent=2) if as_json else format_rows(rows))

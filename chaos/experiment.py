@@ -1,0 +1,516 @@
+"""This module owns one chaos experiment from start to verdict: a fresh store (on whatever storage the fault
+needs), the sysctl profile, a name server and a broker as real processes, the load, N fault cycles at random
+moments, the drain, the checker, the verdict, and the cleanup of everything whatever happens.
+
+A fault (kill9.py, power_loss.py, disk_fill.py, pause.py) is a ``Fault``: it may refuse to run here
+(``unsupported_reason``), provides the storage for the store and extra broker.conf keys, and performs one
+cycle at a time against the running ``Cell``. The run record gets meta.json (broker config, sysctl in force),
+events, metrics, faults.jsonl, check.json, and extra files the schema allows: ``chaos.json`` (the cycles,
+the verdict, the drain), ``client.log`` (the client library's warnings) and ``logs/`` (the broker's and the
+name server's logs: what recovery said it truncated).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import enum
+import logging
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.leftovers import Ledger, ResourceKind, cleanup, process_start_time
+from chaos.load import DrainStats, LoadSpec, Workload
+from chaos.payload import classify
+from chaos.sampler import BrokerSample, Sampler, messages_at, try_status
+from chaos.verdict import Verdict, evaluate
+from harness.checker import CheckResult, check_run
+from harness.launcher import BrokerProcess, LaunchError, Process, Topology
+from harness.records import FaultKind, RunRecord, WallClock
+from harness.records.run import write_json_atomic
+from reference_broker.remoting.errors import RemotingError
+from reference_broker.tools import admin
+
+CHAOS_FILE = "chaos.json"
+CLIENT_LOG = "client.log"
+SERVICE_DEADLINE_S = 20.0  # a fault whose broker accepts no send for this long after it ends has not recovered
+
+# Broker settings for every chaos store (broker.conf keys). Small files keep crash copies and fills fast; the
+# index is shrunk from RocketMQ's 5M slots / 20M entries (a 420 MB file) so it fits a small image.
+BASE_BROKER_CONF: dict[str, str] = {
+    "mappedFileSizeCommitLog": str(64 << 20),
+    "maxHashSlotNum": "50000",
+    "maxIndexNum": "200000",
+}
+
+
+class FlushMode(enum.StrEnum):
+    SYNC = "SYNC_FLUSH"
+    ASYNC = "ASYNC_FLUSH"
+
+    @property
+    def short(self) -> str:
+        return "sync" if self is FlushMode.SYNC else "async"
+
+    @classmethod
+    def parse(cls, text: str) -> FlushMode:
+        t = text.strip().upper()
+        for m in cls:
+            if t in (m.value, m.short.upper()):
+                return m
+        raise ValueError(f"flush mode {text!r}: expected sync or async")
+
+
+class FaultName(enum.StrEnum):
+    KILL9 = "kill9"
+    POWER_LOSS = "power_loss"
+    POWER_LOSS_TORN = "power_loss_torn"
+    DISK_FILL = "disk_fill"
+    PAUSE = "pause"
+
+    @property
+    def is_power_loss(self) -> bool:
+        return self in (FaultName.POWER_LOSS, FaultName.POWER_LOSS_TORN)
+
+
+@dataclass
+class CycleRecord:
+    """One fault cycle (or one extra phase, ``cycle`` -1) as chaos.json and the verdict see it."""
+
+    cycle: int
+    kind: str
+    fault_ns: int
+    restored_ns: int | None = None  # broker back (restart done, SIGCONT, space freed)
+    recovery_s: float | None = None  # broker restart until its boot line (crash faults)
+    service_restored_s: float | None = None  # restored_ns until the next acknowledged send
+    written_offset: int = -1  # commitLogMaxOffset sampled right before the fault
+    flushed_offset: int = -1  # commitLogFlushedOffset sampled right before the fault
+    written_bound: int = -1  # max(written_offset, end of the last send acknowledged before the fault)
+    recovered_offset: int = -1  # commitLogMaxOffset right after the restart
+    ok: bool = True
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def window_bytes(self) -> int:
+        """The unflushed window at the crash: what a power loss may take (bound, in commit-log bytes)."""
+        if self.written_bound < 0 or self.flushed_offset < 0:
+            return -1
+        return max(0, self.written_bound - self.flushed_offset)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "window_bytes": self.window_bytes}
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    fault: FaultName
+    flush: FlushMode
+    cycles: int = 20
+    profile: str | None = "default"
+    runs_dir: Path = Path("runs")
+    work_dir: Path | None = None  # scratch (store, images, logs); a temporary directory under it
+    seed: int | None = None
+    gap_s: tuple[float, float] = (0.5, 2.0)  # load between faults: the fault lands at a random moment
+    load: LoadSpec = field(default_factory=LoadSpec)
+    broker_conf: Mapping[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] | None = None
+
+    @property
+    def scenario(self) -> str:
+        prof = (self.profile or "none").replace("_", ".")
+        return f"chaos-{self.fault.value.replace('_', '.')}-{self.flush.short}-{prof}"
+
+
+class Cell:
+    """The running experiment, as a fault sees it."""
+
+    def __init__(self, spec: ExperimentSpec, record: RunRecord, topo: Topology, broker: BrokerProcess,
+                 store_root: Path, workload: Workload, ledger: Ledger, rng: random.Random) -> None:
+        self.spec = spec
+        self.record = record
+        self.topo = topo
+        self.broker = broker
+        self.store_root = store_root
+        self.workload = workload
+        self.ledger = ledger
+        self.rng = rng
+        self.clock: WallClock = record.clock
+        self.broker_started = time.monotonic()  # of the current broker process (the store's timers start there)
+
+    def status(self) -> BrokerSample | None:
+        return try_status(self.broker.addr, self.clock)
+
+    def written_bound(self, sample: BrokerSample | None, before_ns: int) -> int:
+        """What the broker had written by ``before_ns``, at least: the sampled max offset, or the end of the
+        last acknowledged send if that is further (sends acknowledged between the sample and the fault)."""
+        acked = self.workload.max_acked_end(before_ns, self.workload.record_size())
+        return max(acked, sample.max_offset if sample is not None else -1)
+
+    def track(self, proc: Process, what: str) -> None:
+        """Enter a (re)started process in the ledger, replacing its previous pid."""
+        for e in self.ledger.entries():
+            if e.kind is ResourceKind.PROCESS and e.detail.get("what") == what and e.owner_pid == self.ledger.owner:
+                self.ledger.drop(e)
+        cell_ledger_proc(self.ledger, proc, what)
+
+    def settle_after_kill(self, rec: CycleRecord, sample: BrokerSample | None, timeout_s: float = 3.0) -> None:
+        """With the broker dead and new sends held: wait until every send in flight has completed (answers that
+        arrived before the kill are then recorded), and fix the written bound from them."""
+        self.workload.hold()
+        deadline = time.monotonic() + timeout_s
+        while self.workload.in_flight and time.monotonic() < deadline:
+            time.sleep(0.005)
+        rec.written_bound = self.written_bound(sample, self.clock.now_ns())
+
+    def restart_after_crash(self, rec: CycleRecord) -> None:
+        """Start the broker again on its store, time it, read the recovered end, let the producer go on."""
+        t0 = time.monotonic()
+        try:
+            self.broker.start()
+        except LaunchError as e:
+            rec.ok = False
+            rec.error = f"broker did not come back: {e}"
+            return
+        rec.recovery_s = time.monotonic() - t0
+        self.broker_started = time.monotonic()
+        rec.restored_ns = self.clock.now_ns()
+        self.track(self.broker, "broker")
+        after = self.status()
+        rec.recovered_offset = after.max_offset if after is not None else -1
+        self.workload.release()
+        self.record.add_fault(FaultKind.RESTART, self.broker.name, ts_ns=rec.restored_ns, cycle=rec.cycle,
+                              recovery_s=round(rec.recovery_s, 4), recovered_offset=rec.recovered_offset)
+
+
+class Fault(abc.ABC):
+    """One kind of fault; subclasses set ``name``."""
+
+    name: FaultName
+
+    def unsupported_reason(self) -> str | None:
+        """Why this fault cannot run here (None: it can)."""
+        return None
+
+    def broker_conf(self, flush: FlushMode) -> dict[str, str]:
+        return {}
+
+    def load_spec(self, load: LoadSpec) -> LoadSpec:
+        """The load this fault needs (disk fill paces the producer)."""
+        return load
+
+    @contextlib.contextmanager
+    def storage(self, work: Path, ledger: Ledger) -> Iterator[Path]:
+        """The store root for the broker (default: a plain directory under the scratch directory)."""
+        yield work / "store"
+
+    @abc.abstractmethod
+    def cycle(self, cell: Cell, i: int) -> CycleRecord: ...
+
+    def extra_phases(self, cell: Cell) -> list[CycleRecord]:
+        """Phases after the cycles (disk fill: ENOSPC, cleaning)."""
+        return []
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
+class ExperimentResult:
+    spec: ExperimentSpec
+    run_dir: Path | None
+    skipped: str | None = None
+    cycles: list[CycleRecord] = field(default_factory=list)
+    check: CheckResult | None = None
+    verdict: Verdict | None = None
+    drain: DrainStats | None = None
+    sysctl: dict[str, Any] | None = None
+    seconds: float = 0.0
+    error: str | None = None
+    final_min_offset: int = 0  # the commit log's min offset when the drain ran
+    # Absent messages looked up directly in the commit log: (probed, found intact there, example keys).
+    unreachable: tuple[int, int, list[str]] = (0, 0, [])
+
+    @property
+    def ok(self) -> bool:
+        return self.skipped is not None or (self.error is None and self.verdict is not None and self.verdict.ok)
+
+    def recovery_times(self) -> list[float]:
+        """Per cycle: the broker's restart time for crashes, else the time until service came back."""
+        out = []
+        for c in self.cycles:
+            v = c.recovery_s if c.recovery_s is not None else c.service_restored_s
+            if v is not None and c.cycle >= 0:
+                out.append(v)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """One row of the matrix table."""
+        chk, v, rec = self.check, self.verdict, self.recovery_times()
+        windows = [c.window_bytes for c in self.cycles if c.window_bytes >= 0]
+        return {
+            "fault": self.spec.fault.value, "flush": self.spec.flush.short, "profile": self.spec.profile,
+            "sysctl_applied": None if self.sysctl is None else self.sysctl.get("applied"),
+            "skipped": self.skipped, "error": self.error,
+            "cycles": sum(1 for c in self.cycles if c.cycle >= 0), "cycles_planned": self.spec.cycles,
+            "acknowledged": chk.acknowledged if chk else None, "lost": chk.lost if chk else None,
+            "lost_bytes": chk.lost_bytes if chk else None,
+            "absent": v.absent if v else None, "vanished": v.vanished if v else None,
+            "absent_bytes": v.absent_body_bytes if v else None,
+            "lost_log_bytes": v.lost_log_bytes if v else None,
+            "window_bytes_max": max(windows) if windows else None,
+            "window_bytes_median": int(statistics.median(windows)) if windows else None,
+            "duplicated": chk.duplicated if chk else None, "recovered": chk.recovered if chk else None,
+            "unknown": chk.unknown if chk else None, "failed": chk.failed if chk else None,
+            "unexpected": chk.unexpected if chk else None, "corrupted": v.corrupted if v else None,
+            "recovery_s_median": round(statistics.median(rec), 4) if rec else None,
+            "recovery_s_max": round(max(rec), 4) if rec else None,
+            "ok": self.ok, "violations": list(v.violations) if v else ([self.error] if self.error else []),
+            "run_dir": str(self.run_dir) if self.run_dir else None, "seconds": round(self.seconds, 1),
+        }
+
+
+def _wait_route(namesrv: str, topic: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(admin.AdminError, OSError):
+            if admin.read_queues(namesrv, topic):
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {topic} has no route after {timeout_s} s")
+
+
+def _wait_first_ack(workload: Workload, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while workload.sent_ok < 64 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if workload.sent_ok == 0:
+        errs = list(workload.recent_errors)[-3:]
+        raise RuntimeError(f"no send acknowledged in {timeout_s} s (last errors: {errs})")
+
+
+def _await_service(cycles: list[CycleRecord], workload: Workload) -> None:
+    """Keep the load on until a send is acknowledged after the last fault ended (or the deadline passes)."""
+    last = max((c.restored_ns for c in cycles if c.restored_ns is not None), default=None)
+    if last is None:
+        return
+    deadline = time.monotonic() + SERVICE_DEADLINE_S
+    while workload.first_ok_after(last) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _service_times(cycles: list[CycleRecord], workload: Workload) -> None:
+    for c in cycles:
+        if c.restored_ns is not None:
+            first = workload.first_ok_after(c.restored_ns)
+            c.service_restored_s = None if first is None else (first - c.restored_ns) / 1e9
+            if c.ok and (c.service_restored_s is None or c.service_restored_s > SERVICE_DEADLINE_S):
+                c.ok = False
+                c.error = c.error or f"no send acknowledged within {SERVICE_DEADLINE_S} s after the fault ended"
+
+
+def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None = None,
+                   log: Any = None) -> ExperimentResult:
+    """Run one experiment; never leaves a process, mount or loop device behind. ``log`` (a callable taking a
+    line) gets progress lines."""
+    say = log or (lambda _line: None)
+    reason = fault.unsupported_reason()
+    if reason is not None:
+        return ExperimentResult(spec, None, skipped=reason)
+    ledger = ledger if ledger is not None else Ledger()
+    t_start = time.monotonic()
+    seed = spec.seed if spec.seed is not None else random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    params = {"fault": spec.fault.value, "flush": spec.flush.value, "cycles": spec.cycles, "profile": spec.profile,
+              "seed": seed, "gap_s": list(spec.gap_s), "load": asdict(spec.load), **fault.params()}
+    record = RunRecord.create(spec.runs_dir, spec.scenario, params,
+                              list(spec.command) if spec.command is not None else list(sys.argv))
+    result = ExperimentResult(spec, record.run_dir)
+    spec.runs_dir.mkdir(parents=True, exist_ok=True)
+    if spec.work_dir is not None:
+        spec.work_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"rmq-lab-{spec.scenario}-", dir=spec.work_dir))
+    ledger.add(ResourceKind.PATH, work, what="chaos scratch directory")
+    workload: Workload | None = None
+    # The client library's warnings (refused connections, failed pulls: expected under faults) go to the run
+    # directory rather than the terminal.
+    client_log = logging.FileHandler(record.run_dir / CLIENT_LOG, encoding="utf-8")
+    client_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("reference_broker").addHandler(client_log)
+    try:
+        with contextlib.ExitStack() as stack:
+            result.sysctl = _apply_profile(stack, spec.profile)
+            record.update_meta(sysctl=result.sysctl)
+            store_root = stack.enter_context(fault.storage(work, ledger))
+            conf = {**BASE_BROKER_CONF, "flushDiskType": spec.flush.value, **fault.broker_conf(spec.flush),
+                    **spec.broker_conf}
+            topo = Topology(work / "topo", broker_conf=conf, brokers=0)
+            stack.callback(topo.stop)
+            topo.start()
+            assert topo.namesrv is not None
+            cell_ledger_proc(ledger, topo.namesrv, "namesrv")
+            broker = topo.add_broker("broker-a", extra={"storePathRootDir": str(store_root)})
+            broker_started = time.monotonic()
+            topo.brokers.append(broker)
+            cell_ledger_proc(ledger, broker, "broker")
+            status = try_status(broker.addr, record.clock)
+            record.update_meta(broker={**broker.conf, "brokerRole": conf.get("brokerRole", "ASYNC_MASTER")},
+                               broker_impl=status.version if status else None)
+            admin.update_topic(topo.namesrv_addr, spec.load.topic, spec.load.queues, spec.load.queues,
+                               broker_addr=broker.addr)
+            _wait_route(topo.namesrv_addr, spec.load.topic)
+            workload = Workload(topo.namesrv_addr, fault.load_spec(spec.load), record, record.clock)
+            stack.callback(workload.close)
+            workload.start()
+            sampler = Sampler(lambda: broker.addr, lambda: broker.pid if broker.alive else None,
+                              record.metrics_writer(), record.clock, workload.counters)
+            sampler.start()
+            stack.callback(sampler.stop)
+            _wait_first_ack(workload)
+            cell = Cell(spec, record, topo, broker, store_root, workload, ledger, rng)
+            cell.broker_started = broker_started
+            say(f"{spec.scenario}: broker up, load running; {spec.cycles} cycles")
+            for i in range(spec.cycles):
+                time.sleep(rng.uniform(*spec.gap_s))
+                rec = fault.cycle(cell, i)
+                result.cycles.append(rec)
+                say(f"  cycle {i + 1}/{spec.cycles}: {_cycle_line(rec)}")
+                if not rec.ok:
+                    break
+            if all(c.ok for c in result.cycles):
+                for rec in fault.extra_phases(cell):
+                    result.cycles.append(rec)
+                    say(f"  {rec.kind}: {_cycle_line(rec)}")
+            _await_service(result.cycles, workload)
+            workload.stop_producing()
+            workload.wait_caught_up(5.0)  # the drain finds the rest; this only lets the live consumer finish
+            workload.stop_consuming()
+            if broker.alive:
+                final = try_status(broker.addr, record.clock)
+                workload.final_min_offset = max(0, final.min_offset) if final is not None else 0
+                result.final_min_offset = workload.final_min_offset
+                result.drain = workload.drain()
+                result.unreachable = _unreachable(broker.addr, workload)
+            else:
+                result.drain = DrainStats(complete=False, problems=["broker not running at the end"])
+            _service_times(result.cycles, workload)
+    except Exception as e:  # the verdict records it; cleanup below still runs
+        result.error = f"{type(e).__name__}: {e}"
+        say(f"{spec.scenario}: error: {result.error}")
+    finally:
+        logging.getLogger("reference_broker").removeHandler(client_log)
+        client_log.close()
+        _keep_logs(work / "topo", record.run_dir / "logs")
+        try:
+            record.finish()
+        finally:
+            report = cleanup(ledger, only_mine=True)
+            shutil.rmtree(work, ignore_errors=True)
+            if report.failed:
+                result.error = (result.error or "") + f" cleanup failed: {report.failed}"
+    if result.error is None or workload is not None:
+        _judge(result, workload)
+    result.seconds = time.monotonic() - t_start
+    write_json_atomic(record.run_dir / CHAOS_FILE, _chaos_json(result))
+    return result
+
+
+UNREACHABLE_PROBES = 5000
+
+
+def _unreachable(addr: str, workload: Workload) -> tuple[int, int, list[str]]:
+    """Look the absent messages up in the commit log itself, by their offsets: one found there intact is in
+    the log but unreachable through its consume queue (not a loss of data, a loss of the index to it)."""
+    absent = sorted(workload.absent().items(), key=lambda kv: kv[1].commit_log_offset)
+    known = [(k, a) for k, a in absent if a.commit_log_offset >= 0]
+    step = max(1, -(-len(known) // UNREACHABLE_PROBES))  # an even sample over the whole log when there are many
+    probe = known[::step]
+    if not probe:
+        return 0, 0, []
+    try:
+        found = messages_at(addr, [a.commit_log_offset for _, a in probe])
+    except (RemotingError, OSError):
+        return 0, 0, []
+    hits = [k for k, a in probe
+            if (m := found.get(a.commit_log_offset)) is not None and classify(m.keys, m.body, "").key == k]
+    return len(probe), len(hits), hits[:10]
+
+
+def _keep_logs(topo_root: Path, dest: Path) -> None:
+    """Copy the processes' logs (what recovery said it truncated, errors) into the run record."""
+    for log_file in sorted(topo_root.glob("*.log")):
+        dest.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            shutil.copyfile(log_file, dest / log_file.name)
+
+
+def cell_ledger_proc(ledger: Ledger, proc: Process, what: str) -> None:
+    ledger.add(ResourceKind.PROCESS, proc.pid, what=what, start_time=process_start_time(proc.pid))
+
+
+def _apply_profile(stack: contextlib.ExitStack, profile: str | None) -> dict[str, Any]:
+    if profile is None:
+        return {"profile": None, "applied": False, "reason": "no profile requested", "values": {}}
+    from sysctl_profiles import SysctlProfileError, applied_profile
+
+    try:
+        state = stack.enter_context(applied_profile(profile, allow_unapplied=True))
+    except SysctlProfileError as e:
+        return {"profile": profile, "applied": False, "reason": str(e), "values": {}}
+    return state.record()
+
+
+def _judge(result: ExperimentResult, workload: Workload | None) -> None:
+    if result.run_dir is None:
+        return
+    spec = result.spec
+    allow_loss = spec.fault.is_power_loss and spec.flush is FlushMode.ASYNC
+    try:
+        result.check = check_run(result.run_dir, allow_loss=allow_loss)
+    except Exception as e:
+        result.error = (result.error or "") + f" check failed: {type(e).__name__}: {e}"
+        return
+    if workload is None:
+        return
+    result.verdict = evaluate(spec.fault.value, spec.flush.value, result.check, result.cycles, workload.lost(),
+                              workload.absent(), workload.record_size(), workload.spec.msg_size,
+                              corrupted=len(workload.corrupted), unreachable=result.unreachable[1],
+                              drain_complete=result.drain is not None
+                              and result.drain.complete, drain_problems=result.drain.problems if result.drain
+                              else ["no drain"], error=result.error)
+
+
+def _cycle_line(rec: CycleRecord) -> str:
+    parts = [rec.kind]
+    if rec.window_bytes >= 0:
+        parts.append(f"unflushed {rec.window_bytes:,} B")
+    if rec.recovery_s is not None:
+        parts.append(f"restart {rec.recovery_s:.2f} s")
+    if not rec.ok:
+        parts.append(f"FAILED: {rec.error}")
+    return ", ".join(parts)
+
+
+def _chaos_json(result: ExperimentResult) -> dict[str, Any]:
+    spec = result.spec
+    return {
+        "schema_version": 1,
+        "fault": spec.fault.value, "flush": spec.flush.value, "profile": spec.profile,
+        "sysctl": result.sysctl,
+        "summary": result.summary(),
+        "verdict": result.verdict.to_json() if result.verdict else None,
+        "drain": asdict(result.drain) if result.drain else None,
+        "final_min_offset": result.final_min_offset,
+        "unreachable": {"probed": result.unreachable[0], "in_log": result.unreachable[1],
+                        "examples": result.unreachable[2]},
+        "cycles": [c.to_json() for c in result.cycles],
+    }
+

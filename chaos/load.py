@@ -1,0 +1,390 @@
+"""This module owns the chaos load: one producer and one push consumer on the reference client, kept running
+across faults, every operation recorded as a run-record event, and the final drain that reads every queue
+from its first offset so that "lost" means "not in the broker at all".
+
+Producer: asynchronous sends, at most ``in_flight`` outstanding (closed loop, so ``intended_ns`` = start).
+Outcomes, as the checker reads them: a SendResult of any status is "ok" (stored; FLUSH_DISK_TIMEOUT and the
+slave statuses included, but kept apart because a flush timeout is not a durability promise); a broker error
+code or a client error raised before the request left is "fail"; a timeout or a connection lost after the
+request was written (``MQClientError.unknown_outcome``) is "unknown" — maybe stored. After a failure the
+producer waits ``fail_backoff_s``, as an application would, instead of spinning on a refusing broker.
+
+Consumer: a PushConsumer (CLUSTERING, from the first offset, offsets committed to the broker), whose listener
+checks each body against its key (chaos.payload) and always returns CONSUME_SUCCESS. After a broker crash it
+re-reads from the broker's last persisted offsets, so duplicates are expected; loss is not.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from chaos.payload import BodyVerdict, classify, make_body, make_key
+from harness.records import EventWriter, Outcome, RunRecord, WallClock
+from reference_broker.client import (
+    ClientConfig,
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    Message,
+    MessageExt,
+    MQBrokerError,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+    SendResult,
+    SendStatus,
+)
+from reference_broker.store.record import MessageIdError, decode_message_id
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    topic: str = "ChaosTopic"
+    queues: int = 4
+    msg_size: int = 1024
+    in_flight: int = 32
+    rate: float = 0.0  # sends per second; 0 = as fast as the in-flight window allows (closed loop)
+    send_timeout_s: float = 3.0
+    fail_backoff_s: float = 0.02
+    producer_group: str = "CHAOS_PG"
+    consumer_group: str = "CHAOS_CG"
+    drain_group: str = "CHAOS_DRAIN"
+
+
+@dataclass(frozen=True)
+class Ack:
+    """An acknowledged send: where the broker put it and when the producer heard."""
+
+    commit_log_offset: int
+    end_ns: int
+    status: SendStatus
+
+
+@dataclass
+class DrainStats:
+    queues: int = 0
+    messages: int = 0
+    complete: bool = True
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _client_config(namesrv: str, name: str) -> ClientConfig:
+    # Short route, rebalance and offset-commit intervals: a chaos cycle lasts seconds, not RocketMQ's 20-30 s.
+    return ClientConfig(namesrv, name, poll_name_server_interval_s=1.0, heartbeat_broker_interval_s=2.0,
+                        persist_consumer_offset_interval_s=1.0, rebalance_interval_s=1.0)
+
+
+class Workload:
+    """Start with ``start()``; ``hold()``/``release()`` stop and resume new sends; ``finish()`` stops the
+    producer, lets the consumer catch up, stops it and drains."""
+
+    def __init__(self, namesrv: str, spec: LoadSpec, record: RunRecord, clock: WallClock,
+                 worker: str = "p0") -> None:
+        self.namesrv = namesrv
+        self.spec = spec
+        self.clock = clock
+        self.worker = worker
+        self._record = record
+        self._send_events: EventWriter = record.events_writer(f"producer-{worker}")
+        self._recv_events: EventWriter = record.events_writer("consumer-c0")
+        self._drain_events: EventWriter | None = None
+        self.acks: dict[str, Ack] = {}
+        self.received: set[str] = set()  # intact keys delivered to anyone (consumer or drain)
+        self.drained: set[str] = set()  # intact keys the final drain found in the broker
+        self.final_min_offset = 0  # the commit log's min offset when the drain ran (cleaning moves it)
+        self.drained_min_offset = -1  # the lowest commit-log offset the drain read
+        self.cleaning_expected = False  # disk fill: old files are deleted by design
+        self.corrupted: list[str] = []
+        self.sent_ok = 0
+        self.sent_fail = 0
+        self.sent_unknown = 0
+        self.deliveries = 0
+        self._ok_end_ns: list[int] = []
+        self._lock = threading.Lock()
+        self._slots = threading.Semaphore(spec.in_flight)
+        self._in_flight = 0
+        self._open = threading.Event()
+        self._open.set()
+        self._stop = threading.Event()
+        self._last_failed = False
+        self._record_size = 0
+        self.rate = spec.rate
+        self.recent_errors: deque[tuple[int, int, str]] = deque(maxlen=256)  # (end_ns, code, remark)
+        self._producer = Producer(spec.producer_group, namesrv, send_msg_timeout_s=spec.send_timeout_s,
+                                  client_config=_client_config(namesrv, f"chaos-{worker}"))
+        self._consumer: PushConsumer | None = None
+        self._thread = threading.Thread(target=self._produce, name=f"chaos-producer-{worker}", daemon=True)
+
+    # ---- lifecycle --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._producer.start()
+        self.start_consumer()
+        self._thread.start()
+
+    def start_consumer(self) -> None:
+        c = PushConsumer(self.spec.consumer_group, self.namesrv,
+                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, consume_thread_max=4,
+                         pull_batch_size=32, client_config=_client_config(self.namesrv, "chaos-c0"))
+        c.subscribe(self.spec.topic, "*")
+        c.register_message_listener(self._on_messages)
+        c.start()
+        self._consumer = c
+
+    def hold(self) -> None:
+        """No new sends until ``release()`` (sends in flight go on)."""
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def stop_producing(self, timeout_s: float | None = None) -> bool:
+        """Stop sending and wait for the sends in flight; False if some did not complete in time."""
+        self._stop.set()
+        self._open.set()
+        self._thread.join(30)
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.spec.send_timeout_s * 3 + 5)
+        while self.in_flight > 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.in_flight == 0
+
+    def absent(self) -> dict[str, Ack]:
+        """Acknowledged keys the final drain did not find in the broker (delivered before or not). With
+        ``cleaning_expected``, keys below where the store's readable log begins — the larger of the final min
+        offset and the lowest offset the drain read — were deleted by cleaning and are not counted."""
+        floor = self.final_min_offset
+        if self.cleaning_expected:
+            floor = max(floor, self.drained_min_offset)
+        with self._lock:
+            return {k: a for k, a in self.acks.items() if k not in self.drained and a.commit_log_offset >= floor}
+
+    def lost(self) -> dict[str, Ack]:
+        """Acknowledged keys never delivered to anyone: the checker's ``lost``."""
+        with self._lock:
+            return {k: a for k, a in self.acks.items() if k not in self.received}
+
+    def missing(self) -> int:
+        """Acknowledged keys not delivered yet."""
+        with self._lock:
+            return sum(1 for k in self.acks if k not in self.received)
+
+    def wait_caught_up(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.missing() == 0:
+                return True
+            time.sleep(0.2)
+        return self.missing() == 0
+
+    def stop_consuming(self) -> None:
+        c, self._consumer = self._consumer, None
+        if c is not None:
+            c.shutdown()
+
+    def close(self) -> None:
+        """Stop everything (idempotent); writers are closed by the run record's ``finish``."""
+        self._stop.set()
+        self._open.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
+        self.stop_consuming()
+        self._producer.shutdown()
+
+    def counters(self) -> tuple[int, int]:
+        return self.sent_ok, self.deliveries
+
+    def first_ok_after(self, ns: int) -> int | None:
+        """End time of the first acknowledged send that ended after ``ns``."""
+        with self._lock:
+            ends = sorted(self._ok_end_ns)
+        i = bisect.bisect_right(ends, ns)
+        return ends[i] if i < len(ends) else None
+
+    def record_size(self) -> int:
+        """The stored size of one of this workload's records (all are alike: one topic, one key length, one
+        body size): the smallest gap between the commit-log offsets of acknowledged sends; 0 until known."""
+        if self._record_size == 0:
+            with self._lock:
+                offsets = sorted({a.commit_log_offset for a in self.acks.values() if a.commit_log_offset >= 0})
+            gaps = [b - a for a, b in itertools.pairwise(offsets) if b > a]
+            if gaps and len(offsets) >= 16:
+                self._record_size = min(gaps)
+        return self._record_size
+
+    def max_acked_end(self, before_ns: int, record_size: int) -> int:
+        """The commit-log end of the acknowledged sends that ended before ``before_ns``: an upper bound of
+        what the broker had written by then (-1 when none). ``record_size`` is a record's stored size."""
+        with self._lock:
+            offsets = [a.commit_log_offset for a in self.acks.values() if a.end_ns <= before_ns]
+        return max(offsets) + record_size if offsets else -1
+
+    # ---- producing --------------------------------------------------------------------------------------
+
+    def set_rate(self, rate: float) -> None:
+        """Change the send rate (0 = unlimited) from now on."""
+        self.rate = rate
+
+    def _produce(self) -> None:
+        spec = self.spec
+        seq = 0
+        next_ns = 0  # intended start of the next send when paced
+        while not self._stop.is_set():
+            if not self._open.is_set():
+                self._open.wait(0.1)
+                next_ns = 0  # a hold is the harness's pause, not the client's: the schedule starts afresh
+                continue
+            if self._last_failed:
+                self._last_failed = False
+                time.sleep(spec.fail_backoff_s)
+            intended = -1
+            if self.rate > 0:
+                now = self.clock.now_ns()
+                # A schedule more than a second behind (the window was full, the broker stalled) is reset rather
+                # than caught up in a burst; the recorded intended times still show the delay up to then.
+                if next_ns == 0 or now - next_ns > 1_000_000_000:
+                    next_ns = now
+                if next_ns > now:
+                    time.sleep((next_ns - now) / 1e9)
+                intended = next_ns
+                next_ns += int(1e9 / self.rate)
+            if not self._slots.acquire(timeout=0.1):
+                continue
+            with self._lock:
+                self._in_flight += 1
+            seq += 1
+            key = make_key(self.worker, seq)
+            body = make_body(key, spec.msg_size)
+            msg = Message(spec.topic, body, keys=key)
+            start = self.clock.now_ns()
+            try:
+                self._producer.send_async(msg, callback=self._callback(key, intended, start, len(body)))
+            except MQClientError as e:  # not started / invalid: nothing was sent
+                self._done(key, intended, start, len(body), None, e)
+
+    def _callback(self, key: str, intended: int, start: int,
+                  nbytes: int) -> Callable[[SendResult | None, MQClientError | None], None]:
+        def cb(result: SendResult | None, error: MQClientError | None) -> None:
+            self._done(key, intended, start, nbytes, result, error)
+        return cb
+
+    def _done(self, key: str, intended: int, start: int, nbytes: int, result: SendResult | None,
+              error: MQClientError | None) -> None:
+        end = self.clock.now_ns()
+        try:
+            topic = self.spec.topic
+            if result is not None:
+                mq = result.message_queue
+                self._send_events.record_send(key, topic, mq.queue_id, result.queue_offset, start, end, Outcome.OK,
+                                              -1, nbytes, intended)
+                try:
+                    phys = decode_message_id(result.offset_msg_id or "")[2]
+                except MessageIdError:
+                    phys = -1
+                with self._lock:
+                    self.acks.setdefault(key, Ack(phys, end, result.send_status))
+                    self._ok_end_ns.append(end)
+                    self.sent_ok += 1
+                return
+            assert error is not None
+            unknown = error.unknown_outcome and not isinstance(error, MQBrokerError)
+            outcome = Outcome.UNKNOWN if unknown else Outcome.FAIL
+            self._send_events.record_send(key, topic, -1, -1, start, end, outcome, int(error.code), nbytes, intended)
+            self.recent_errors.append((end, int(error.code), error.remark))
+            with self._lock:
+                if unknown:
+                    self.sent_unknown += 1
+                else:
+                    self.sent_fail += 1
+            self._last_failed = True
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+            self._slots.release()
+
+    # ---- consuming --------------------------------------------------------------------------------------
+
+    def _record_delivery(self, writer: EventWriter, m: MessageExt, session: str, drain: bool = False) -> None:
+        now = self.clock.now_ns()
+        d = classify(m.keys, m.body, m.offset_msg_id)
+        if drain and d.verdict is BodyVerdict.INTACT:
+            with self._lock:
+                self.drained.add(d.key)
+                if self.drained_min_offset < 0 or m.commit_log_offset < self.drained_min_offset:
+                    self.drained_min_offset = m.commit_log_offset
+                if d.key in self.received:
+                    return
+        writer.record_receive(d.key, m.topic, m.queue_id, m.queue_offset, now, now,
+                              born_ns=m.born_timestamp * 1_000_000, store_ns=m.store_timestamp * 1_000_000,
+                              nbytes=len(m.body), session=session)
+        with self._lock:
+            self.deliveries += 1
+            if d.verdict is BodyVerdict.INTACT:
+                self.received.add(d.key)
+            else:
+                self.corrupted.append(d.key)
+
+    def _on_messages(self, msgs: list[MessageExt], _ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus:
+        for m in msgs:
+            self._record_delivery(self._recv_events, m, "c0")
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    def drain(self, max_pull_errors: int = 20) -> DrainStats:
+        """Read every queue of the topic from its min offset to its max offset with a fresh pull consumer.
+
+        Every body is checked and every intact key found goes into ``drained`` (what the broker holds at the
+        end). A delivery is recorded as an event only for a key not delivered before (or a corrupted one), so
+        the run's ``duplicated`` counts the live consumer's re-deliveries, not the drain's second reading."""
+        t0 = time.monotonic()
+        stats = DrainStats()
+        writer = self._drain_events = self._record.events_writer("drain")
+        pc = PullConsumer(self.spec.drain_group, self.namesrv, client_config=_client_config(self.namesrv,
+                                                                                              "chaos-drain"))
+        pc.start()
+        try:
+            mqs = sorted(pc.fetch_message_queues(self.spec.topic))
+            stats.queues = len(mqs)
+            for mq in mqs:
+                errors = 0
+                offset = pc.min_offset(mq)
+                high = pc.max_offset(mq)
+                while offset < high:
+                    try:
+                        r = pc.pull(mq, "*", offset, 32)
+                    except MQClientError as e:
+                        errors += 1
+                        if errors > max_pull_errors:
+                            stats.complete = False
+                            stats.problems.append(f"{mq}: pull at {offset} of {high} kept failing: {e}")
+                            break
+                        time.sleep(0.2)
+                        continue
+                    if r.pull_status is PullStatus.FOUND:
+                        for m in r.msg_found_list:
+                            self._record_delivery(writer, m, "drain", drain=True)
+                        stats.messages += len(r.msg_found_list)
+                    if r.next_begin_offset <= offset and r.pull_status is not PullStatus.FOUND:
+                        stats.complete = False
+                        stats.problems.append(f"{mq}: stuck at {offset} of {high} ({r.pull_status.value})")
+                        break
+                    offset = max(offset + (len(r.msg_found_list) if r.pull_status is PullStatus.FOUND else 0),
+                                 r.next_begin_offset)
+        except MQClientError as e:
+            stats.complete = False
+            stats.problems.append(f"drain failed: {e}")
+        finally:
+            pc.shutdown()
+        stats.seconds = time.monotonic() - t0
+        return stats

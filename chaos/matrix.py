@@ -1,0 +1,150 @@
+"""This module owns the chaos matrix: every combination of flush mode x fault x sysctl profile, each a fresh
+experiment with its own run record, and the summary table (text or JSON) the gate and the reports read.
+
+A cell that cannot run here (no root, no loop devices) is listed as skipped with the reason; the gate fails on
+a failed cell, and on a skipped one only with ``require_all``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.disk_fill import DiskFill
+from chaos.experiment import ExperimentResult, ExperimentSpec, Fault, FaultName, FlushMode, run_experiment
+from chaos.kill9 import Kill9
+from chaos.load import LoadSpec
+from chaos.pause import Pause
+from chaos.power_loss import PowerLoss
+
+
+def make_fault(name: FaultName, *, quick: bool = False) -> Fault:
+    """A fault with its default parameters. ``quick``: disk fill skips the cleaning phase, which has to wait
+    until the broker has been up 60 s."""
+    if name is FaultName.KILL9:
+        return Kill9()
+    if name is FaultName.POWER_LOSS:
+        return PowerLoss(torn=False)
+    if name is FaultName.POWER_LOSS_TORN:
+        return PowerLoss(torn=True)
+    if name is FaultName.DISK_FILL:
+        return DiskFill(clean=not quick)
+    return Pause()
+
+
+@dataclass(frozen=True)
+class MatrixSpec:
+    flushes: Sequence[FlushMode] = (FlushMode.SYNC, FlushMode.ASYNC)
+    faults: Sequence[FaultName] = tuple(FaultName)
+    profiles: Sequence[str | None] = ("default",)
+    cycles: int = 20
+    runs_dir: Path = Path("runs")
+    work_dir: Path | None = None
+    seed: int | None = None
+    gap_s: tuple[float, float] = (0.5, 2.0)
+    load: LoadSpec = field(default_factory=LoadSpec)
+    quick: bool = False
+    command: tuple[str, ...] | None = None
+
+    def cells(self) -> list[ExperimentSpec]:
+        out = []
+        n = 0
+        for profile in self.profiles:
+            for fault in self.faults:
+                for flush in self.flushes:
+                    seed = None if self.seed is None else self.seed + n
+                    n += 1
+                    out.append(ExperimentSpec(fault=fault, flush=flush, cycles=self.cycles, profile=profile,
+                                              runs_dir=self.runs_dir, work_dir=self.work_dir, seed=seed,
+                                              gap_s=self.gap_s, load=self.load, command=self.command))
+        return out
+
+
+def run_matrix(spec: MatrixSpec, log: Callable[[str], None] | None = None,
+               on_result: Callable[[ExperimentResult], None] | None = None) -> list[ExperimentResult]:
+    say = log or (lambda _line: None)
+    results = []
+    cells = spec.cells()
+    for i, cell in enumerate(cells):
+        say(f"[{i + 1}/{len(cells)}] {cell.fault.value} {cell.flush.short} profile={cell.profile}")
+        t0 = time.monotonic()
+        result = run_experiment(cell, make_fault(cell.fault, quick=spec.quick), log=log)
+        say(f"[{i + 1}/{len(cells)}] {_status(result)} in {time.monotonic() - t0:.1f} s")
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def _status(r: ExperimentResult) -> str:
+    if r.skipped is not None:
+        return f"SKIPPED ({r.skipped})"
+    return "ok" if r.ok else "FAILED: " + "; ".join(r.summary()["violations"])
+
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("fault", "fault"), ("flush", "flush"), ("profile", "profile"), ("cycles", "cycles"), ("acknowledged", "acked"),
+    ("lost", "lost"), ("lost_bytes", "lost B"), ("absent", "absent"), ("absent_bytes", "absent B"),
+    ("window_bytes_max", "unflushed B (max)"),
+    ("duplicated", "dup"), ("recovered", "recovered"), ("unexpected", "unexpected"),
+    ("recovery_s_median", "recovery s (med)"), ("recovery_s_max", "recovery s (max)"), ("verdict", "verdict"),
+)
+
+
+def summary_rows(results: Iterable[ExperimentResult]) -> list[dict[str, Any]]:
+    rows = []
+    for r in results:
+        row = r.summary()
+        row["verdict"] = "skipped" if r.skipped is not None else ("ok" if r.ok else "FAIL")
+        if row["sysctl_applied"] is False and r.skipped is None:
+            row["profile"] = f"{row['profile']} (not applied)"
+        rows.append(row)
+    return rows
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The summary table as aligned text, with the violations and skip reasons listed under it."""
+    header = [h for _, h in COLUMNS]
+    body = [[_cell(row.get(k)) for k, _ in COLUMNS] for row in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) if i >= 3 and i < len(widths) - 1 else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(cells, widths, strict=True))) for cells in body]
+    notes = []
+    for row in rows:
+        name = f"{row['fault']}/{row['flush']}/{row['profile']}"
+        if row.get("skipped"):
+            notes.append(f"  {name}: skipped: {row['skipped']}")
+        for v in row.get("violations") or []:
+            notes.append(f"  {name}: {v}")
+        if row.get("run_dir"):
+            notes.append(f"  {name}: {row['run_dir']}")
+    return "\n".join(lines + (["", "notes and run records:", *notes] if notes else []))
+
+
+def gate_failures(results: Iterable[ExperimentResult], require_all: bool = False) -> list[str]:
+    out = []
+    for r in results:
+        name = f"{r.spec.fault.value}/{r.spec.flush.short}/{r.spec.profile}"
+        if r.skipped is not None:
+            if require_all:
+                out.append(f"{name}: skipped ({r.skipped})")
+            continue
+        if not r.ok:
+            out += [f"{name}: {v}" for v in r.summary()["violations"]] or [f"{name}: failed"]
+    return out
+

@@ -1,0 +1,118 @@
+"""This module owns the recovery-time benchmark: how long the broker takes to come back after kill -9, as a
+function of the commit log's size, of the unflushed tail at the crash, and of whether the checkpoint is there
+(seed Q&A 16: with the checkpoint, abnormal recovery scans from the last flush; without it, the whole log).
+
+For each log size: fill a fresh store (ASYNC_FLUSH) to that size, then restart the broker four ways — clean
+stop (reference), kill -9 with the flush caught up (no tail), kill -9 right after a burst (a tail of unflushed
+bytes), and kill -9 with the checkpoint file removed — and time each from process start to the boot line.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos.payload import make_body, make_key
+from chaos.sampler import BrokerSample, read_status
+from harness.launcher import Topology
+from harness.records import wall_clock
+from reference_broker.client import ClientConfig, Message, MQClientError, Producer
+from reference_broker.tools import admin
+
+TOPIC = "RecoveryBench"
+
+
+@dataclass(frozen=True)
+class RecoveryRow:
+    log_bytes: int
+    case: str  # clean | kill9-flushed | kill9-tail | kill9-no-checkpoint
+    unflushed_bytes: int
+    checkpoint: bool
+    recovery_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fill(namesrv: str, nbytes: int, body: int, tag: str) -> None:
+    """Send ``nbytes`` of ``body``-byte messages, 256 in flight; a refused send (flow control) is sent again."""
+    cfg = ClientConfig(namesrv, f"rb-{tag}", poll_name_server_interval_s=1.0)
+    with Producer("RECOVERY_BENCH_PG", namesrv, client_config=cfg) as p:
+        todo = list(range(max(1, nbytes // body)))
+        while todo:
+            retry: list[int] = []
+            for start in range(0, len(todo), 256):
+                batch = todo[start:start + 256]
+                futures = [(i, p.send_async(Message(TOPIC, make_body(make_key(tag, i), body), keys=make_key(tag, i))))
+                           for i in batch]
+                for i, f in futures:
+                    try:
+                        if f is not None:
+                            f.result(60)
+                    except MQClientError:
+                        retry.append(i)
+            if retry:
+                time.sleep(0.5)
+            todo = retry
+
+
+def _wait_flushed(addr: str, timeout_s: float = 60.0) -> BrokerSample:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        s = read_status(addr, wall_clock())
+        if s.unflushed == 0 or time.monotonic() > deadline:
+            return s
+        time.sleep(0.1)
+
+
+def _timed_start(topo: Topology) -> float:
+    t0 = time.monotonic()
+    topo.brokers[0].start(timeout_s=600)
+    return time.monotonic() - t0
+
+
+def bench_log_size(log_bytes: int, *, work_dir: Path | None = None, file_bytes: int = 256 << 20,
+                   body: int = 16 << 10, burst_bytes: int = 8 << 20) -> list[RecoveryRow]:
+    root = Path(tempfile.mkdtemp(prefix="rmq-lab-recovery-bench-", dir=work_dir))
+    rows = []
+    try:
+        conf = {"mappedFileSizeCommitLog": file_bytes, "flushDiskType": "ASYNC_FLUSH", "maxHashSlotNum": 100_000,
+                "maxIndexNum": 400_000}
+        with Topology(root / "topo", broker_conf=conf) as topo:
+            broker = topo.brokers[0]
+            admin.update_topic(topo.namesrv_addr, TOPIC, 4, 4, broker_addr=broker.addr)
+            time.sleep(0.5)
+            _fill(topo.namesrv_addr, log_bytes, body, "fill")
+            size = _wait_flushed(broker.addr).max_offset
+
+            broker.stop()
+            rows.append(RecoveryRow(size, "clean", 0, True, _timed_start(topo)))
+
+            s = _wait_flushed(broker.addr)
+            broker.kill()
+            rows.append(RecoveryRow(size, "kill9-flushed", s.unflushed, True, _timed_start(topo)))
+
+            _fill(topo.namesrv_addr, burst_bytes, body, "burst")
+            s = read_status(broker.addr, wall_clock())
+            broker.kill()
+            rows.append(RecoveryRow(s.max_offset, "kill9-tail", s.unflushed, True, _timed_start(topo)))
+
+            s = _wait_flushed(broker.addr)
+            broker.kill()
+            (broker.store_root / "checkpoint").unlink(missing_ok=True)
+            rows.append(RecoveryRow(s.max_offset, "kill9-no-checkpoint", s.unflushed, False, _timed_start(topo)))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def format_rows(rows: list[RecoveryRow]) -> str:
+    lines = [f"{'log MiB':>8}  {'case':<20}  {'unflushed KiB':>13}  {'checkpoint':>10}  {'recovery s':>10}"]
+    for r in rows:
+        lines.append(f"{r.log_bytes / 2**20:8.0f}  {r.case:<20}  {r.unflushed_bytes / 1024:13.0f}  "
+                     f"{('yes' if r.checkpoint else 'no'):>10}  {r.recovery_s:10.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,64 @@
+"""The short chaos matrix CI runs on every submission: both flush modes x every fault, two cycles each, with
+the same verdict as ``tox -e crash`` (chaos.verdict). power_loss and disk_fill need root and loop devices and
+are skipped, with the reason, without them. Also ``python -m chaos matrix --json --gate`` end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaos import ExperimentSpec, FaultName, FlushMode, LoadSpec, make_fault, run_experiment
+from chaos.leftovers import Ledger
+from harness.records import validate_run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+# Known reference-broker defect (reported; see the chaos report): after a power loss, recovery truncates the
+# consume queues only in memory; a second power loss before those pages are flushed brings the stale units
+# back, and re-dispatch then skips the new records ("build consume queue repeatedly"): acknowledged, flushed
+# messages become unreachable, and a stale unit can hand out the wrong bytes. It shows with ASYNC_FLUSH, in
+# some runs. Such a cell is an expected failure only when every violation is one this defect produces.
+
+CELLS = [pytest.param(f, m, id=f"{f.value}-{m.short}") for f in FaultName for m in (FlushMode.SYNC, FlushMode.ASYNC)]
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    return Ledger(tmp_path / "chaos-state.json")
+
+
+@pytest.mark.parametrize(("fault", "flush"), CELLS)
+def test_short_matrix_cell(tmp_path, ledger, fault, flush):
+    spec = ExperimentSpec(fault=fault, flush=flush, cycles=2, profile="default", runs_dir=tmp_path / "runs",
+                          work_dir=tmp_path / "work", seed=1234, gap_s=(0.3, 1.0), load=LoadSpec(in_flight=16))
+    result = run_experiment(spec, make_fault(fault, quick=True), ledger=ledger)
+    if result.skipped is not None:
+        pytest.skip(f"{fault.value}: {result.skipped}")
+    row = result.summary()
+    assert result.run_dir is not None
+    assert validate_run(result.run_dir) == []
+    assert (result.run_dir / "faults.jsonl").exists() and (result.run_dir / "check.json").exists()
+    assert ledger.entries() == [], "the experiment left processes, mounts or loop devices behind"
+    assert row["cycles"] == 2 and row["acknowledged"] > 0
+    assert result.ok, row["violations"]
+
+
+def test_matrix_cli_prints_json_and_passes_the_gate(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "chaos", "matrix", "--flush", "async", "--faults", "pause,kill9", "--cycles", "1",
+         "--gap", "0.2,0.5", "--runs-dir", str(tmp_path / "runs"), "--work-dir", str(tmp_path / "work"), "--json",
+         "--gate"], capture_output=True, text=True, timeout=240, cwd=root,
+        env={**os.environ, "RMQ_LAB_CHAOS_STATE": str(tmp_path / "state.json")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout)
+    assert [(r["fault"], r["flush"]) for r in rows] == [("pause", "async"), ("kill9", "async")]
+    for r in rows:
+        assert r["verdict"] == "ok" and r["lost"] == 0 and Path(r["run_dir"]).is_dir()
+    assert "gate passed" in done.stderr

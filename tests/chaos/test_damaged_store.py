@@ -1,0 +1,138 @@
+"""Recovery against deliberate damage, with the real broker process on a real store (chaos.damage).
+
+Each case: produce keyed messages, crash (SIGKILL) or stop the broker, damage the store, start the broker
+again. It must come up, serve only intact messages, serve every message that lies wholly before the damage
+(all of them when the commit log is untouched), accept and serve new messages, and say in its log what it
+truncated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from chaos import damage
+from harness.launcher import LaunchError
+from reference_broker.tools import admin
+from tests.chaos.store_helpers import Sent, broker_log, create_topic, intact_keys, produce, read_all, topology
+
+pytestmark = pytest.mark.e2e
+
+N = 3000  # ~1.4 MiB of records: two 1 MiB commit-log files
+
+
+def _record_size(sent: dict[str, Sent]) -> int:
+    offs = sorted(s.commit_log_offset for s in sent.values())
+    return min(b - a for a, b in itertools.pairwise(offs) if b > a)
+
+
+def run_case(tmp_path: Path, do_damage: Callable[[Path, int], int | None], *, crash: bool = True) -> str:
+    """Produce, crash or stop, damage, restart, check; returns the broker's log since the restart.
+
+    ``do_damage(store_root, data_end)`` returns the absolute commit-log offset of the first damaged byte, or
+    None when the commit log is untouched."""
+    topo = topology(tmp_path / "topo")
+    try:
+        create_topic(topo)
+        sent = produce(topo, N)
+        broker = topo.brokers[0]
+        data_end = int(admin.broker_status(broker.addr)["commitLogMaxOffset"])
+        if crash:
+            broker.kill()
+        else:
+            assert broker.stop() == 0
+        first_bad = do_damage(broker.store_root, data_end)
+        mark = len(broker_log(topo))
+        try:
+            broker.start()
+        except LaunchError as e:
+            pytest.fail(f"the broker did not come up on the damaged store: {e}")
+        log = broker_log(topo)[mark:]
+        good, bad = intact_keys(read_all(topo))
+        assert not bad, f"damaged messages served: {bad[:5]}"
+        assert good <= set(sent), "served a key that was never sent"
+        size = _record_size(sent)
+        limit = data_end if first_bad is None else first_bad
+        expected = {k for k, s in sent.items() if s.commit_log_offset + size <= limit}
+        missing = expected - good
+        assert not missing, (f"{len(missing)} messages before the damage at {limit} not served, "
+                             f"e.g. {sorted(missing)[:3]}")
+        after = produce(topo, 50, worker="after")
+        good_after, bad_after = intact_keys(read_all(topo, "DAMAGE_READER_2"))
+        assert not bad_after
+        assert set(after) <= good_after, "messages sent after recovery are not served"
+        return log
+    finally:
+        topo.cleanup()
+
+
+def test_zeroed_commit_log_tail(tmp_path):
+    def hurt(root: Path, end: int) -> int:
+        d = damage.zero_commit_log_tail(root, end, 3000)
+        return end - 3000 if d.length else end
+    log = run_case(tmp_path, hurt)
+    assert "recover commit log: stop at" in log
+
+
+def test_random_bytes_in_the_last_commit_log_pages(tmp_path):
+    def hurt(root: Path, end: int) -> int:
+        d = damage.garble_commit_log_tail(root, end, 2, random.Random(7))
+        return int(Path(d.path).name) + d.start
+    log = run_case(tmp_path, hurt)
+    assert "damaged record, truncated" in log
+
+
+def test_random_bytes_in_the_commit_log_without_abort_file(tmp_path):
+    """A crash, then the abort file lost: normal recovery must still check CRCs and truncate."""
+    def hurt(root: Path, end: int) -> int:
+        d = damage.garble_commit_log_tail(root, end, 1, random.Random(8))
+        damage.remove_abort(root)
+        return int(Path(d.path).name) + d.start
+    log = run_case(tmp_path, hurt)
+    assert "last shutdown normally" in log
+    assert "damaged record, truncated" in log
+
+
+def test_truncated_commit_log_file(tmp_path):
+    def hurt(root: Path, end: int) -> int:
+        d = damage.truncate_commit_log(root, end, cut_back=100)
+        return int(Path(d.path).name) + d.start
+    log = run_case(tmp_path, hurt)
+    assert "truncat" in log
+
+
+def test_zeroed_consume_queue_tails(tmp_path):
+    run_case(tmp_path, lambda root, end: (damage.zero_consume_queue_tails(root, "DamageTopic", 5), None)[1])
+
+
+def test_random_bytes_in_the_last_consume_queue_pages(tmp_path):
+    log = run_case(tmp_path, lambda root, end: (damage.garble_consume_queue_tails(root, "DamageTopic",
+                                                                                   random.Random(9)), None)[1])
+    assert "consume queue" in log.lower() and "truncat" in log
+
+
+def test_truncated_consume_queue_files(tmp_path):
+    run_case(tmp_path, lambda root, end: (damage.truncate_consume_queues(root, "DamageTopic"), None)[1])
+
+
+def test_zeroed_consume_queue_tails_after_a_clean_shutdown(tmp_path):
+    run_case(tmp_path, lambda root, end: (damage.zero_consume_queue_tails(root, "DamageTopic", 5), None)[1],
+             crash=False)
+
+
+def test_missing_checkpoint_after_a_crash(tmp_path):
+    log = run_case(tmp_path, lambda root, end: (damage.remove_checkpoint(root), None)[1])
+    assert "recover abnormally from file" in log
+
+
+def test_corrupt_checkpoint_after_a_crash(tmp_path):
+    run_case(tmp_path, lambda root, end: (damage.corrupt_checkpoint(root, random.Random(10)), None)[1])
+
+
+def test_missing_abort_after_a_crash(tmp_path):
+    log = run_case(tmp_path, lambda root, end: (damage.remove_abort(root), None)[1])
+    assert "last shutdown normally" in log

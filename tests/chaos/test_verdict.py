@@ -1,0 +1,139 @@
+"""The chaos gate's rules (chaos.verdict), on hand-made cycles and losses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chaos.verdict import charge_to_crashes, evaluate
+
+
+@dataclass
+class Cyc:
+    cycle: int
+    kind: str
+    fault_ns: int
+    restored_ns: int | None
+    written_offset: int = -1
+    flushed_offset: int = -1
+    written_bound: int = -1
+    recovered_offset: int = -1
+    ok: bool = True
+    error: str | None = None
+
+    @property
+    def window_bytes(self) -> int:
+        if self.written_bound < 0 or self.flushed_offset < 0:
+            return -1
+        return max(0, self.written_bound - self.flushed_offset)
+
+
+@dataclass
+class Ack:
+    commit_log_offset: int
+    end_ns: int
+    status: str = "SEND_OK"
+
+
+@dataclass
+class Check:
+    lost: int = 0
+    unexpected: int = 0
+
+
+REC = 100  # record size
+
+
+def crash(i, t, flushed, bound, recovered=None, kind="power_loss"):
+    return Cyc(i, kind, fault_ns=t, restored_ns=t + 10, written_offset=bound, flushed_offset=flushed,
+               written_bound=bound, recovered_offset=flushed if recovered is None else recovered)
+
+
+def judge(fault, flush, cycles, lost=None, absent=None, check=None, **kw):
+    lost = lost or {}
+    absent = absent if absent is not None else dict(lost)
+    return evaluate(fault, flush, check or Check(lost=len(lost)), cycles, lost, absent, REC, 64, **kw)
+
+
+def test_a_clean_run_passes():
+    v = judge("kill9", "ASYNC_FLUSH", [crash(0, 100, 500, 900, recovered=900, kind="kill9")])
+    assert v.ok and v.violations == []
+
+
+def test_any_missing_message_fails_sync_flush_under_every_fault():
+    for fault in ("kill9", "power_loss", "power_loss_torn", "disk_fill", "pause"):
+        v = judge(fault, "SYNC_FLUSH", [crash(0, 100, 500, 900)], absent={"k": Ack(600, 50)})
+        assert not v.ok, fault
+        assert any("SYNC_FLUSH" in x for x in v.violations)
+
+
+def test_a_flush_timeout_ack_lost_to_power_is_reported_apart_under_sync_flush():
+    v = judge("power_loss", "SYNC_FLUSH", [crash(0, 100, 500, 900)],
+              absent={"k": Ack(600, 50, "FLUSH_DISK_TIMEOUT")})
+    assert v.ok and v.lost_flush_timeout == 1
+
+
+def test_async_kill9_pause_and_disk_fill_lose_nothing():
+    for fault in ("kill9", "pause", "disk_fill"):
+        assert not judge(fault, "ASYNC_FLUSH", [], absent={"k": Ack(600, 50)}).ok
+        assert judge(fault, "ASYNC_FLUSH", []).ok
+
+
+def test_async_power_loss_within_the_unflushed_window_passes():
+    cycles = [crash(0, 100, 500, 900), crash(1, 200, 1000, 1400)]
+    absent = {"a": Ack(500, 50), "b": Ack(600, 60), "c": Ack(1300, 150)}  # 2 records at crash 0, 1 at crash 1
+    v = judge("power_loss", "ASYNC_FLUSH", cycles, absent=absent)
+    assert v.ok, v.violations
+    assert [(c.cycle, c.lost, c.lost_log_bytes) for c in v.per_crash] == [(0, 2, 200), (1, 1, 100)]
+
+
+def test_a_message_lost_before_the_flushed_offset_fails_async_power_loss():
+    v = judge("power_loss", "ASYNC_FLUSH", [crash(0, 100, 500, 900)], absent={"a": Ack(400, 50)})
+    assert not v.ok and any("before the flushed offset" in x for x in v.violations)
+
+
+def test_more_lost_than_the_window_fails_async_power_loss():
+    absent = {f"k{i}": Ack(500 + 100 * i, 50) for i in range(5)}  # 500 bytes, window 400
+    v = judge("power_loss", "ASYNC_FLUSH", [crash(0, 100, 500, 900)], absent=absent)
+    assert not v.ok and any("more than the unflushed window" in x for x in v.violations)
+
+
+def test_losses_are_charged_by_restart_time_not_kill_time():
+    # acknowledged a moment after the kill was recorded (the answer was read late), before the restart:
+    # it belongs to crash 0, not crash 1
+    cycles = [crash(0, 100, 500, 900), crash(1, 200, 1000, 1400)]
+    per, after = charge_to_crashes({"late": Ack(800, 105)}, cycles, REC)
+    assert [c.lost for c in per] == [1, 0] and after == []
+
+
+def test_a_loss_after_the_last_restart_fails():
+    v = judge("power_loss", "ASYNC_FLUSH", [crash(0, 100, 500, 900)], absent={"z": Ack(2000, 500)})
+    assert not v.ok and any("no crash after them" in x for x in v.violations)
+
+
+def test_unexpected_corrupted_unreachable_and_unrecovered_cycles_fail():
+    base = [crash(0, 100, 500, 900, kind="kill9")]
+    assert not judge("kill9", "ASYNC_FLUSH", base, check=Check(unexpected=1)).ok
+    assert not judge("kill9", "ASYNC_FLUSH", base, corrupted=1).ok
+    assert not judge("power_loss", "ASYNC_FLUSH", base, unreachable=3).ok
+    bad = [Cyc(0, "pause", 100, None, ok=False, error="no send acknowledged")]
+    v = judge("pause", "SYNC_FLUSH", bad)
+    assert not v.ok and "no send acknowledged" in v.violations[0]
+    assert not judge("pause", "SYNC_FLUSH", [], drain_complete=False, drain_problems=["stuck"]).ok
+
+
+def test_kill9_log_must_not_shrink_below_the_written_offset():
+    c = crash(0, 100, 500, 900, recovered=800, kind="kill9")
+    c.written_offset = 850
+    v = judge("kill9", "ASYNC_FLUSH", [c])
+    assert not v.ok and any("before the written offset" in x for x in v.violations)
+
+
+def test_checker_and_chaos_accounting_must_agree():
+    v = judge("kill9", "ASYNC_FLUSH", [], lost={}, check=Check(lost=2))
+    assert not v.ok and any("accounting disagrees" in x for x in v.violations)
+
+
+def test_never_delivered_counts_even_when_below_the_cleaned_floor():
+    # disk fill: a message missing from the drain because cleaning deleted it is fine only if it was delivered
+    v = judge("disk_fill", "ASYNC_FLUSH", [], lost={"k": Ack(10, 5)}, absent={})
+    assert not v.ok and v.absent == 1
