@@ -121,5 +121,25 @@ def broker_bench(quick: bool, as_json: bool) -> None:
     click.echo(json.dumps(result, indent=2, default=str) if as_json else format_figures(result))
 
 
+@main.command()
+@click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+              show_default=True, help="Where the run records go.")
+@click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True, help="Where the reports go.")
+@click.option("--backlog-seconds", type=click.IntRange(10, 3600), default=30, show_default=True)
+@click.option("--cycles", type=click.IntRange(1, 1000), default=3, show_default=True,
+              help="Crash cycles per cell of the sync-vs-async comparison.")
+def pipeline(runs_dir: Path, reports_dir: Path, backlog_seconds: int, cycles: int) -> None:
+    """The main job: a backlog workload, a sync-vs-async crash comparison, the Spark reports."""
+    from harness.pipeline import PipelineError, run
+
+    try:
+        index = run(runs_dir.resolve(), reports_dir.resolve(), backlog_seconds, cycles,
+                    progress=lambda line: click.echo(f"[pipeline] {line}", err=True))
+    except PipelineError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"reports: {index}")
+
+
 if __name__ == "__main__":
     main()

@@ -8,18 +8,21 @@ cd "$ROOT"
 log() { echo "[setup] $*"; }
 
 # ---------------------------------------------------------------- system tools
+# fio (device baselines), fincore (page-cache residency, util-linux), a Java runtime (Spark).
 missing=()
-command -v fio >/dev/null 2>&1 || missing+=(fio)
-command -v fincore >/dev/null 2>&1 || missing+=(fincore)
+packages=()
+command -v fio >/dev/null 2>&1 || { missing+=(fio); packages+=(fio); }
+command -v fincore >/dev/null 2>&1 || { missing+=(fincore); packages+=(util-linux); }
+command -v java >/dev/null 2>&1 || { missing+=(java); packages+=(openjdk-17-jre-headless); }
 if ((${#missing[@]})); then
     if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
         log "missing: ${missing[*]}; running: apt-get update -qq"
         apt-get update -qq
-        log "running: apt-get install -y -qq fio util-linux"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio util-linux </dev/null
+        log "running: apt-get install -y -qq ${packages[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" </dev/null
     else
         log "WARNING: ${missing[*]} missing and cannot install (not root or no apt-get);"
-        log "         the fio baselines will be skipped."
+        log "         the fio baselines are skipped and the Spark reports need a Java runtime."
     fi
 fi
 

@@ -1,0 +1,190 @@
+"""Reading run records (schema v1) from `runs/<run-id>/` directories: meta, events, faults, check.
+
+The schema is the harness contract (DESIGN.md §4); this module reads it as files with Spark and the
+standard library and does not import the harness's writer. Optional event columns that a writer
+left out read as nulls; columns are cast to the contract's types so Parquet written with wider or
+narrower integers still lines up.
+"""
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructField, StructType
+
+SCHEMA_VERSION: Final = 1
+
+EVENT_COLUMNS: Final[Mapping[str, DataType]] = {
+    "op": StringType(),
+    "key": StringType(),
+    "topic": StringType(),
+    "queue_id": IntegerType(),
+    "queue_offset": LongType(),
+    "intended_ns": LongType(),
+    "start_ns": LongType(),
+    "end_ns": LongType(),
+    "outcome": StringType(),
+    "code": IntegerType(),
+    "bytes": IntegerType(),
+    "worker": StringType(),
+    "born_ns": LongType(),
+    "store_ns": LongType(),
+}
+EVENTS_SCHEMA: Final = StructType([StructField(name, kind, True) for name, kind in EVENT_COLUMNS.items()])
+
+
+class RunRecordError(ValueError):
+    """A run directory that does not follow schema v1."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run directory and its meta.json."""
+
+    run_id: str
+    path: Path
+    meta: Mapping[str, Any]
+
+    @property
+    def scenario(self) -> str:
+        return str(self.meta.get("scenario", "?"))
+
+    @property
+    def flush_mode(self) -> str:
+        broker = self.meta.get("broker") or {}
+        return str(broker.get("flushDiskType", "unknown"))
+
+    @property
+    def broker_impl(self) -> str:
+        return str(self.meta.get("broker_impl", "unknown"))
+
+    @property
+    def started_at_ns(self) -> int | None:
+        value = self.meta.get("started_at_ns")
+        return int(value) if value is not None else None
+
+    @property
+    def sysctl_profile(self) -> str:
+        """The profile in force: its name, "none", or the requested name with the reason it was not applied."""
+        sysctl = self.meta.get("sysctl") or {}
+        name = sysctl.get("profile")
+        if name is None:
+            return "none"
+        if sysctl.get("applied"):
+            return str(name)
+        return f"{name} (not applied: {sysctl.get('reason') or 'no reason given'})"
+
+    @property
+    def sysctl_values(self) -> str:
+        values = (self.meta.get("sysctl") or {}).get("values") or {}
+        return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+    @property
+    def host_summary(self) -> str:
+        host = self.meta.get("host") or {}
+        parts = []
+        if host.get("cores") is not None:
+            parts.append(f"{host['cores']} cores")
+        if host.get("ram_bytes") is not None:
+            parts.append(f"{int(host['ram_bytes']) / 2**30:.1f} GiB RAM")
+        if host.get("kernel"):
+            parts.append(f"kernel {host['kernel']}")
+        if host.get("python"):
+            parts.append(f"Python {host['python']}")
+        disk = host.get("disk")
+        if disk:
+            parts.append("disk " + ", ".join(f"{k}={v}" for k, v in sorted(disk.items())))
+        return "; ".join(parts) or "unknown"
+
+    @property
+    def events_source(self) -> Path | None:
+        events_dir = self.path / "events"
+        if events_dir.is_dir() and any(events_dir.glob("*.parquet")):
+            return events_dir
+        jsonl = self.path / "events.jsonl"
+        return jsonl if jsonl.is_file() else None
+
+
+def read_run(path: Path) -> RunInfo:
+    meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    version = meta.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise RunRecordError(f"{path}: schema_version {version!r}, this reader knows {SCHEMA_VERSION}")
+    return RunInfo(run_id=str(meta.get("run_id") or path.name), path=path, meta=meta)
+
+
+def discover_runs(runs_dir: Path) -> list[RunInfo]:
+    """Every run under ``runs_dir`` (or ``runs_dir`` itself if it is one run), sorted by run id."""
+    if (runs_dir / "meta.json").is_file():
+        return [read_run(runs_dir)]
+    if not runs_dir.is_dir():
+        raise RunRecordError(f"{runs_dir}: not a directory")
+    runs = [read_run(p) for p in sorted(runs_dir.iterdir()) if (p / "meta.json").is_file()]
+    return sorted(runs, key=lambda r: r.run_id)
+
+
+def read_faults(run: RunInfo) -> list[dict[str, Any]]:
+    path = run.path / "faults.jsonl"
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def read_check(run: RunInfo) -> dict[str, Any] | None:
+    path = run.path / "check.json"
+    if not path.is_file():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+# Parquet is read with every integer column as 64-bit: Spark widens int32 files to long, but fails on
+# int64 files read as int; the contract's int32 columns are narrowed afterwards.
+_READ_SCHEMA: Final = StructType([
+    StructField(name, LongType() if isinstance(kind, IntegerType) else kind, True)
+    for name, kind in EVENT_COLUMNS.items()
+])
+
+
+def _typed(df: DataFrame, columns: Sequence[str]) -> DataFrame:
+    return df.select("run_id", *[F.col(name).cast(EVENT_COLUMNS[name]).alias(name) for name in columns])
+
+
+def load_events(spark: SparkSession, runs: Iterable[RunInfo],
+                columns: Sequence[str] = tuple(EVENT_COLUMNS)) -> DataFrame:
+    """All runs' events as one DataFrame: ``run_id`` plus ``columns`` with the contract's types.
+
+    Parquet runs are read in one scan (Spark packs the small per-worker files of many runs into a few
+    tasks) and each row gets its run id from the directory its file sits in; JSONL runs are read one by one.
+    """
+    unknown = [c for c in columns if c not in EVENT_COLUMNS]
+    if unknown:
+        raise ValueError(f"not event columns: {unknown}")
+    parquet_runs: dict[str, str] = {}
+    frames = []
+    for run in runs:
+        source = run.events_source
+        if source is None:
+            continue
+        if source.is_dir():
+            parquet_runs[run.path.name] = run.run_id
+            continue
+        raw = spark.read.schema(EVENTS_SCHEMA).json(str(source)).withColumn("run_id", F.lit(run.run_id))
+        frames.append(_typed(raw, columns))
+    if parquet_runs:
+        paths = [str(run.path / "events" / "*.parquet") for run in runs if run.path.name in parquet_runs]
+        raw = spark.read.schema(_READ_SCHEMA).parquet(*paths)
+        # .../<run dir>/events/<file>: the third path segment from the end (cheaper per row than a regex).
+        run_dir = F.substring_index(F.substring_index(F.col("_metadata.file_path"), "/", -3), "/", 1)
+        mapping = F.create_map(*[F.lit(x) for item in parquet_runs.items() for x in item])
+        frames.append(_typed(raw.withColumn("run_id", mapping[run_dir]), columns))
+    if not frames:
+        fields = [StructField("run_id", StringType())] + [StructField(c, EVENT_COLUMNS[c], True) for c in columns]
+        return spark.createDataFrame([], StructType(fields))
+    return reduce(DataFrame.unionByName, frames)

@@ -1,0 +1,75 @@
+"""The loss report carries each run's checker counts and groups them by flush mode × fault × profile."""
+
+import csv
+
+from spark_reports.jobs.loss import fault_label, grouped, headline_cell, run_loss, unflushed_bytes
+from spark_reports.run_records import discover_runs
+
+
+def _read(path):
+    with path.open(encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_per_run_counts_equal_the_known_history(reports, synth):
+    rows = {r["run_id"]: r for r in _read(reports.out_dir / "loss" / "loss_runs.csv")}
+    assert set(rows) == set(synth.expected)
+    for run_id, expected in synth.expected.items():
+        row, check = rows[run_id], expected.check
+        for field in ("attempted", "acknowledged", "lost", "lost_bytes", "duplicated", "recovered", "unexpected"):
+            assert int(row[field]) == check[field], field
+        assert row["unflushed_bytes"] == ("" if expected.unflushed_bytes is None else str(expected.unflushed_bytes))
+
+
+def test_configuration_columns_come_from_meta_and_faults(reports, synth):
+    rows = {r["run_id"]: r for r in _read(reports.out_dir / "loss" / "loss_runs.csv")}
+    configs = {(r["flush_mode"], r["fault"], r["sysctl_profile"]) for r in rows.values()}
+    assert configs == {
+        ("ASYNC_FLUSH", "power_loss", "rocketmq-os.sh"),
+        ("SYNC_FLUSH", "power_loss", "durable"),
+        ("ASYNC_FLUSH", "kill9", "none"),
+        ("SYNC_FLUSH", "kill9", "rocketmq-os.sh (not applied: not root)"),
+    }
+
+
+def test_only_async_flush_under_power_loss_loses_messages_and_within_the_unflushed_window(reports, synth):
+    for row in _read(reports.out_dir / "loss" / "loss_runs.csv"):
+        if (row["flush_mode"], row["fault"]) == ("ASYNC_FLUSH", "power_loss"):
+            assert 0 < int(row["lost_bytes"]) < int(row["unflushed_bytes"])
+        else:
+            assert int(row["lost"]) == 0
+
+
+def test_headline_table(reports, synth):
+    rows = {r["flush_mode"]: r for r in _read(reports.out_dir / "loss" / "loss_headline.csv")}
+    async_power = next(e for e in synth.expected.values() if e.unflushed_bytes and e.check["lost"])
+    acked, lost = async_power.check["acknowledged"], async_power.check["lost"]
+    assert rows["ASYNC_FLUSH"]["power_loss"].startswith(f"{acked - lost:,} of {acked:,} kept")
+    assert rows["SYNC_FLUSH"]["power_loss"].startswith("all ")
+    assert rows["SYNC_FLUSH"]["kill9"].startswith("all ")
+
+
+def test_grouping_sums_runs_in_spark(spark, synth):
+    losses = [x for x in (run_loss(r) for r in discover_runs(synth.runs_dir)) if x is not None]
+    by_mode = {g.flush_mode: g for g in grouped(spark, losses, ("flush_mode", "fault"))
+               if g.fault == "kill9"}
+    totals: dict[str, int] = {}
+    for loss in losses:
+        if loss.fault == "kill9":
+            totals[loss.flush_mode] = totals.get(loss.flush_mode, 0) + loss.duplicated
+    assert {m: g.duplicated for m, g in by_mode.items()} == totals
+    assert sum(g.runs for g in grouped(spark, losses, ("flush_mode", "fault", "profile"))) == len(losses)
+    by_mode_fault = grouped(spark, losses, ("flush_mode", "fault"))
+    invalid = sum(g.invalid_runs for g in by_mode_fault)
+    assert invalid == sum(1 for e in synth.expected.values() if not e.check["valid"]) == 1
+    assert sum(headline_cell(g).startswith("all ") for g in by_mode_fault) == 3
+
+
+def test_fault_helpers():
+    faults = [{"kind": "power_loss", "params": {"written_offset": 10_000, "flushed_offset": 8_000}},
+              {"kind": "kill9", "params": {}},
+              {"kind": "power_loss", "params": {"written_offset": 50, "flushed_offset": 50}}]
+    assert fault_label(faults) == "kill9+power_loss"
+    assert fault_label([]) == "none"
+    assert unflushed_bytes(faults) == 2_000
+    assert unflushed_bytes(faults[1:2]) is None
