@@ -10,6 +10,7 @@ figure bounded by the client says so.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -35,14 +36,25 @@ class Plan:
         return cls(duration_s=3.0)
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (/proc/<pid>/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _producer(topo: Topology, args: list[str], progress: Progress) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "reference_broker", "bench", "producer", "-n", topo.namesrv_addr, "--json",
            "-i", "1000", *args]
     progress("bench producer " + " ".join(args))
+    broker_pid = topo.brokers[0].pid
+    cpu0 = _cpu_s(broker_pid)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(f"bench producer failed ({p.returncode}): {p.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(p.stdout)
+    # The broker's CPU per message over the same run: with the client's, what bounds a 2-core machine.
+    msgs = result.get("messages") or 0
+    result["broker_cpu_us_per_msg"] = (_cpu_s(broker_pid) - cpu0) / msgs * 1e6 if msgs else None
     return result
 
 
@@ -104,12 +116,18 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
          a["consume_with_commits"]["tps"] >= 50_000),
         ("client CPU per message (async sends)",
          f"{a['single_64_in_flight']['client_cpu_us_per_msg']:.1f} us", "reported", None),
+        ("broker CPU per message (async sends)",
+         f"{a['single_64_in_flight']['broker_cpu_us_per_msg']:.1f} us", "reported", None),
+        ("broker CPU per message (batches of 32)",
+         f"{a['batch_32']['broker_cpu_us_per_msg']:.1f} us", "reported", None),
     ]
     return out
 
 
 def _send_to_consume(topo: Topology, plan: Plan, progress: Progress) -> dict[str, Any]:
-    """A consumer on a topic while a producer sends 1,000 msg/s to it; the consumer's born-to-consume times."""
+    """A consumer on a topic while a producer sends 1,000 msg/s to it; send-to-consume times (stamped by the
+    producer in ns)."""
+    _producer(topo, ["-t", "E2E", "-q", "1", "-w", "1"], progress)  # the topic exists before the consumer looks
     consumer = subprocess.Popen(
         [sys.executable, "-m", "reference_broker", "bench", "consumer", "-n", topo.namesrv_addr, "--json",
          "-t", "E2E", "-g", "bench_e2e", "-d", str(plan.duration_s + 6), "-i", "1000"],
