@@ -133,6 +133,21 @@ class BrokerProcess(Process):
         self.start(timeout_s)
 
 
+BROKER_CONF_ENV = "RMQ_LAB_BROKER_CONF"
+
+
+def env_broker_conf() -> dict[str, str]:
+    """Defaults under every broker this launcher starts, from ``RMQ_LAB_BROKER_CONF="k=v;k=v"``: the test
+    suite uses it for small files (RocketMQ's 1 GiB commit-log and ~420 MB index files are reserved on
+    disk up front, and dozens of end-to-end topologies would fill the disk). Explicit ``broker_conf`` wins."""
+    out = {}
+    for item in os.environ.get(BROKER_CONF_ENV, "").split(";"):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
 def write_broker_conf(path: Path, conf: Mapping[str, Any]) -> None:
     path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()), encoding="utf-8")
 
@@ -181,6 +196,7 @@ class Topology:
             "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0",
             "listenPort": str(port), "storePathRootDir": str(store_root), "brokerIP1": "127.0.0.1",
         }
+        conf.update(env_broker_conf())
         conf.update({k: str(v) for k, v in self.broker_conf.items()})
         conf.update({k: str(v) for k, v in (extra or {}).items()})
         conf_path = self.root / name / "broker.conf"
