@@ -18,6 +18,8 @@ import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from reference_broker.store.mapped_file import fsync_dir
+
 log = logging.getLogger(__name__)
 
 
@@ -36,19 +38,6 @@ def _write_fsync(path: Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def string_to_file(text: str, path: Path) -> None:
     """MixAll.string2File: tmp (fsynced), previous content → .bak, rename tmp → file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +48,7 @@ def string_to_file(text: str, path: Path) -> None:
     if prev is not None:
         _write_fsync(bak, prev)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 class ConfigManager(ABC):

@@ -40,7 +40,8 @@ _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _libc: ctypes.CDLL | None = None
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (creations, renames, unlinks) durable; best effort."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
@@ -504,7 +505,7 @@ class MappedFileQueue:
         with self._lock:
             self.mapped_files = keep
         if unlinked:
-            _fsync_dir(self.store_path)
+            fsync_dir(self.store_path)
 
     def delete_last_mapped_file(self) -> None:
         with self._lock:
@@ -512,7 +513,7 @@ class MappedFileQueue:
                 return
             mf = self.mapped_files.pop()
         mf.destroy(1000)
-        _fsync_dir(self.store_path)  # recovery's cut must survive the next crash (see truncate_dirty_files)
+        fsync_dir(self.store_path)  # recovery's cut must survive the next crash (see truncate_dirty_files)
 
     def reset_offset(self, offset: int) -> bool:
         """Used by replication to move the write position back within the last file."""
