@@ -23,7 +23,7 @@ from reference_broker.common import message as mc
 from reference_broker.common.message_batch import BatchDecodeError, decode_batch
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response
-from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, field, int_field
+from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, field, int_field, int_of, str_of
 from reference_broker.store import record as rec
 from reference_broker.store.commit_log import MessageExtBatch
 from reference_broker.store.config import FlushDiskType
@@ -172,7 +172,7 @@ class SendMessageProcessor:
         tc = self._checked.get(topic)
         if tc is None:
             tc, bad = self._full_check(cmd, topic, f.get(k.default_topic, tcm.AUTO_CREATE_TOPIC_KEY_TOPIC),
-                                       _i(f, k.default_queue_nums, 4), peer)
+                                       int_of(f, k.default_queue_nums, 4), peer)
             if bad is not None:
                 return None, bad
             assert tc is not None
@@ -216,21 +216,30 @@ class SendMessageProcessor:
         return tc, None
 
     # ---- one message ------------------------------------------------------------------------------
-    def _send_one(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys, peer: str) -> Reply:
-        topic = _f(f, k.topic)
-        queue_id = _i(f, k.queue_id)
-        sys_flag = _i(f, k.sys_flag, 0)
+    def _target(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys,
+                peer: str) -> tuple[str, int, int, tcm.TopicConfig] | RemotingCommand:
+        """The header's topic, queue id and sysflag once msgCheck passed, or the refusal."""
+        topic = str_of(f, k.topic)
+        queue_id = int_of(f, k.queue_id)
+        sys_flag = int_of(f, k.sys_flag, 0)
         tc, bad = self._check(cmd, topic, f, k, queue_id, peer)
         if bad is not None:
             return bad
         assert tc is not None
+        return topic, queue_id, sys_flag, tc
+
+    def _send_one(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys, peer: str) -> Reply:
+        target = self._target(cmd, f, k, peer)
+        if isinstance(target, RemotingCommand):
+            return target
+        topic, queue_id, sys_flag, tc = target
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))  # randomQueueId
         props_text = f.get(k.properties) or ""
         props = _parse_properties(props_text) if props_text else {}
-        reconsume_times = _i(f, k.reconsume_times, 0)
+        reconsume_times = int_of(f, k.reconsume_times, 0)
         if topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):  # handleRetryAndDLQ
-            redirected = self._retry_to_dlq(topic, reconsume_times, _i(f, k.max_reconsume_times, -1))
+            redirected = self._retry_to_dlq(topic, reconsume_times, int_of(f, k.max_reconsume_times, -1))
             if isinstance(redirected, RemotingCommand):
                 return create_response(cmd, redirected.code, redirected.remark)
             if redirected is not None:
@@ -249,8 +258,8 @@ class SendMessageProcessor:
         if born_host is None:
             born_host = self._peers[peer] = _split_peer(peer)
         msg = rec.MessageExtBrokerInner(
-            topic=topic, body=cmd.body, queue_id=queue_id, flag=_i(f, k.flag, 0), properties=props,
-            sys_flag=sys_flag, born_timestamp=_i(f, k.born_timestamp, 0), born_host=born_host,
+            topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag, 0), properties=props,
+            sys_flag=sys_flag, born_timestamp=int_of(f, k.born_timestamp, 0), born_host=born_host,
             reconsume_times=reconsume_times, properties_bytes=props_b)
         if self._sync_flush:
             return self._reply_later(cmd, self._put(lambda cb: self.store.put_message_callback(msg, cb)),
@@ -290,13 +299,10 @@ class SendMessageProcessor:
 
     # ---- batches ------------------------------------------------------------------------------------
     def _send_batch(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys, peer: str) -> Reply:
-        topic = _f(f, k.topic)
-        queue_id = _i(f, k.queue_id)
-        sys_flag = _i(f, k.sys_flag, 0)
-        tc, bad = self._check(cmd, topic, f, k, queue_id, peer)
-        if bad is not None:
-            return bad
-        assert tc is not None
+        target = self._target(cmd, f, k, peer)
+        if isinstance(target, RemotingCommand):
+            return target
+        topic, queue_id, sys_flag, tc = target
         if topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):
             return create_response(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                    f"batch request does not support retry group {topic}")
@@ -307,7 +313,7 @@ class SendMessageProcessor:
         except BatchDecodeError as exc:
             return create_response(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
         host, port = _split_peer(peer)
-        born = _i(f, k.born_timestamp, 0)
+        born = int_of(f, k.born_timestamp, 0)
         msgs = []
         cluster_key = PROPERTY_CLUSTER
         for e in entries:
@@ -418,22 +424,4 @@ def _split_peer(peer: str) -> tuple[str, int]:
     except ValueError:
         return "127.0.0.1", 0
 
-
-def _f(f: dict[str, str], name: str) -> str:
-    value = f.get(name)
-    if value is None:
-        raise BadRequest(f"the custom field <{name}> is null")
-    return value
-
-
-def _i(f: dict[str, str], name: str, default: int | None = None) -> int:
-    value = f.get(name)
-    if value is None:
-        if default is not None:
-            return default
-        raise BadRequest(f"the custom field <{name}> is null")
-    try:
-        return int(value)
-    except ValueError:
-        raise BadRequest(f"the custom field <{name}> is not a number: {value!r}") from None
 

@@ -93,16 +93,17 @@ def send_v1_to_v2(fields: dict[str, str]) -> dict[str, str]:
     return {SEND_V1_KEYS.get(k, k): v for k, v in fields.items()}
 
 
-def field(cmd: RemotingCommand, name: str) -> str:
-    value = cmd.ext_fields.get(name)
+def str_of(fields: dict[str, str], name: str) -> str:
+    """A required header value from an extFields map (also a renamed or partial one)."""
+    value = fields.get(name)
     if value is None:
         # RemotingCommand.checkFields' message for a missing @CFNotNull field.
         raise BadRequest(f"the custom field <{name}> is null")
     return value
 
 
-def int_field(cmd: RemotingCommand, name: str, default: int | None = None) -> int:
-    value = cmd.ext_fields.get(name)
+def int_of(fields: dict[str, str], name: str, default: int | None = None) -> int:
+    value = fields.get(name)
     if value is None:
         if default is not None:
             return default
@@ -111,6 +112,14 @@ def int_field(cmd: RemotingCommand, name: str, default: int | None = None) -> in
         return int(value)
     except ValueError:
         raise BadRequest(f"the custom field <{name}> is not a number: {value!r}") from None
+
+
+def field(cmd: RemotingCommand, name: str) -> str:
+    return str_of(cmd.ext_fields, name)
+
+
+def int_field(cmd: RemotingCommand, name: str, default: int | None = None) -> int:
+    return int_of(cmd.ext_fields, name, default)
 
 
 def bool_field(cmd: RemotingCommand, name: str, default: bool = False) -> bool:
