@@ -211,15 +211,31 @@ def cleanup_cmd(force: bool, state_file: Path | None) -> None:
 @click.option("--sizes", default="64,256,1024", show_default=True, help="Commit-log sizes in MiB, comma-separated.")
 @click.option("--file-size", "file_mib", type=click.IntRange(min=1), default=256, show_default=True,
               help="mappedFileSizeCommitLog in MiB.")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+              show_default=True, help="Where the run record (scenario \"recovery\") goes.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=None, help="Scratch space (default: $TMPDIR).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
-def recovery_bench(sizes: str, file_mib: int, work_dir: Path | None, as_json: bool) -> None:
-    """Broker restart time after a clean stop and after kill -9 (no tail, a tail, no checkpoint), per log size."""
-    from chaos.recovery_bench import bench_log_size, format_rows
+def recovery_bench(sizes: str, file_mib: int, runs_dir: Path, work_dir: Path | None, as_json: bool) -> None:
+    """Broker restart time after a clean stop and after kill -9 (no tail, a tail, no checkpoint), per log size.
 
+    The rows go into the run record's meta.json ``results.recovery`` (the Spark recovery report reads them)."""
+    from chaos.recovery_bench import bench_log_size, format_rows
+    from harness.records import RunRecord
+
+    try:
+        mibs = [int(x) for x in _split(sizes)]
+    except ValueError:
+        raise click.BadParameter(f"not a list of MiB counts: {sizes!r}", param_hint="--sizes") from None
+    if not mibs or min(mibs) < 1:
+        raise click.BadParameter("give at least one size of 1 MiB or more", param_hint="--sizes")
     rows = []
-    for mib in (int(x) for x in _split(sizes)):
-        got = bench_log_size(mib << 20, work_dir=work_dir, file_bytes=file_mib << 20)
-        click.echo(format_rows(got), err=True)
-        rows += got
+    record = RunRecord.create(runs_dir, "recovery", {"sizes_mib": mibs, "file_mib": file_mib}, list(sys.argv))
+    try:
+        for mib in mibs:
+            got = bench_log_size(mib << 20, work_dir=work_dir, file_bytes=file_mib << 20, record=record)
+            click.echo(format_rows(got), err=True)
+            rows += got
+    finally:
+        record.finish(results={"recovery": [r.to_json() for r in rows]})
     click.echo(json.dumps([r.to_json() for r in rows], indent=2) if as_json else format_rows(rows))
+    click.echo(f"run record: {record.run_dir}", err=True)

@@ -19,7 +19,7 @@ from typing import Any
 from chaos.payload import make_body, make_key
 from chaos.sampler import BrokerSample, read_status
 from harness.launcher import Topology
-from harness.records import wall_clock
+from harness.records import FaultKind, RunRecord, wall_clock
 from reference_broker.client import ClientConfig, Message, MQClientError, Producer
 from reference_broker.tools import admin
 
@@ -75,15 +75,32 @@ def _timed_start(topo: Topology) -> float:
     return time.monotonic() - t0
 
 
+def bench_conf(file_bytes: int) -> dict[str, Any]:
+    return {"mappedFileSizeCommitLog": file_bytes, "flushDiskType": "ASYNC_FLUSH", "maxHashSlotNum": 100_000,
+            "maxIndexNum": 400_000}
+
+
 def bench_log_size(log_bytes: int, *, work_dir: Path | None = None, file_bytes: int = 256 << 20,
-                   body: int = 16 << 10, burst_bytes: int = 8 << 20) -> list[RecoveryRow]:
+                   body: int = 16 << 10, burst_bytes: int = 8 << 20,
+                   record: RunRecord | None = None) -> list[RecoveryRow]:
+    """The four restarts for one log size; with ``record``, each kill -9 is logged in its faults.jsonl and the
+    broker's configuration and version in its meta.json."""
     root = Path(tempfile.mkdtemp(prefix="rmq-lab-recovery-bench-", dir=work_dir))
     rows = []
+
+    def kill(case: str, s: BrokerSample) -> None:
+        broker.kill()
+        if record is not None:
+            record.add_fault(FaultKind.KILL9, broker.name, case=case, log_bytes=s.max_offset,
+                             written_offset=s.max_offset, flushed_offset=s.flushed_offset)
+
     try:
-        conf = {"mappedFileSizeCommitLog": file_bytes, "flushDiskType": "ASYNC_FLUSH", "maxHashSlotNum": 100_000,
-                "maxIndexNum": 400_000}
-        with Topology(root / "topo", broker_conf=conf) as topo:
+        with Topology(root / "topo", broker_conf=bench_conf(file_bytes)) as topo:
             broker = topo.brokers[0]
+            if record is not None:
+                status = read_status(broker.addr, wall_clock())
+                record.update_meta(broker={**broker.conf, "brokerRole": "ASYNC_MASTER"},
+                                   broker_impl=status.version or None)
             admin.update_topic(topo.namesrv_addr, TOPIC, 4, 4, broker_addr=broker.addr)
             time.sleep(0.5)
             _fill(topo.namesrv_addr, log_bytes, body, "fill")
@@ -93,16 +110,16 @@ def bench_log_size(log_bytes: int, *, work_dir: Path | None = None, file_bytes: 
             rows.append(RecoveryRow(size, "clean", 0, True, _timed_start(topo)))
 
             s = _wait_flushed(broker.addr)
-            broker.kill()
+            kill("kill9-flushed", s)
             rows.append(RecoveryRow(size, "kill9-flushed", s.unflushed, True, _timed_start(topo)))
 
             _fill(topo.namesrv_addr, burst_bytes, body, "burst")
             s = read_status(broker.addr, wall_clock())
-            broker.kill()
+            kill("kill9-tail", s)
             rows.append(RecoveryRow(s.max_offset, "kill9-tail", s.unflushed, True, _timed_start(topo)))
 
             s = _wait_flushed(broker.addr)
-            broker.kill()
+            kill("kill9-no-checkpoint", s)
             (broker.store_root / "checkpoint").unlink(missing_ok=True)
             rows.append(RecoveryRow(s.max_offset, "kill9-no-checkpoint", s.unflushed, False, _timed_start(topo)))
     finally:

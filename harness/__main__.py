@@ -130,7 +130,8 @@ def broker_bench(quick: bool, as_json: bool) -> None:
 @click.option("--cycles", type=click.IntRange(1, 1000), default=3, show_default=True,
               help="Crash cycles per cell of the sync-vs-async comparison.")
 def pipeline(runs_dir: Path, reports_dir: Path, backlog_seconds: int, cycles: int) -> None:
-    """The main job: a backlog workload, a sync-vs-async crash comparison, the Spark reports."""
+    """The main job: a short run of each experiment (backlog, queues, flush modes, crashes, recovery, disk
+    fill), then the Spark reports and the claims front page."""
     from harness.pipeline import PipelineError, run
 
     try:

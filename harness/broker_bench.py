@@ -82,6 +82,9 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
                 r["single_64_in_flight"] = _producer(
                     topo, ["-t", "Single", "-y", "--in-flight", str(plan.in_flight), "-p", str(plan.processes),
                            "-s", size, "-d", d], progress)
+                r["single_64_lean"] = _producer(
+                    topo, ["-t", "Lean", "--lean", "--in-flight", str(plan.in_flight), "-p", str(plan.processes),
+                           "-s", size, "-d", d], progress)
                 r["one_in_flight"] = _producer(topo, ["-t", "One", "-w", "1", "-s", size, "-d", d], progress)
                 half = r["single_64_in_flight"]["send_tps"] / 2
                 r["half_rate"] = _producer(
@@ -91,6 +94,9 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
                     r["batch_32"] = _producer(
                         topo, ["-t", "Batch", "-b", "32", "-w", "4", "-p", str(plan.processes), "-s", size, "-d", d],
                         progress)
+                    r["batch_32_lean"] = _producer(
+                        topo, ["-t", "LeanBatch", "--lean", "-b", "32", "--in-flight", "4", "-p", str(plan.processes),
+                               "-s", size, "-d", d], progress)
                     r["consume_with_commits"] = _consumer(
                         topo, ["-t", "Batch", "-g", "bench_drain", "--from-first", "-d", d], progress)
                     r["send_to_consume_1000"] = _send_to_consume(topo, plan, progress)
@@ -98,14 +104,21 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
     a, s = out["ASYNC_FLUSH"], out["SYNC_FLUSH"]
     single_a = a["single_64_in_flight"]["send_tps"]
     single_s = s["single_64_in_flight"]["send_tps"]
+    lean_a = a["single_64_lean"]["send_tps"]
+    lean_s = s["single_64_lean"]["send_tps"]
     out["figures"] = [
         ("single sends, 64 in flight (ASYNC)", f"{single_a:,.0f} msg/s", ">= 50,000 msg/s", single_a >= 50_000),
+        ("... with the lean load generator", f"{lean_a:,.0f} msg/s", ">= 50,000 msg/s", lean_a >= 50_000),
         ("batches of 32 (ASYNC)", f"{a['batch_32']['send_tps']:,.0f} msg/s", ">= 150,000 msg/s",
          a["batch_32"]["send_tps"] >= 150_000),
+        ("... with the lean load generator", f"{a['batch_32_lean']['send_tps']:,.0f} msg/s", ">= 150,000 msg/s",
+         a["batch_32_lean"]["send_tps"] >= 150_000),
         ("one in flight, p50 (ASYNC)", f"{a['one_in_flight']['p50_ms']:.3f} ms", "<= 0.2 ms",
          a["one_in_flight"]["p50_ms"] <= 0.2),
         ("SYNC / ASYNC, 64 in flight", f"{single_s / single_a:.2f} ({single_s:,.0f} msg/s)",
          ">= 0.5 and >= 25,000 msg/s", single_s / single_a >= 0.5 and single_s >= 25_000),
+        ("... with the lean load generator", f"{lean_s / lean_a:.2f} ({lean_s:,.0f} msg/s)",
+         ">= 0.5 and >= 25,000 msg/s", lean_s / lean_a >= 0.5 and lean_s >= 25_000),
         ("p99 at half the max rate (ASYNC)", f"{a['half_rate']['p99_ms']:.2f} ms", "<= 2 ms",
          a["half_rate"]["p99_ms"] <= 2),
         ("p99 at half the max rate (SYNC)", f"{s['half_rate']['p99_ms']:.2f} ms", "<= 5 ms",
@@ -116,6 +129,10 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
          a["consume_with_commits"]["tps"] >= 50_000),
         ("client CPU per message (async sends)",
          f"{a['single_64_in_flight']['client_cpu_us_per_msg']:.1f} us", "reported", None),
+        ("client CPU per message (lean load generator)",
+         f"{a['single_64_lean']['client_cpu_us_per_msg']:.1f} us", "reported", None),
+        ("broker CPU per message (lean single sends)",
+         f"{a['single_64_lean']['broker_cpu_us_per_msg']:.1f} us", "reported", None),
         ("broker CPU per message (async sends)",
          f"{a['single_64_in_flight']['broker_cpu_us_per_msg']:.1f} us", "reported", None),
         ("broker CPU per message (batches of 32)",

@@ -1,7 +1,8 @@
 """This module owns the main job (``python -m harness pipeline``): on the embedded default — local broker
-processes, local Spark — a short backlog workload, a short sync-vs-async crash comparison (when root with
-loop devices; kill -9 otherwise), and the Spark reports over the run records, ending with the path of
-``reports/index.html``.
+processes, local Spark — the shortest run of each experiment that tests a seed claim (backlog hot and cold,
+queue counts, SYNC vs ASYNC throughput, a sync-vs-async crash comparison with power loss when root with loop
+devices and kill -9 otherwise, recovery time, disk fill), then the Spark reports over the run records, ending
+with the path of ``reports/index.html`` (the claims front page).
 
 Each stage is a real command (locust, ``python -m chaos``, ``python -m spark_reports``) run as a subprocess,
 so what the pipeline does is exactly what a user can run by hand; its progress goes to stderr.
@@ -32,7 +33,7 @@ class PipelineError(RuntimeError):
 
 
 def can_power_loss() -> str | None:
-    """Why the power-loss experiment cannot run here, or None when it can."""
+    """Why the experiments that need root and loop devices cannot run here, or None when they can."""
     if os.geteuid() != 0:
         return "not root"
     if not Path("/dev/loop-control").exists():
@@ -40,19 +41,47 @@ def can_power_loss() -> str | None:
     return None
 
 
-def stages(runs: Path, reports: Path, backlog_s: int, cycles: int) -> list[Stage]:
+def stages(runs: Path, reports: Path, backlog_s: int, cycles: int, why_not_root: str | None) -> list[Stage]:
+    """The experiments, shortest settings that still test each seed claim, then the reports.
+
+    ``why_not_root``: why the experiments that need root (power loss, a cold page cache, disk fill on a
+    loop-mounted filesystem) cannot run here, or None when they can; those stages are then left out.
+    """
     py = sys.executable
     root = Path(__file__).resolve().parents[1]
-    faults = "kill9,power_loss" if can_power_loss() is None else "kill9"
-    return [
-        Stage("backlog workload (locust, embedded broker)",
-              [py, "-m", "locust", "-f", str(root / "scenarios" / "backlog.py"), "--headless", "-t",
-               f"{backlog_s}s", "--run-dir", str(runs), "--only-summary"]),
+
+    def locust(scenario: str, seconds: int, *extra: str) -> list[str]:
+        return [py, "-m", "locust", "-f", str(root / "scenarios" / f"{scenario}.py"), "--headless", "-t",
+                f"{seconds}s", "--run-dir", str(runs), "--only-summary", *extra]
+
+    faults = "kill9,power_loss" if why_not_root is None else "kill9"
+    todo = [
+        Stage("backlog workload, page cache hot (locust, embedded broker)", locust("backlog", backlog_s)),
+    ]
+    if why_not_root is None:
+        todo.append(Stage("backlog workload, page cache dropped first (--cold)",
+                          locust("backlog", backlog_s, "--cold"), required=False))
+    todo += [
+        Stage("queues: 1, 1,000 and 10,000 queues at one rate",
+              locust("queues", 24, "--queue-counts", "1,1000,10000"), required=False),
+        Stage("flush comparison: maximum send rate, ASYNC_FLUSH",
+              locust("throughput", 15, "--rate", "0", "--flush", "ASYNC_FLUSH"), required=False),
+        Stage("flush comparison: maximum send rate, SYNC_FLUSH",
+              locust("throughput", 15, "--rate", "0", "--flush", "SYNC_FLUSH"), required=False),
         Stage(f"crash comparison, SYNC vs ASYNC flush ({faults}, {cycles} cycles)",
               [py, "-m", "chaos", "matrix", "--flush", "sync,async", "--faults", faults, "--profiles", "default",
                "--cycles", str(cycles), "--runs-dir", str(runs)], required=False),
-        Stage("Spark reports", [py, "-m", "spark_reports", "all", "--runs", str(runs), "--out", str(reports)]),
+        Stage("recovery time: 32 and 128 MiB logs, with and without the checkpoint",
+              [py, "-m", "chaos", "recovery-bench", "--sizes", "32,128", "--file-size", "32", "--runs-dir",
+               str(runs)], required=False),
     ]
+    if why_not_root is None:
+        todo.append(Stage("disk fill past 90 % (loop-mounted filesystem)",
+                          [py, "-m", "chaos", "disk-fill", "--cycles", "2", "--no-clean-phase", "--runs-dir",
+                           str(runs)], required=False))
+    todo.append(Stage("Spark reports", [py, "-m", "spark_reports", "all", "--runs", str(runs), "--out",
+                                        str(reports)]))
+    return todo
 
 
 def run(runs: Path, reports: Path, backlog_s: int = 30, cycles: int = 3, progress: Progress = print) -> Path:
@@ -60,8 +89,9 @@ def run(runs: Path, reports: Path, backlog_s: int = 30, cycles: int = 3, progres
     reports.mkdir(parents=True, exist_ok=True)
     why = can_power_loss()
     if why is not None:
-        progress(f"power loss is skipped ({why}); the crash comparison uses kill -9 only")
-    todo = stages(runs, reports, backlog_s, cycles)
+        progress(f"power loss, the cold backlog and disk fill are skipped ({why}); the crash comparison uses "
+                 "kill -9 only")
+    todo = stages(runs, reports, backlog_s, cycles, why)
     t0 = time.monotonic()
     for i, stage in enumerate(todo, 1):
         progress(f"[{i}/{len(todo)}] {stage.name}: {' '.join(stage.argv[1:])}")

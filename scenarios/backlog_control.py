@@ -5,8 +5,9 @@ controller for ``scenarios/backlog.py``.
 2. pause the consumers (which then commit their offsets); keep producing until the backlog *as the broker
    reports it* (max offset - committed offset, summed over the run's queues) reaches ``--backlog-bytes``:
    build time (the client's view, sent ok - received, is recorded next to it);
-3. optionally (``--cold``) drop the page cache (root: ``sync``; ``echo 1 > /proc/sys/vm/drop_caches``),
-   recorded in faults.jsonl; measure how much of the backlog's commit-log files is resident;
+3. optionally (``--cold``) evict the backlog from the page cache (root: the broker's mappings of its store
+   files paged out with process_madvise, then ``sync``; ``echo 1 > /proc/sys/vm/drop_caches``), recorded in
+   faults.jsonl; measure how much of the backlog's commit-log files is resident;
 4. resume the consumers while producers go on at ``--drain-rate`` (OMB: unchanged; Redpanda's fork:
    throttled; 0: stopped); the drain is complete when the backlog is at most
    ``max(floor, (1 - drain_ratio) * built)``: drain time, drain rates, and where the reads came from (the
@@ -23,11 +24,13 @@ see the consumption at once while the broker's committed offsets lag by up to a 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from harness.driver import DriverError
 from harness.metrics_sampler import commitlog_range_residency, io_read_bytes
+from harness.page_out import page_out
 from scenarios.spec import RunContext
 
 BUILD_POLL_S: Final = 0.2
@@ -52,17 +55,28 @@ def read_source(disk_read_bytes: int | None, backlog_bytes: int) -> str:
     return f"disk ({disk_read_bytes / 2**20:.1f} MiB read from storage)"
 
 
-def drop_page_cache() -> tuple[bool, str | None]:
-    """``sync; echo 1 > /proc/sys/vm/drop_caches``: (done, why not). Clean page-cache pages only; pages mapped
-    by a process (the broker's mmap'd commit log) are not dropped, so the residency afterwards is measured."""
+def drop_page_cache(brokers: Sequence[tuple[int | None, Path | None]] = ()) -> tuple[bool, str | None]:
+    """Make the store cold: page out each local broker's mappings of its store files (``harness.page_out``:
+    process_madvise MADV_PAGEOUT), then ``sync; echo 1 > /proc/sys/vm/drop_caches``. (done, why not).
+
+    drop_caches alone drops clean pages no process maps; the broker maps its commit log, so without the
+    page-out the backlog stays resident. ``brokers``: (pid, store root) of each broker on this host."""
     if os.geteuid() != 0:
         return False, f"not root (euid {os.geteuid()})"
+    notes = []
+    for pid, root in brokers:
+        if pid is None or root is None:
+            notes.append("a broker that is not on this host keeps its page cache")
+            continue
+        res = page_out(pid, [root / "commitlog", root / "consumequeue"])
+        if not res.done:
+            notes.append(f"broker {pid}: page-out failed ({res.reason}); its mapped pages stay resident")
     os.sync()
     try:
         DROP_CACHES.write_text("1")
     except OSError as exc:
         return False, f"cannot write {DROP_CACHES}: {exc}"
-    return True, None
+    return True, "; ".join(notes) or None
 
 
 def _commitlog_max(ctx: RunContext) -> int | None:
@@ -127,7 +141,7 @@ def control(ctx: RunContext) -> None:
         b["commitlog_range"] = [cl_start, cl_end]
     b["page_cache_at_build"] = _residency(ctx, cl_start, cl_end)
     if s.cold:
-        done, why = drop_page_cache()
+        done, why = drop_page_cache([(br.pid, br.store_root) for br in ctx.brokers])
         after = _residency(ctx, cl_start, cl_end)
         b["cold"] = {"dropped": done, "reason": why, "page_cache_after_drop": after}
         ctx.record.add_fault("drop_caches", "host", level=1, done=done, reason=why,

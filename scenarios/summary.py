@@ -253,8 +253,9 @@ def _backlog_text(b: dict[str, Any]) -> list[str]:
         else:
             after = (cold.get("page_cache_after_drop") or {}).get("ratio")
             share = "?" if after is None else f"{after:.0%}"
-            out.append(f"        cold: page cache dropped; {share} of the backlog's commit-log bytes still resident "
-                       f"(pages the broker has mapped are not dropped)")
+            note = f" ({cold['reason']})" if cold.get("reason") else ""
+            out.append(f"        cold: broker's store mappings paged out and page cache dropped; {share} of the "
+                       f"backlog's commit-log bytes still resident{note}")
     return out
 
 

@@ -80,6 +80,7 @@ class ProducerOptions:
     report_interval_s: float = 10.0
     group: str = "benchmark_producer"
     rate: float = 0.0  # messages per second per process (async mode); 0 = as fast as the in-flight limit allows
+    lean: bool = False  # pre-encoded frames on one connection (lean_producer), not the client library
 
 
 def producer_line(now: float, w: Window, elapsed_s: float, batch: int) -> str:
@@ -94,6 +95,10 @@ def producer_line(now: float, w: Window, elapsed_s: float, batch: int) -> str:
 
 def run_producer(opts: ProducerOptions, out: Callable[[str], None] = print) -> dict[str, Any]:
     """One producer process; returns its summary (with the raw samples under ``samples_us``)."""
+    if opts.lean:
+        from reference_broker.bench.lean_producer import run_lean_producer
+
+        return run_lean_producer(opts, out)
     producer = Producer(opts.group, opts.namesrv, instance_name=f"bench-{os.getpid()}")
     producer.start()
     body = bytes(random.getrandbits(8) for _ in range(min(opts.size, 64))) * (opts.size // 64 + 1)

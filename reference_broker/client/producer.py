@@ -206,8 +206,11 @@ class Producer:
             born_timestamp=int(time.time() * 1000), max_reconsume_times=max_reconsume,
         )
 
-    def _addr(self, mq: MessageQueue) -> str:
+    def broker_addr(self, mq: MessageQueue) -> str:
+        """The address of ``mq``'s master broker (the route is refreshed once if unknown)."""
         return self._running().broker_addr_for(mq)
+
+    _addr = broker_addr
 
     # ---- sync -------------------------------------------------------------------------------
 

@@ -1,0 +1,105 @@
+"""This module owns making a broker's store cold: evicting its mmap'd store files from the page cache.
+
+``echo 1 > /proc/sys/vm/drop_caches`` drops clean page-cache pages only when no process maps them, and the
+broker maps its commit log and consume queues (as RocketMQ does), so on its own it leaves the backlog
+resident. Linux's ``process_madvise(2)`` (5.10+) with ``MADV_PAGEOUT`` (5.4+) asks the kernel to reclaim the
+given ranges of another process's address space: clean file pages are unmapped and dropped, so the next
+access is a major fault read from the device — a cold read, without restarting the broker. Needs
+CAP_SYS_NICE and ptrace access to the target (root).
+
+The parsing of ``/proc/<pid>/maps`` is pure; the syscalls sit in ``page_out``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+MADV_PAGEOUT: Final = 21  # include/uapi/asm-generic/mman-common.h
+# x86_64 and aarch64 share these numbers (the generic syscall table since 5.1/5.10).
+SYS_PIDFD_OPEN: Final = 434
+SYS_PROCESS_MADVISE: Final = 440
+IOV_MAX: Final = 1024  # process_madvise takes at most UIO_MAXIOV ranges per call
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    path: str
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+def parse_maps(text: str, under: Iterable[str]) -> list[Mapping]:
+    """The file mappings in ``/proc/<pid>/maps`` text whose path starts with one of the ``under`` prefixes."""
+    prefixes = tuple(p.rstrip("/") + "/" for p in under)
+    found = []
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 6:
+            continue  # anonymous mapping
+        path = parts[5]
+        if not path.startswith(prefixes):
+            continue
+        start, _, end = parts[0].partition("-")
+        found.append(Mapping(int(start, 16), int(end, 16), path))
+    return found
+
+
+@dataclass(frozen=True)
+class PageOutResult:
+    done: bool
+    mappings: int
+    bytes_advised: int
+    reason: str | None = None
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+def unsupported_reason() -> str | None:
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "aarch64"):
+        return f"process_madvise needs Linux on x86_64 or aarch64, not {platform.system()} {platform.machine()}"
+    if os.geteuid() != 0:
+        return f"not root (euid {os.geteuid()}): process_madvise on another process needs CAP_SYS_NICE"
+    return None
+
+
+def page_out(pid: int, roots: Iterable[Path]) -> PageOutResult:
+    """Ask the kernel to reclaim every mapping of files under ``roots`` in process ``pid``."""
+    why = unsupported_reason()
+    if why is not None:
+        return PageOutResult(False, 0, 0, why)
+    try:
+        maps_text = Path(f"/proc/{pid}/maps").read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return PageOutResult(False, 0, 0, f"cannot read /proc/{pid}/maps: {exc}")
+    mappings = parse_maps(maps_text, [str(r.resolve()) for r in roots])
+    if not mappings:
+        return PageOutResult(True, 0, 0, "no store file is mapped")
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = libc.syscall(SYS_PIDFD_OPEN, pid, 0)
+    if pidfd < 0:
+        return PageOutResult(False, 0, 0, f"pidfd_open({pid}): {os.strerror(ctypes.get_errno())}")
+    advised = 0
+    try:
+        for i in range(0, len(mappings), IOV_MAX):
+            chunk = mappings[i:i + IOV_MAX]
+            vec = (_IoVec * len(chunk))(*[_IoVec(m.start, m.length) for m in chunk])
+            n = libc.syscall(SYS_PROCESS_MADVISE, pidfd, vec, len(chunk), MADV_PAGEOUT, 0)
+            if n < 0:
+                return PageOutResult(False, len(mappings), advised,
+                                     f"process_madvise(MADV_PAGEOUT): {os.strerror(ctypes.get_errno())}")
+            advised += n
+    finally:
+        os.close(pidfd)
+    return PageOutResult(True, len(mappings), advised)

@@ -1,0 +1,56 @@
+"""harness.pipeline: the main job's stages — what runs as root and what does not, and that every command parses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+
+from chaos.cli import main as chaos_main
+from harness.pipeline import stages
+from spark_reports.cli import cli as spark_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _all_argv(why_not_root: str | None) -> list[list[str]]:
+    return [s.argv for s in stages(Path("/r/runs"), Path("/r/reports"), 30, 3, why_not_root)]
+
+
+def test_root_runs_power_loss_cold_backlog_and_disk_fill() -> None:
+    text = [" ".join(a) for a in _all_argv(None)]
+    assert any("kill9,power_loss" in t for t in text)
+    assert any("--cold" in t for t in text)
+    assert any(" disk-fill " in t for t in text)
+
+
+def test_without_root_those_stages_are_left_out() -> None:
+    text = [" ".join(a) for a in _all_argv("not root")]
+    assert not any("power_loss" in t or "--cold" in t or "disk-fill" in t for t in text)
+    assert any(" kill9 " in t or t.endswith(" kill9") or "--faults kill9 " in t for t in text)
+
+
+def test_reports_come_last_and_every_experiment_writes_into_runs() -> None:
+    todo = stages(Path("/r/runs"), Path("/r/reports"), 30, 3, None)
+    assert todo[-1].argv[1:4] == ["-m", "spark_reports", "all"] and todo[-1].required
+    for stage in todo[:-1]:
+        assert "/r/runs" in stage.argv, stage.name
+
+
+@pytest.mark.parametrize("why", [None, "not root"])
+def test_every_command_parses(why: str | None, tmp_path: Path) -> None:
+    """Each chaos and spark_reports command line is accepted by its own CLI; each locust file exists."""
+    (tmp_path / "runs").mkdir()
+    for stage in stages(tmp_path / "runs", tmp_path / "reports", 30, 3, why):
+        argv = stage.argv
+        module = argv[2]
+        if module == "locust":
+            assert (ROOT / "scenarios" / Path(argv[argv.index("-f") + 1]).name).is_file()
+            continue
+        group = {"chaos": chaos_main, "spark_reports": spark_cli}[module]
+        name, *args = argv[3:]
+        command = group.get_command(click.Context(group), name)  # type: ignore[attr-defined]
+        assert command is not None, argv
+        with command.make_context(name, list(args)) as ctx:
+            assert ctx.params
