@@ -7,4 +7,5 @@ work on records produced anywhere.
 
 from typing import Final
 
-REPORT_NAMES: Final = ("offset-overflow", "latency", "loss")
+REPORT_NAMES: Final = ("offset-overflow", "latency", "loss", "flush-compare", "recovery", "queues",
+                       "accumulation", "backlog-capacity")

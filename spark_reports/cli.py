@@ -14,7 +14,16 @@ from pyspark.sql import SparkSession
 
 from spark_reports import REPORT_NAMES
 from spark_reports.html_report import ReportOutput
-from spark_reports.jobs import latency, loss, offset_overflow
+from spark_reports.jobs import (
+    accumulation,
+    backlog_capacity,
+    flush_compare,
+    latency,
+    loss,
+    offset_overflow,
+    queues,
+    recovery,
+)
 from spark_reports.percentiles import DEFAULT_ACCURACY, DEFAULT_WINDOW_ACCURACY, MIN_ACCURACY
 from spark_reports.session import build_session
 from spark_reports.site import write_site_index
@@ -23,6 +32,11 @@ JOBS: Final[dict[str, Callable[[SparkSession, Path, Path], ReportOutput]]] = {
     offset_overflow.NAME: offset_overflow.run,
     latency.NAME: latency.run,
     loss.NAME: loss.run,
+    flush_compare.NAME: flush_compare.run,
+    recovery.NAME: recovery.run,
+    queues.NAME: queues.run,
+    accumulation.NAME: accumulation.run,
+    backlog_capacity.NAME: backlog_capacity.run,
 }
 assert tuple(JOBS) == REPORT_NAMES
 
@@ -39,7 +53,7 @@ def _run_reports(names: tuple[str, ...], runs: Path, out: Path, master: str | No
             else:
                 output = JOBS[name](spark, runs, out)
             click.echo(f"{name}: {output.index} ({time.perf_counter() - began:.1f} s)")
-        click.echo(f"index: {write_site_index(out)}")
+        click.echo(f"index: {write_site_index(out, runs)}")
     finally:
         if owned:
             spark.stop()

@@ -43,6 +43,7 @@ def cdf_plot(path: Path, title: str, series: Mapping[str, Sequence[tuple[float, 
     ax.set_ylabel(unit)
     if positive:
         ax.set_yscale("symlog", linthresh=1e-3)
+        ax.set_ylim(bottom=0)  # symlog would otherwise show empty negative decades
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     if series:

@@ -1,4 +1,4 @@
-"""Reading run records (schema v1) from `runs/<run-id>/` directories: meta, events, faults, check.
+"""Reading run records (schema v1) from `runs/<run-id>/` directories: meta, events, metrics, faults, check.
 
 The schema is the harness contract (DESIGN.md §4); this module reads it as files with Spark and the
 standard library and does not import the harness's writer. Optional event columns that a writer
@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import DataType, DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
 SCHEMA_VERSION: Final = 1
 
@@ -187,4 +187,58 @@ def load_events(spark: SparkSession, runs: Iterable[RunInfo],
     if not frames:
         fields = [StructField("run_id", StringType())] + [StructField(c, EVENT_COLUMNS[c], True) for c in columns]
         return spark.createDataFrame([], StructType(fields))
+    return reduce(DataFrame.unionByName, frames)
+
+
+# Metrics (long format; harness/records/schema.py METRICS_SCHEMA): one row per sample.
+METRIC_COLUMNS: Final[Mapping[str, DataType]] = {
+    "ts_ns": LongType(),
+    "metric": StringType(),
+    "value": DoubleType(),
+    "label": StringType(),
+}
+METRICS_SCHEMA: Final = StructType([StructField(name, kind, True) for name, kind in METRIC_COLUMNS.items()])
+
+
+def metrics_source(run: RunInfo) -> Path | None:
+    """The run's ``metrics/`` Parquet directory, else its ``metrics.jsonl``, else None."""
+    metrics_dir = run.path / "metrics"
+    if metrics_dir.is_dir() and any(metrics_dir.glob("*.parquet")):
+        return metrics_dir
+    jsonl = run.path / "metrics.jsonl"
+    return jsonl if jsonl.is_file() else None
+
+
+def load_metrics(spark: SparkSession, runs: Iterable[RunInfo]) -> DataFrame:
+    """All runs' metric samples as one DataFrame: run_id, ts_ns, metric, value, label.
+
+    Parquet runs are read in one scan, as `load_events` does; a missing label reads as "" (the schema's
+    "no label") so filters on label need no null handling.
+    """
+    def typed(df: DataFrame) -> DataFrame:
+        return df.select(
+            "run_id", F.col("ts_ns").cast(LongType()).alias("ts_ns"), F.col("metric").cast(StringType()),
+            F.col("value").cast(DoubleType()).alias("value"),
+            F.coalesce(F.col("label").cast(StringType()), F.lit("")).alias("label"))
+
+    run_list = list(runs)
+    parquet_runs: dict[str, str] = {}
+    frames = []
+    for run in run_list:
+        source = metrics_source(run)
+        if source is None:
+            continue
+        if source.is_dir():
+            parquet_runs[run.path.name] = run.run_id
+            continue
+        frames.append(typed(spark.read.schema(METRICS_SCHEMA).json(str(source))
+                            .withColumn("run_id", F.lit(run.run_id))))
+    if parquet_runs:
+        paths = [str(run.path / "metrics" / "*.parquet") for run in run_list if run.path.name in parquet_runs]
+        raw = spark.read.schema(METRICS_SCHEMA).parquet(*paths)
+        run_dir = F.substring_index(F.substring_index(F.col("_metadata.file_path"), "/", -3), "/", 1)
+        mapping = F.create_map(*[F.lit(x) for item in parquet_runs.items() for x in item])
+        frames.append(typed(raw.withColumn("run_id", mapping[run_dir])))
+    if not frames:
+        return spark.createDataFrame([], StructType([StructField("run_id", StringType()), *METRICS_SCHEMA.fields]))
     return reduce(DataFrame.unionByName, frames)

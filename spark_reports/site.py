@@ -1,10 +1,19 @@
-"""The front page `OUT/index.html`: links every report that has been written under OUT."""
+"""The front page `OUT/index.html`: the seed's claims with their verdicts, the reports, and the machine.
 
+It is written last, from the ``findings.json`` files the reports left under OUT (``claims.read_findings``), so
+the reports may run in any order and a report run alone still updates its claims. A claim no report judged
+is "not measured yet". The machine section states where the runs were made (meta.json host facts).
+"""
+
+from collections import Counter
 from pathlib import Path
 from typing import Final
 
 from spark_reports import REPORT_NAMES
+from spark_reports.claims import CLAIMS, Verdict, read_findings
+from spark_reports.claims_html import claims_table, verdict_counts
 from spark_reports.html_report import Page
+from spark_reports.run_records import RunInfo, discover_runs
 
 DESCRIPTIONS: Final = {
     "offset-overflow": "Years until a 64-bit commit-log / consume-queue offset overflows: the seed's table "
@@ -13,22 +22,80 @@ DESCRIPTIONS: Final = {
                "window, with CDFs comparing runs.",
     "loss": "Acknowledged, lost, duplicated and recovered messages per run, by flush mode × fault × sysctl "
             "profile.",
+    "flush-compare": "SYNC_FLUSH against ASYNC_FLUSH on comparable runs: throughput, send latency quantiles and "
+                     "CDFs, the cost of durability as ratios, and loss under each fault.",
+    "recovery": "Broker restart time against the commit log's size after a clean stop and after kill -9 with the "
+                "flush caught up, with an unflushed tail, and without the checkpoint.",
+    "queues": "Acknowledged send rate and send latency per phase as the same load is spread over 1 to 10,000+ "
+              "queues.",
+    "accumulation": "Backlog runs: the backlog built and drained over time, build and drain times, drain and read "
+                    "rates hot and cold, sends during the drain, and where the drain read from (page cache or disk).",
+    "backlog-capacity": "Bytes per message on disk and in the page cache (commit log + consume queue + index), "
+                        "messages a disk and a RAM hold, and hot and cold backlog read rates against 5,000 msg/s.",
 }
 
 
-def write_site_index(out_dir: Path) -> Path:
-    """Write OUT/index.html listing the reports present in OUT (each report's own index.html)."""
+# Host facts that name the machine; free space, paths and mounts change from run to run.
+_MACHINE_DISK_KEYS: Final = ("device", "fs_type", "total_bytes")
+
+
+def machine(run: RunInfo) -> str:
+    """The machine a run was made on, in words: host name, cores, RAM, kernel, Python, disk."""
+    host = run.meta.get("host") or {}
+    parts = [str(host.get("hostname") or "unnamed host")]
+    if host.get("cores") is not None:
+        parts.append(f"{host['cores']} cores")
+    if host.get("ram_bytes") is not None:
+        parts.append(f"{int(host['ram_bytes']) / 2**30:.1f} GiB RAM")
+    parts += [f"{label} {host[key]}" for key, label in (("kernel", "kernel"), ("python", "Python")) if host.get(key)]
+    disk = host.get("disk") or {}
+    facts = [f"{k}={disk[k]}" for k in _MACHINE_DISK_KEYS if disk.get(k) is not None]
+    if facts:
+        parts.append("disk " + ", ".join(facts))
+    return "; ".join(parts)
+
+
+def _machines(runs: list[RunInfo]) -> list[tuple[str, str, int]]:
+    """(machine, broker, runs) for each distinct machine and broker the runs were made on."""
+    counts = Counter((machine(r), r.broker_impl) for r in runs)
+    return [(host, broker, n) for (host, broker), n in sorted(counts.items())]
+
+
+def write_site_index(out_dir: Path, runs_dir: Path | None = None) -> Path:
+    """Write OUT/index.html: the claims table from OUT/*/findings.json, the reports present in OUT, and the
+    machine(s) of the runs in ``runs_dir`` (when given)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    findings = read_findings(out_dir)
     present = [name for name in REPORT_NAMES if (out_dir / name / "index.html").is_file()]
-    page = Page("RocketMQ store lab — reports")
+    page = Page("RocketMQ store lab — the seed's claims, tested")
+    counts = verdict_counts(findings)
+    page.paragraph(
+        f"{len(CLAIMS)} claims from RocketMQ's design documents: {counts[Verdict.HELD]} held, "
+        f"{counts[Verdict.NOT_HELD]} not held, {counts[Verdict.NOT_MEASURED]} not measured yet on this machine.")
+    page.paragraph(
+        "Each verdict comes from run records only: the report named under \"evidence\" read the runs listed, "
+        "measured the figure shown and applied the rule under it. A claim with no runs that can show it is "
+        "\"not measured yet\" (never guessed). A claim judged by several reports has one line per report.",
+        note=True)
+    page.heading("Claims")
+    page.parts.append(claims_table(findings, out_dir))
+    page.heading("Reports")
     if present:
-        page.heading("Reports")
-        page.links([(f"{name}/index.html", f"{name}: {DESCRIPTIONS[name]}") for name in present])
+        page.links([(f"{name}/index.html", f"{name}: {DESCRIPTIONS.get(name, '')}") for name in present])
     else:
         page.paragraph("No reports have been written yet.")
     missing = [name for name in REPORT_NAMES if name not in present]
     if missing:
         page.paragraph("Not generated in this directory: " + ", ".join(missing) + ".", note=True)
+    page.heading("Machine")
+    runs = discover_runs(runs_dir) if runs_dir is not None else []
+    if runs:
+        page.table(["machine", "broker", "runs"], _machines(runs), text_columns=2)
+        page.paragraph("Each report's \"Runs used\" section gives every run's flush mode, sysctl profile in force "
+                       "and broker.", note=True)
+    else:
+        page.paragraph("Not stated here (no runs directory given); each report's \"Runs used\" section names the "
+                       "machine of every run.", note=True)
     index = out_dir / "index.html"
     page.write(index)
     return index

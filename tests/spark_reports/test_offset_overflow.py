@@ -71,3 +71,22 @@ def test_report_files_carry_the_seed_digits(reports):
     assert printed == [p for _, _, p in SEED]
     page = (out / "index.html").read_text(encoding="utf-8")
     assert all(p in page for _, _, p in SEED)
+
+
+def test_finding_holds_on_the_spark_row_and_adds_the_fastest_measured_run(spark, synth):
+    from dataclasses import replace
+
+    from spark_reports.claims import ClaimId, Verdict
+    from spark_reports.jobs.offset_overflow import overflow_finding
+
+    seed = seed_table(spark)
+    measured = measured_rows(spark, discover_runs(synth.runs_dir))
+    finding = overflow_finding(seed, measured)
+    assert finding.claim is ClaimId.OFFSET_616_YEARS and finding.verdict is Verdict.HELD
+    assert finding.figures["years_4k_1e10_per_day"] == pytest.approx(616.9314558, abs=1e-7)
+    fastest = max(measured, key=lambda m: m.peak_acks_per_s)
+    assert finding.figures["peak_acks_per_s"] == fastest.peak_acks_per_s
+    assert finding.figures["peak_commitlog_years"] == pytest.approx(fastest.commitlog_years)
+    # Had the arithmetic given fewer years, the claim would not hold.
+    shrunk = [replace(r, years=r.years / 2) for r in seed]
+    assert overflow_finding(shrunk, []).verdict is Verdict.NOT_HELD

@@ -1,0 +1,117 @@
+"""This module owns the seed claims the lab tests and the findings contract between the reports and the front page.
+
+Each report that holds evidence for a claim writes ``OUT/<report>/findings.json``: a list of findings, one per
+claim it can judge from the runs it read. The front page (``spark_reports.site``) reads every report's findings
+and shows one row per claim; a claim no report judged is "not measured yet". A report judges a claim only from
+run records (never from constants), states the figure it measured, the runs it used and why it decided.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+FINDINGS_FILE: Final = "findings.json"
+
+
+class ClaimId(StrEnum):
+    SYNC_NO_LOSS = "sync-no-loss"
+    ASYNC_KILL9_NO_LOSS = "async-kill9-no-loss"
+    ASYNC_POWER_LOSS_TAIL = "async-power-loss-tail"
+    RECOVERY_CHECKPOINT = "recovery-checkpoint"
+    DISK_FULL_PROTECTION = "disk-full-protection"
+    QUEUES_10K = "queues-10k"
+    COLD_BACKLOG_READ = "cold-backlog-read"
+    PAGE_CACHE_CAPACITY = "page-cache-capacity"
+    OFFSET_616_YEARS = "offset-616-years"
+
+
+class Verdict(StrEnum):
+    HELD = "held"
+    NOT_HELD = "not held"
+    NOT_MEASURED = "not measured yet"
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: ClaimId
+    text: str  # the claim as the seed makes it
+    source: str  # where in the seeds
+    experiment: str  # the command(s) that produce the runs which test it
+
+
+# The seed documents' claims, in the order of the front page (DESIGN.md §1).
+CLAIMS: Final[tuple[Claim, ...]] = (
+    Claim(ClaimId.SYNC_NO_LOSS, "SYNC_FLUSH loses no acknowledged message on abnormal shutdown "
+          "(kill -9, OS crash, power loss).", "seed Q&A: flush modes",
+          "python -m chaos matrix --flush sync --faults kill9,power_loss"),
+    Claim(ClaimId.ASYNC_KILL9_NO_LOSS, "ASYNC_FLUSH loses nothing on kill -9: the data is in the page cache.",
+          "seed Q&A: flush modes", "python -m chaos matrix --flush async --faults kill9"),
+    Claim(ClaimId.ASYNC_POWER_LOSS_TAIL, "ASYNC_FLUSH loses only the unflushed tail on power loss "
+          "(\"tens of KB\").", "seed Q&A: flush modes",
+          "python -m chaos matrix --flush async --faults power_loss"),
+    Claim(ClaimId.RECOVERY_CHECKPOINT, "An abnormal restart recovers the consume queues from the checkpoint "
+          "(only the tail is scanned); without the checkpoint a full scan is needed, and is slow.",
+          "seed Q&A 16", "python -m chaos recovery-bench"),
+    Claim(ClaimId.DISK_FULL_PROTECTION, "With the disk above 90 % the broker refuses writes while reads go on, "
+          "and accepts writes again once space is back.", "seed Q&A 18", "python -m chaos disk-fill"),
+    Claim(ClaimId.QUEUES_10K, "10,000+ queues per broker without write degradation.", "seed: consume queue design",
+          "locust -f scenarios/queues.py --headless -t 60s"),
+    Claim(ClaimId.COLD_BACKLOG_READ, "Reading a cold backlog (from disk) is no worse than ~5,000 msg/s.",
+          "seed Q&A: message accumulation", "locust -f scenarios/backlog.py --headless --cold"),
+    Claim(ClaimId.PAGE_CACHE_CAPACITY, "RAM caches the backlog: 96 GB holds about 10^8 messages of 1 KiB.",
+          "seed Q&A: message accumulation", "locust -f scenarios/backlog.py --headless"),
+    Claim(ClaimId.OFFSET_616_YEARS, "A signed 64-bit commit-log offset overflows only after 616 years at 10^10 "
+          "messages of 4 KiB a day.", "seed Q&A: offset overflow", "python -m spark_reports offset-overflow"),
+)
+CLAIM_BY_ID: Final = {c.id: c for c in CLAIMS}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One report's judgement of one claim."""
+
+    claim: ClaimId
+    verdict: Verdict
+    measured: str  # the figure measured on this machine, in words ("0 of 41,233 acknowledged lost")
+    report: str  # the report whose page holds the evidence (its directory name under OUT)
+    runs: tuple[str, ...] = ()  # run ids used
+    detail: str = ""  # why this verdict (threshold, caveats)
+    figures: dict[str, float] = field(default_factory=dict)  # machine-readable figures behind `measured`
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["claim"] = self.claim.value
+        d["verdict"] = self.verdict.value
+        d["runs"] = list(self.runs)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Finding:
+        return cls(claim=ClaimId(d["claim"]), verdict=Verdict(d["verdict"]), measured=str(d["measured"]),
+                   report=str(d["report"]), runs=tuple(str(r) for r in d.get("runs", ())),
+                   detail=str(d.get("detail", "")),
+                   figures={str(k): float(v) for k, v in dict(d.get("figures", {})).items()})
+
+
+def write_findings(report_dir: Path, findings: list[Finding]) -> Path:
+    """Write ``report_dir/findings.json`` (an empty list when the report could judge nothing)."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    path = report_dir / FINDINGS_FILE
+    path.write_text(json.dumps([f.to_json() for f in findings], indent=2) + "\n")
+    return path
+
+
+def read_findings(out_dir: Path) -> list[Finding]:
+    """Every finding under ``OUT/*/findings.json``; a malformed file raises ValueError naming it."""
+    found: list[Finding] = []
+    for path in sorted(out_dir.glob(f"*/{FINDINGS_FILE}")):
+        try:
+            items = json.loads(path.read_text())
+            found.extend(Finding.from_json(item) for item in items)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a findings file: {exc}") from exc
+    return found

@@ -1,0 +1,206 @@
+"""Recovery report: how long the broker takes to restart, against the commit log's size, per way of stopping.
+
+Reads the runs of scenario "recovery" (``python -m chaos recovery-bench``): meta.json ``results.recovery`` is a
+list of rows {log_bytes, case, unflushed_bytes, checkpoint, recovery_s}, four per log size, written in the
+bench's order (clean, kill9-flushed, kill9-tail, kill9-no-checkpoint). A row's log_bytes is the log's end when
+it was stopped (the tail case adds a burst), so rows are assigned to the log size they belong to by that
+order, and named by the size asked for (meta params ``sizes_mib``) when the run states it.
+
+Judges RECOVERY_CHECKPOINT (seed Q&A 16): after kill -9 with the checkpoint, recovery scans only from the
+checkpoint, so its time should not grow with the log; without the checkpoint it scans the whole log, which
+grows with the log and is slower. The rule is in ``judge`` and its constants.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from spark_reports.claims import ClaimId, Finding, Verdict, write_findings
+from spark_reports.claims_html import findings_section
+from spark_reports.html_report import Page, ReportOutput, runs_section, write_csv
+from spark_reports.run_records import RunInfo, discover_runs
+from spark_reports.xy_plots import xy_plot
+
+NAME: Final = "recovery"
+SCENARIO: Final = "recovery"
+MIB: Final = 1 << 20
+CLEAN: Final = "clean"
+KILL9_FLUSHED: Final = "kill9-flushed"
+KILL9_TAIL: Final = "kill9-tail"
+NO_CHECKPOINT: Final = "kill9-no-checkpoint"
+CASES: Final = (CLEAN, KILL9_FLUSHED, KILL9_TAIL, NO_CHECKPOINT)
+WITH_CHECKPOINT: Final = (KILL9_FLUSHED, KILL9_TAIL)
+# A checkpointed kill -9 restart "does not grow with the log" when, at the largest log, it takes at most
+# FLAT_RATIO × its time at the smallest, or at most FLAT_ABS_S outright (starting the broker's Python
+# process and loading its files is a fixed cost of a few tenths of a second here, so small times jitter).
+FLAT_RATIO: Final = 1.5
+FLAT_ABS_S: Final = 1.0
+# The restart without a checkpoint "grows with the log and is slower" when, at the largest log, it takes at
+# least GROWTH_RATIO × its time at the smallest, and at least SLOWER_RATIO × the slowest checkpointed kill -9
+# restart at the largest log: both margins sit above the run-to-run jitter of the fixed start-up cost.
+GROWTH_RATIO: Final = 1.25
+SLOWER_RATIO: Final = 1.25
+# Growth with the log is visible only over a wide enough range of sizes.
+MIN_SIZE_SPAN: Final = 2.0
+
+
+@dataclass(frozen=True)
+class Row:
+    run_id: str
+    size_mib: int  # the log size this row belongs to (asked for, or measured at the clean stop)
+    case: str
+    log_bytes: int
+    unflushed_bytes: int
+    checkpoint: bool
+    recovery_s: float
+
+
+def rows_of(run: RunInfo) -> list[Row]:
+    """The run's rows, each assigned to its log size by the bench's order (a new size starts at "clean" or
+    when a case repeats)."""
+    raw: list[dict[str, Any]] = list((run.meta.get("results") or {}).get("recovery") or [])
+    blocks: list[list[dict[str, Any]]] = []
+    for item in raw:
+        if not blocks or item.get("case") == CLEAN or any(x.get("case") == item.get("case") for x in blocks[-1]):
+            blocks.append([])
+        blocks[-1].append(item)
+    asked = (run.meta.get("params") or {}).get("sizes_mib")
+    named = list(asked) if isinstance(asked, list) and len(asked) == len(blocks) else None
+    out: list[Row] = []
+    for i, block in enumerate(blocks):
+        size = int(named[i]) if named else round(min(int(x["log_bytes"]) for x in block) / MIB)
+        out.extend(Row(run.run_id, size, str(x["case"]), int(x["log_bytes"]), int(x.get("unflushed_bytes") or 0),
+                       bool(x.get("checkpoint", True)), float(x["recovery_s"])) for x in block)
+    return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One log size × case over the runs: medians of the restart time, mean log size."""
+
+    size_mib: int
+    case: str
+    runs: int
+    log_bytes: float
+    unflushed_bytes: float
+    median_s: float
+    max_s: float
+
+
+def aggregate(spark: SparkSession, rows: list[Row]) -> list[Cell]:
+    df = spark.createDataFrame(
+        [(r.run_id, r.size_mib, r.case, r.log_bytes, r.unflushed_bytes, r.recovery_s) for r in rows],
+        "run_id string, size_mib int, case string, log_bytes long, unflushed long, recovery_s double")
+    agg = df.groupBy("size_mib", "case").agg(
+        F.countDistinct("run_id").alias("runs"), F.avg("log_bytes").alias("log_bytes"),
+        F.avg("unflushed").alias("unflushed"), F.median("recovery_s").alias("median"),
+        F.max("recovery_s").alias("max"))
+    order = {c: i for i, c in enumerate(CASES)}
+    cells = [Cell(int(r["size_mib"]), r["case"], int(r["runs"]), float(r["log_bytes"]), float(r["unflushed"]),
+                  float(r["median"]), float(r["max"])) for r in agg.collect()]
+    return sorted(cells, key=lambda c: (c.size_mib, order.get(c.case, len(order)), c.case))
+
+
+def judge(cells: list[Cell], run_ids: tuple[str, ...]) -> Finding:
+    """RECOVERY_CHECKPOINT from the medians at the smallest and the largest log size that have the cases."""
+    claim = ClaimId.RECOVERY_CHECKPOINT
+    t = {(c.size_mib, c.case): c.median_s for c in cells}
+    sizes = sorted({c.size_mib for c in cells if (c.size_mib, NO_CHECKPOINT) in t
+                    and any((c.size_mib, k) in t for k in WITH_CHECKPOINT)})
+    if not cells:
+        return Finding(claim, Verdict.NOT_MEASURED, "no run", NAME, run_ids,
+                       "No recovery-bench run (python -m chaos recovery-bench).")
+    if len(sizes) < 2:
+        return Finding(claim, Verdict.NOT_MEASURED, f"one log size measured ({', '.join(map(str, sizes)) or '–'} MiB)",
+                       NAME, run_ids, "Growth with the log size needs at least two log sizes with the kill -9 cases "
+                       "(python -m chaos recovery-bench --sizes 64,256,1024).")
+    small, large = sizes[0], sizes[-1]
+    if large < MIN_SIZE_SPAN * small:
+        return Finding(claim, Verdict.NOT_MEASURED, f"log sizes {small}–{large} MiB too close", NAME, run_ids,
+                       f"The largest log must be at least {MIN_SIZE_SPAN:g} × the smallest to show growth.")
+    cp = [k for k in WITH_CHECKPOINT if (small, k) in t and (large, k) in t]
+    flat = {k: t[(large, k)] <= max(FLAT_RATIO * t[(small, k)], FLAT_ABS_S) for k in cp}
+    n_small, n_large = t[(small, NO_CHECKPOINT)], t[(large, NO_CHECKPOINT)]
+    slowest_cp = max(t[(large, k)] for k in WITH_CHECKPOINT if (large, k) in t)
+    grows = n_large >= GROWTH_RATIO * n_small
+    slower = n_large >= SLOWER_RATIO * slowest_cp
+    held = bool(cp) and all(flat.values()) and grows and slower
+    cp_text = "; ".join(f"{k} {t[(small, k)]:.2f} → {t[(large, k)]:.2f} s"
+                        + ("" if flat[k] else " (grows)") for k in cp)
+    measured = (f"from {small} to {large} MiB of log: with the checkpoint {cp_text or 'no case at both sizes'}; "
+                f"without it {n_small:.2f} → {n_large:.2f} s (×{n_large / n_small:.2f}, "
+                f"×{n_large / slowest_cp:.2f} the slowest checkpointed restart at {large} MiB)")
+    if (large, CLEAN) in t:
+        measured += f"; clean stop {t[(large, CLEAN)]:.2f} s at {large} MiB"
+    failed = [f"{k} grows with the log" for k, ok in flat.items() if not ok]
+    if not grows:
+        failed.append(f"the restart without checkpoint grows less than ×{GROWTH_RATIO:g}")
+    if not slower:
+        failed.append(f"it is not ×{SLOWER_RATIO:g} slower than with the checkpoint")
+    detail = (f"Medians over the runs at the smallest ({small} MiB) and largest ({large} MiB) log. Held when each "
+              f"checkpointed kill -9 restart at the largest log takes ≤ {FLAT_RATIO:g} × its time at the smallest "
+              f"or ≤ {FLAT_ABS_S:g} s (does not grow), and the restart without checkpoint takes ≥ {GROWTH_RATIO:g} × "
+              f"its time at the smallest (grows) and ≥ {SLOWER_RATIO:g} × the slowest checkpointed restart at the "
+              "largest (slower). Times run from the broker process's start to its boot line, so they include a "
+              "fixed start-up cost (the clean stop's restart shows it).")
+    if failed:
+        detail += " Not shown: " + "; ".join(failed) + "."
+    figures = {"small_mib": float(small), "large_mib": float(large), "no_checkpoint_small_s": n_small,
+               "no_checkpoint_large_s": n_large, **{f"{k}_large_s": t[(large, k)] for k in cp},
+               **{f"{k}_small_s": t[(small, k)] for k in cp}}
+    return Finding(claim, Verdict.HELD if held else Verdict.NOT_HELD, measured, NAME, run_ids, detail, figures)
+
+
+def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
+    runs = [r for r in discover_runs(runs_dir) if r.scenario == SCENARIO]
+    report_dir = out_dir / NAME
+    report_dir.mkdir(parents=True, exist_ok=True)
+    rows = [row for r in runs for row in rows_of(r)]
+    cells = aggregate(spark, rows) if rows else []
+    used = tuple(sorted({r.run_id for r in rows}))
+    finding = judge(cells, used)
+
+    page = Page("Recovery: restart time against the commit log's size")
+    page.paragraph(
+        "From python -m chaos recovery-bench: for each log size, a fresh ASYNC_FLUSH store is filled and the broker "
+        "restarted four ways: after a clean stop, after kill -9 with the flush caught up, after kill -9 right after "
+        "a burst (an unflushed tail), and after kill -9 with the checkpoint file removed. Restart time runs from "
+        "the process start to the broker's boot line. Medians over the runs per log size and case.")
+    cell_rows = [(str(c.size_mib), c.case, c.runs, c.log_bytes / MIB, c.unflushed_bytes / 1024, c.median_s, c.max_s)
+                 for c in cells]
+    page.heading("Restart time per log size and case")
+    if cell_rows:
+        page.table(["log size (MiB, asked)", "case", "runs", "log at the stop (MiB)", "unflushed (KiB)",
+                    "median restart (s)", "max (s)"], cell_rows, text_columns=2)
+    else:
+        page.paragraph("No recovery-bench run with results.recovery rows.", note=True)
+    files = [write_csv(report_dir / "recovery_cells.csv", ["size_mib", "case", "runs", "log_mib", "unflushed_kib",
+                                                             "median_s", "max_s"], cell_rows)]
+    series = {case: [(c.log_bytes / MIB, c.median_s) for c in cells if c.case == case]
+              for case in dict.fromkeys(c.case for c in cells)}
+    files.append(xy_plot(report_dir / "recovery_vs_log.png", "Restart time against log size (median per case)",
+                         series, "commit log at the stop (MiB)", "restart time (s)"))
+    page.figure("recovery_vs_log.png", "restart time against log size, one line per case")
+    row_rows = [(r.run_id, str(r.size_mib), r.case, r.log_bytes / MIB, r.unflushed_bytes / 1024, r.checkpoint,
+                 r.recovery_s) for r in rows]
+    page.heading("Every restart")
+    page.table(["run", "log size (MiB, asked)", "case", "log at the stop (MiB)", "unflushed (KiB)", "checkpoint",
+                "restart (s)"], row_rows, text_columns=3)
+    files.append(write_csv(report_dir / "recovery_rows.csv", ["run_id", "size_mib", "case", "log_mib",
+                                                              "unflushed_kib", "checkpoint", "recovery_s"], row_rows))
+    page.links([(p.name, p.name) for p in files if p.suffix == ".csv"])
+    findings_section(page, [finding])
+    write_findings(report_dir, [finding])
+    runs_section(page, runs)
+    index = report_dir / "index.html"
+    page.write(index)
+    return ReportOutput(NAME, index, tuple(files))
+
+
+if __name__ == "__main__":
+    from spark_reports.cli import job_main
+
+    job_main(NAME)
