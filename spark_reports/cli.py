@@ -4,6 +4,7 @@ The job modules' spark-submit entries call `job_main`, which runs the same comma
 """
 
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from spark_reports.jobs import (
     recovery,
 )
 from spark_reports.percentiles import DEFAULT_ACCURACY, DEFAULT_WINDOW_ACCURACY, MIN_ACCURACY
+from spark_reports.run_source import RunSourceError, is_url, stage_runs
 from spark_reports.session import build_session
 from spark_reports.site import write_site_index
 
@@ -41,11 +43,23 @@ JOBS: Final[dict[str, Callable[[SparkSession, Path, Path], ReportOutput]]] = {
 assert tuple(JOBS) == REPORT_NAMES
 
 
-def _run_reports(names: tuple[str, ...], runs: Path, out: Path, master: str | None,
+def _run_reports(names: tuple[str, ...], runs_arg: str, out: Path, master: str | None,
                  driver_memory: str | None, accuracy: int, window_accuracy: int) -> None:
+    if not is_url(runs_arg) and not Path(runs_arg).is_dir():
+        raise click.BadParameter(f"{runs_arg!r} is not a directory (or a Hadoop-compatible URL such as "
+                                 "hdfs://HOST/runs)", param_hint="--runs")
     owned = SparkSession.getActiveSession() is None  # stop only a session this command started
     spark = build_session(master, driver_memory=driver_memory)
+    staging = tempfile.TemporaryDirectory(prefix="spark-reports-runs-") if is_url(runs_arg) else None
     try:
+        if staging is not None:
+            try:
+                runs = stage_runs(spark, runs_arg, Path(staging.name))
+            except RunSourceError as exc:
+                raise click.BadParameter(str(exc), param_hint="--runs") from None
+            click.echo(f"runs: {runs_arg} (small files staged in {runs}; events and metrics read from the URL)")
+        else:
+            runs = Path(runs_arg)
         for name in names:
             began = time.perf_counter()
             if name == latency.NAME:
@@ -55,6 +69,8 @@ def _run_reports(names: tuple[str, ...], runs: Path, out: Path, master: str | No
             click.echo(f"{name}: {output.index} ({time.perf_counter() - began:.1f} s)")
         click.echo(f"index: {write_site_index(out, runs)}")
     finally:
+        if staging is not None:
+            staging.cleanup()
         if owned:
             spark.stop()
 
@@ -63,7 +79,7 @@ def _report_command(name: str) -> click.Command:
     names = REPORT_NAMES if name == "all" else (name,)
     help_text = "Run every report." if name == "all" else f"Run the {name} report."
 
-    def command(runs: Path, out: Path, master: str | None, driver_memory: str | None,
+    def command(runs: str, out: Path, master: str | None, driver_memory: str | None,
                 accuracy: int = DEFAULT_ACCURACY, window_accuracy: int = DEFAULT_WINDOW_ACCURACY) -> None:
         _run_reports(names, runs, out, master, driver_memory, accuracy, window_accuracy)
 
@@ -81,8 +97,8 @@ def _report_command(name: str) -> click.Command:
     command = click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
                            help="Output directory; each report writes OUT/<report>/index.html.")(command)
     command = click.option("--runs", "runs", required=True,
-                           type=click.Path(exists=True, file_okay=False, path_type=Path),
-                           help="Directory of run records (runs/<run-id>/) or one run directory.")(command)
+                           help="Directory of run records (runs/<run-id>/) or one run directory; a local path or "
+                                "any Hadoop-compatible URL (file://, hdfs://, ...).")(command)
     return click.command(name=name, help=help_text)(command)
 
 

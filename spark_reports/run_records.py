@@ -17,6 +17,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
+from spark_reports.run_source import STAGED_FILE
+
 SCHEMA_VERSION: Final = 1
 
 EVENT_COLUMNS: Final[Mapping[str, DataType]] = {
@@ -49,6 +51,9 @@ class RunInfo:
     run_id: str
     path: Path
     meta: Mapping[str, Any]
+    # A run staged from a URL (run_source): where its events and metrics are, and which of them exist there.
+    data_url: str | None = None
+    remote_data: frozenset[str] = frozenset()
 
     @property
     def scenario(self) -> str:
@@ -102,12 +107,23 @@ class RunInfo:
         return "; ".join(parts) or "unknown"
 
     @property
-    def events_source(self) -> Path | None:
-        events_dir = self.path / "events"
-        if events_dir.is_dir() and any(events_dir.glob("*.parquet")):
-            return events_dir
-        jsonl = self.path / "events.jsonl"
-        return jsonl if jsonl.is_file() else None
+    def events_source(self) -> tuple[str, bool] | None:
+        """(location, is a Parquet directory) of the run's events, or None."""
+        return data_source(self, "events", "events.jsonl")
+
+
+def data_source(run: RunInfo, parquet_dir: str, jsonl: str) -> tuple[str, bool] | None:
+    """Where a run's events or metrics are: its Parquet directory, else its JSONL file, else None. A run staged
+    from a URL reads them from the URL."""
+    if run.data_url is not None:
+        for name, is_dir in ((parquet_dir, True), (jsonl, False)):
+            if name in run.remote_data:
+                return f"{run.data_url.rstrip('/')}/{name}", is_dir
+        return None
+    directory = run.path / parquet_dir
+    if directory.is_dir() and any(directory.glob("*.parquet")):
+        return str(directory), True
+    return (str(run.path / jsonl), False) if (run.path / jsonl).is_file() else None
 
 
 def read_run(path: Path) -> RunInfo:
@@ -115,7 +131,12 @@ def read_run(path: Path) -> RunInfo:
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise RunRecordError(f"{path}: schema_version {version!r}, this reader knows {SCHEMA_VERSION}")
-    return RunInfo(run_id=str(meta.get("run_id") or path.name), path=path, meta=meta)
+    run_id = str(meta.get("run_id") or path.name)
+    staged = path / STAGED_FILE
+    if staged.is_file():
+        where = json.loads(staged.read_text(encoding="utf-8"))
+        return RunInfo(run_id, path, meta, str(where["url"]), frozenset(str(d) for d in where["data"]))
+    return RunInfo(run_id=run_id, path=path, meta=meta)
 
 
 def discover_runs(runs_dir: Path) -> list[RunInfo]:
@@ -167,19 +188,21 @@ def load_events(spark: SparkSession, runs: Iterable[RunInfo],
     if unknown:
         raise ValueError(f"not event columns: {unknown}")
     parquet_runs: dict[str, str] = {}
+    parquet_paths: list[str] = []
     frames = []
     for run in runs:
         source = run.events_source
         if source is None:
             continue
-        if source.is_dir():
+        location, is_dir = source
+        if is_dir:
             parquet_runs[run.path.name] = run.run_id
+            parquet_paths.append(f"{location}/*.parquet")
             continue
-        raw = spark.read.schema(EVENTS_SCHEMA).json(str(source)).withColumn("run_id", F.lit(run.run_id))
+        raw = spark.read.schema(EVENTS_SCHEMA).json(location).withColumn("run_id", F.lit(run.run_id))
         frames.append(_typed(raw, columns))
     if parquet_runs:
-        paths = [str(run.path / "events" / "*.parquet") for run in runs if run.path.name in parquet_runs]
-        raw = spark.read.schema(_READ_SCHEMA).parquet(*paths)
+        raw = spark.read.schema(_READ_SCHEMA).parquet(*parquet_paths)
         # .../<run dir>/events/<file>: the third path segment from the end (cheaper per row than a regex).
         run_dir = F.substring_index(F.substring_index(F.col("_metadata.file_path"), "/", -3), "/", 1)
         mapping = F.create_map(*[F.lit(x) for item in parquet_runs.items() for x in item])
@@ -200,13 +223,9 @@ METRIC_COLUMNS: Final[Mapping[str, DataType]] = {
 METRICS_SCHEMA: Final = StructType([StructField(name, kind, True) for name, kind in METRIC_COLUMNS.items()])
 
 
-def metrics_source(run: RunInfo) -> Path | None:
-    """The run's ``metrics/`` Parquet directory, else its ``metrics.jsonl``, else None."""
-    metrics_dir = run.path / "metrics"
-    if metrics_dir.is_dir() and any(metrics_dir.glob("*.parquet")):
-        return metrics_dir
-    jsonl = run.path / "metrics.jsonl"
-    return jsonl if jsonl.is_file() else None
+def metrics_source(run: RunInfo) -> tuple[str, bool] | None:
+    """(location, is a Parquet directory) of the run's metrics, or None."""
+    return data_source(run, "metrics", "metrics.jsonl")
 
 
 def load_metrics(spark: SparkSession, runs: Iterable[RunInfo]) -> DataFrame:
@@ -223,19 +242,21 @@ def load_metrics(spark: SparkSession, runs: Iterable[RunInfo]) -> DataFrame:
 
     run_list = list(runs)
     parquet_runs: dict[str, str] = {}
+    parquet_paths: list[str] = []
     frames = []
     for run in run_list:
         source = metrics_source(run)
         if source is None:
             continue
-        if source.is_dir():
+        location, is_dir = source
+        if is_dir:
             parquet_runs[run.path.name] = run.run_id
+            parquet_paths.append(f"{location}/*.parquet")
             continue
-        frames.append(typed(spark.read.schema(METRICS_SCHEMA).json(str(source))
+        frames.append(typed(spark.read.schema(METRICS_SCHEMA).json(location)
                             .withColumn("run_id", F.lit(run.run_id))))
     if parquet_runs:
-        paths = [str(run.path / "metrics" / "*.parquet") for run in run_list if run.path.name in parquet_runs]
-        raw = spark.read.schema(METRICS_SCHEMA).parquet(*paths)
+        raw = spark.read.schema(METRICS_SCHEMA).parquet(*parquet_paths)
         run_dir = F.substring_index(F.substring_index(F.col("_metadata.file_path"), "/", -3), "/", 1)
         mapping = F.create_map(*[F.lit(x) for item in parquet_runs.items() for x in item])
         frames.append(typed(raw.withColumn("run_id", mapping[run_dir])))
