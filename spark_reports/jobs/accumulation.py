@@ -199,8 +199,9 @@ def _is_commitlog() -> Column:
     return (F.col("label") == COMMITLOG_SET) | F.col("label").endswith("/" + COMMITLOG_SET)
 
 
-def backlog_rows(spark: SparkSession, runs: list[RunInfo]) -> tuple[list[BacklogRow], dict[str, Series]]:
-    """Every backlog run's row (sorted by run id) and its metric series, from one pass over events and metrics."""
+def backlog_rows(spark: SparkSession, runs: list[RunInfo], *,
+                 with_series: bool = True) -> tuple[list[BacklogRow], dict[str, Series]]:
+    """Every backlog run's row (sorted by run id) and, unless ``with_series`` is false, its metric series."""
     plans = {p.run_id: p for p in (backlog_plan(r) for r in runs) if p is not None}
     if not plans:
         return [], {}
@@ -230,20 +231,20 @@ def backlog_rows(spark: SparkSession, runs: list[RunInfo]) -> tuple[list[Backlog
         | ((F.col("metric") == PAGE_CACHE_METRIC) & _is_commitlog()))
     # One value per sample time: summed over consumer groups (backlog) or brokers (page cache, offsets).
     per_ts = metrics.groupBy("run_id", "metric", "ts_ns").agg(F.sum("value").alias("value"))
-    per_ts.cache()
-    page = per_ts.where(F.col("metric") == PAGE_CACHE_METRIC).join(F.broadcast(windows), "run_id")
-    page_figures = {r["run_id"]: r for r in page.groupBy("run_id").agg(
-        F.max_by(F.when(F.col("ts_ns") <= F.col("resumed"), F.col("value")),
-                 F.when(F.col("ts_ns") <= F.col("resumed"), F.col("ts_ns"))).alias("at_resume"),
-        F.min(F.when((F.col("ts_ns") > F.col("resumed")) & (F.col("ts_ns") <= F.col("drained")),
-                     F.col("value"))).alias("min_in_drain"),
-    ).collect()}
-    max_backlog = {r["run_id"]: r["max"] for r in per_ts.where(F.col("metric") == BACKLOG_METRIC)
-                   .groupBy("run_id").agg(F.max("value").alias("max")).collect()}
+    is_page = F.col("metric") == PAGE_CACHE_METRIC
+    before_resume = is_page & (F.col("ts_ns") <= F.col("resumed"))
+    in_drain_ts = is_page & (F.col("ts_ns") > F.col("resumed")) & (F.col("ts_ns") <= F.col("drained"))
+    # One query for the three figures (each Spark action costs about a second on a small machine).
+    metric_figures = {r["run_id"]: r for r in per_ts.join(F.broadcast(windows), "run_id", "left").groupBy("run_id")
+                      .agg(F.max(F.when(F.col("metric") == BACKLOG_METRIC, F.col("value"))).alias("max_backlog"),
+                           F.max_by(F.when(before_resume, F.col("value")),
+                                    F.when(before_resume, F.col("ts_ns"))).alias("at_resume"),
+                           F.min(F.when(in_drain_ts, F.col("value"))).alias("min_in_drain")).collect()}
     points: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
-    for r in per_ts.orderBy("run_id", "metric", "ts_ns").collect():
-        points[r["run_id"]][r["metric"]].append(((r["ts_ns"] - started[r["run_id"]]) / 1e9, float(r["value"])))
-    per_ts.unpersist()
+    if with_series:
+        for r in per_ts.orderBy("run_id", "metric", "ts_ns").collect():
+            points[r["run_id"]][r["metric"]].append(((r["ts_ns"] - started[r["run_id"]]) / 1e9,
+                                                     float(r["value"])))
 
     def value(table: dict[str, Any], run_id: str, key: str) -> Any:
         row = table.get(run_id)
@@ -257,9 +258,9 @@ def backlog_rows(spark: SparkSession, runs: list[RunInfo]) -> tuple[list[Backlog
             plan=plan, started_ns=started[run_id],
             sends_in_drain=value(by_event, run_id, "sends"), receives_in_drain=value(by_event, run_id, "receives"),
             events_drain_ns=None if drain_end is None or plan.resumed_ns is None else drain_end - plan.resumed_ns,
-            max_backlog_metric=max_backlog.get(run_id),
-            page_cache_at_resume=value(page_figures, run_id, "at_resume"),
-            page_cache_min_in_drain=value(page_figures, run_id, "min_in_drain")))
+            max_backlog_metric=value(metric_figures, run_id, "max_backlog"),
+            page_cache_at_resume=value(metric_figures, run_id, "at_resume"),
+            page_cache_min_in_drain=value(metric_figures, run_id, "min_in_drain")))
     series = {run_id: Series(list(p[BACKLOG_METRIC]), list(p[PAGE_CACHE_METRIC]), list(p[OFFSET_METRIC]))
               for run_id, p in points.items()}
     return rows, series

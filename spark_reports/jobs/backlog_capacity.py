@@ -240,11 +240,13 @@ def cold_read_finding(rows: list[BacklogRow]) -> Finding:
     measured = (f"{rate:,.0f} msg/s read from disk in the slowest cold drain ({worst.plan.run_id}; "
                 f"{len(from_disk)} cold run(s) from disk)")
     detail = (f"Held when every cold drain that read from disk delivered ≥ {SEED_COLD_READ_MSGS:,} msg/s (the seed's "
-              "worst case). Read rate = deliveries in the drain window ÷ its length. In the slowest, the broker "
-              f"read {0 if share is None else share:.0%} of the backlog's bytes from storage after drop_caches left "
-              f"{worst.plan.residency_after_drop or 0.0:.0%} of it resident. The drain reads queues in commit-log "
-              "order, so the kernel's readahead serves many messages per read; the seed's worst case (many "
-              "consumers far apart, random reads) is not what one drain does.")
+              "worst case). Read rate = deliveries in the drain window ÷ its length. In the slowest, drop_caches "
+              f"left {worst.plan.residency_after_drop or 0.0:.0%} of the backlog's commit-log bytes resident and the "
+              f"broker then read {(worst.plan.disk_read_bytes or 0) / 2**20:,.1f} MiB from storage "
+              f"({0.0 if share is None else share:.2f} × the backlog's body bytes; records carry headers and "
+              "readahead reads ahead). The drain reads queues in commit-log order, so readahead serves many "
+              "messages per read; the seed's worst case (many consumers far apart, random reads) is not what one "
+              "drain does.")
     return Finding(ClaimId.COLD_BACKLOG_READ, verdict, measured, NAME, tuple(r.plan.run_id for r in from_disk), detail,
                    {"read_rate_msgs_per_s": rate, "threshold_msgs_per_s": float(SEED_COLD_READ_MSGS),
                     "disk_read_share": share or 0.0})
@@ -290,7 +292,7 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
     report_dir = out_dir / NAME
     report_dir.mkdir(parents=True, exist_ok=True)
     prints, excluded = footprints(spark, runs)
-    rows, _ = backlog_rows(spark, runs)
+    rows, _ = backlog_rows(spark, runs, with_series=False)
     findings = [cold_read_finding(rows), page_cache_finding(prints)]
     by_id = {r.run_id: r for r in runs}
     record_of = {f.run_id: f.record_bytes for f in prints}

@@ -1,8 +1,8 @@
-"""The backlog-capacity report: the per-message footprint measured from synthetic runs with known record sizes and
-index entries, and its two claims (cold reads ≥ 5,000 msg/s; 96 GiB of page cache ≈ 10^8 messages of 1 KiB)
-judged held, not held or not measured as the runs allow."""
+"""The backlog-capacity report measures the known per-message footprint and judges the seed's backlog claims."""
 
+import csv
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -11,85 +11,135 @@ from pyspark.sql import SparkSession
 from spark_reports.claims import ClaimId, Verdict
 from spark_reports.html_report import local_references
 from spark_reports.jobs import backlog_capacity as bc
-from spark_reports.jobs.accumulation import backlog_rows
-from spark_reports.run_records import discover_runs
+from spark_reports.jobs.accumulation import BacklogRow, backlog_rows
+from spark_reports.run_records import discover_runs, read_run
 from spark_reports.synthetic_backlog import BacklogSpec, ExpectedBacklog, generate, variety_specs
 
-SLOT_SHARE = (bc.INDEX_HEADER_BYTES + 5_000_000 * bc.SLOT_BYTES) / 20_000_000  # the synthetic broker's index
+GIB_96 = 96 * 2**30
 
 
-def _generate(root: Path, specs: list[BacklogSpec]) -> dict[str, ExpectedBacklog]:
-    expected = generate(root, specs)
-    return {spec.name: e for spec, e in zip(specs, expected.values(), strict=True)}
+@dataclass(frozen=True)
+class Capacity:
+    out_dir: Path
+    by_name: dict[str, ExpectedBacklog]
+    prints: dict[str, bc.Footprint]  # by spec name
+    rows: dict[str, BacklogRow]  # by spec name
 
 
 @pytest.fixture(scope="module")
-def variety(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, ExpectedBacklog]]:
-    root = tmp_path_factory.mktemp("capacity_runs")
-    return root, _generate(root, variety_specs())
+def capacity(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Capacity:
+    runs_dir = tmp_path_factory.mktemp("capacity_runs")
+    specs = variety_specs()
+    expected = generate(runs_dir, specs)
+    by_name = {spec.name: e for spec, e in zip(specs, expected.values(), strict=True)}
+    names = {e.run_id: name for name, e in by_name.items()}
+    out_dir = tmp_path_factory.mktemp("capacity_out")
+    bc.run(spark, runs_dir, out_dir)
+    runs = discover_runs(runs_dir)
+    prints, excluded = bc.footprints(spark, runs)
+    assert excluded == {}
+    rows, _ = backlog_rows(spark, runs, with_series=False)
+    return Capacity(out_dir, by_name, {names[f.run_id]: f for f in prints}, {names[r.plan.run_id]: r for r in rows})
 
 
-def test_footprint_is_the_known_record_cq_unit_and_index_entries(spark: SparkSession, variety) -> None:
-    root, by_name = variety
-    prints, excluded = bc.footprints(spark, discover_runs(root))
-    assert not excluded
-    got = {f.run_id: f for f in prints}
-    for e in by_name.values():
-        f = got[e.run_id]
-        assert f.record_bytes == pytest.approx(e.record_bytes)
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def _expected_total(e: ExpectedBacklog) -> float:
+    return e.record_bytes + 20 + e.index_entries * 21.000002  # (40 + 5e6 × 4) / 2e7 = 1.000002 B of slots per entry
+
+
+def test_commit_log_bytes_per_message_and_index_entries_equal_the_written_ones(capacity):
+    for name, e in capacity.by_name.items():
+        f = capacity.prints[name]
+        assert f.acknowledged == e.acknowledged
+        assert f.record_bytes == pytest.approx(e.record_bytes, rel=1e-12)
         assert f.body_bytes == pytest.approx(e.body_bytes)
         assert f.index_entries == e.index_entries
-        assert f.total_bytes == pytest.approx(e.record_bytes + bc.CQ_UNIT_BYTES
-                                              + e.index_entries * (bc.INDEX_ENTRY_BYTES + SLOT_SHARE))
+        assert f.total_bytes == pytest.approx(_expected_total(e), rel=1e-12)
+        assert f.read_path_bytes == pytest.approx(e.record_bytes + 20)
+    assert [capacity.prints[n].index_entries for n in ("hot", "cold-slow", "cold-cached")] == [2, 3, 0]
 
 
-def test_cold_read_verdicts(spark: SparkSession, variety) -> None:
-    root, by_name = variety
-    rows = {r.plan.run_id: r for r in backlog_rows(spark, discover_runs(root))[0]}
-
-    def judge(*names: str):
-        return bc.cold_read_finding([rows[by_name[n].run_id] for n in names])
-
-    # The slowest cold drain from disk (4,000 deliveries/s) is under the seed's 5,000: not held.
-    assert judge("hot", "cold-disk", "cold-slow").verdict is Verdict.NOT_HELD
-    held = judge("hot", "cold-disk")
-    assert held.verdict is Verdict.HELD and held.claim is ClaimId.COLD_BACKLOG_READ
-    assert held.figures  # the measured rate is machine-readable too
-    # A "cold" run that still read from the page cache, or one whose cache was never dropped, shows nothing.
-    assert judge("hot", "cold-cached", "cold-not-root").verdict is Verdict.NOT_MEASURED
-    assert judge().verdict is Verdict.NOT_MEASURED
+def test_messages_a_disk_and_a_ram_hold(capacity):
+    f = capacity.prints["hot"]
+    per_message = _expected_total(capacity.by_name["hot"])  # the run's body is 1 KiB already
+    assert f.total_bytes_1k == pytest.approx(per_message)
+    assert f.disk_messages == pytest.approx(256e9 * 0.85 / per_message)
+    assert f.disk_room_messages == pytest.approx((100e9 - 0.15 * 256e9) / per_message)
+    assert capacity.prints["cold-cached"].disk_messages is None  # meta.host.disk has no size
+    rows = {r["run_id"]: r for r in csv.DictReader(_lines(capacity.out_dir / bc.NAME / "footprint.csv"))}
+    hot = rows[capacity.by_name["hot"].run_id]
+    assert float(hot["messages_in_ram_1k"]) == pytest.approx(24 * 2**30 / per_message)
+    assert float(hot["messages_in_96_gib_1k"]) == pytest.approx(GIB_96 / per_message)
 
 
-def test_page_cache_capacity_verdicts(spark: SparkSession, tmp_path: Path) -> None:
-    # 1,232 B records + a 20 B unit + 2 index entries ≈ 1.3 KB: 96 GiB holds ~0.79 × 10^8, under 0.9 × 10^8.
-    heavy = _generate(tmp_path / "heavy", [BacklogSpec("hot")])
-    prints, _ = bc.footprints(spark, discover_runs(tmp_path / "heavy"))
-    finding = bc.page_cache_finding(prints)
-    per = 1232 + 20 + 2 * (20 + SLOT_SHARE)
-    assert finding.figures["bytes_per_message"] == pytest.approx(per)
-    assert finding.figures["messages_in_96_gib"] == pytest.approx(96 * 2**30 / per)
-    assert finding.verdict is Verdict.NOT_HELD and heavy
-    # A lean record without an index: 1,084 + 20 B, 96 GiB holds 0.93 × 10^8: held.
-    _generate(tmp_path / "lean", [BacklogSpec("lean", index_enabled=False, record_bytes=1084)])
-    prints, _ = bc.footprints(spark, discover_runs(tmp_path / "lean"))
-    lean = bc.page_cache_finding(prints)
-    assert lean.figures["bytes_per_message"] == pytest.approx(1104)
+def test_page_cache_capacity_verdicts(capacity):
+    lean = bc.page_cache_finding([capacity.prints["cold-cached"]])  # 1,084 B record, no index: 1,104 B a message
     assert lean.verdict is Verdict.HELD
+    assert lean.figures["messages_in_96_gib"] == pytest.approx(GIB_96 / 1104)
+    usual = bc.page_cache_finding([capacity.prints["hot"]])  # 1,232 B record + 20 + 2 index entries: 0.80 × 10^8
+    assert usual.verdict is Verdict.NOT_HELD
+    assert usual.figures["messages_in_96_gib"] == pytest.approx(GIB_96 / _expected_total(capacity.by_name["hot"]))
+    assert usual.figures["messages_in_96_gib"] < 0.9e8 <= lean.figures["messages_in_96_gib"]
     assert bc.page_cache_finding([]).verdict is Verdict.NOT_MEASURED
 
 
-def test_page_and_findings_file(spark: SparkSession, variety, tmp_path: Path) -> None:
-    root, by_name = variety
-    output = bc.run(spark, root, tmp_path / "out")
-    page = output.index.read_text(encoding="utf-8")
-    assert all((output.index.parent / r).is_file() for r in local_references(page))
-    assert all(e.run_id in page for e in by_name.values())
-    findings = json.loads((output.index.parent / "findings.json").read_text(encoding="utf-8"))
-    assert {f["claim"] for f in findings} == {ClaimId.COLD_BACKLOG_READ.value, ClaimId.PAGE_CACHE_CAPACITY.value}
+def test_cold_read_verdicts(capacity):
+    r = capacity.rows
+    held = bc.cold_read_finding([r["hot"], r["cold-disk"]])
+    assert held.verdict is Verdict.HELD and held.runs == (r["cold-disk"].plan.run_id,)
+    assert held.figures["read_rate_msgs_per_s"] == pytest.approx(8_000, rel=1e-3)
+    slow = bc.cold_read_finding(list(r.values()))  # the slowest cold drain from disk read 4,000 msg/s
+    assert slow.verdict is Verdict.NOT_HELD
+    assert slow.figures["read_rate_msgs_per_s"] == pytest.approx(capacity.by_name["cold-slow"].read_rate)
+    cached = bc.cold_read_finding([r["hot"], r["cold-cached"], r["cold-not-root"]])
+    assert cached.verdict is Verdict.NOT_MEASURED
+    assert "100% of the backlog's commit-log bytes were still resident" in cached.detail
+    assert "not dropped (not root (euid 1000))" in cached.detail and "mmap" in cached.detail
+    hot_only = bc.cold_read_finding([r["hot"]])
+    assert hot_only.verdict is Verdict.NOT_MEASURED and "no cold backlog run" in hot_only.detail
+    assert bc.cold_read_finding([]).verdict is Verdict.NOT_MEASURED
 
 
-def test_fio_limit_counts_the_pages_a_record_spans() -> None:
-    assert bc.pages_per_record(1) == 1
-    assert bc.pages_per_record(4097) == 2
-    assert bc.fio_limit(12_000.0, 4097) == pytest.approx(6_000)
-    assert bc.fio_limit(None, 1000) is None
+def test_report_writes_both_findings_and_the_fio_limit(capacity):
+    out = capacity.out_dir / bc.NAME
+    findings = {f["claim"]: f for f in json.loads((out / "findings.json").read_text(encoding="utf-8"))}
+    assert set(findings) == {ClaimId.COLD_BACKLOG_READ.value, ClaimId.PAGE_CACHE_CAPACITY.value}
+    assert findings[ClaimId.COLD_BACKLOG_READ.value]["verdict"] == Verdict.NOT_HELD.value
+    pooled = sum(_expected_total(e) * e.acknowledged for e in capacity.by_name.values()) / sum(
+        e.acknowledged for e in capacity.by_name.values())
+    assert findings[ClaimId.PAGE_CACHE_CAPACITY.value]["figures"]["bytes_per_message"] == pytest.approx(pooled)
+    reads = {r["run_id"]: r for r in csv.DictReader(_lines(out / "read_rates.csv"))}
+    hot = reads[capacity.by_name["hot"].run_id]
+    assert float(hot["fio_limit_msgs_per_s"]) == pytest.approx(12_000 / (1 + 1231 / 4096))
+    assert reads[capacity.by_name["cold-slow"].run_id]["fio_limit_msgs_per_s"] == ""
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert all((out / ref).is_file() for ref in local_references(page))
+    assert "fio not measured" not in page and "Runs used" in page
+
+
+def test_a_cold_run_that_kept_its_cache_is_not_measured_end_to_end(spark, tmp_path):
+    generate(tmp_path / "runs", [BacklogSpec("cold-cached", cold=True)])
+    bc.run(spark, tmp_path / "runs", tmp_path / "out")
+    findings = {f["claim"]: f for f in json.loads((tmp_path / "out" / bc.NAME / "findings.json").read_text())}
+    cold = findings[ClaimId.COLD_BACKLOG_READ.value]
+    assert cold["verdict"] == Verdict.NOT_MEASURED.value and "read from the page cache" in cold["detail"]
+    assert "fio not measured in these runs" in (tmp_path / "out" / bc.NAME / "index.html").read_text()
+
+
+def test_runs_with_faults_do_not_measure_the_footprint(tmp_path):
+    generate(tmp_path, [BacklogSpec("cold", cold=True)])
+    run = discover_runs(tmp_path)[0]
+    assert bc.footprint_exclusion(run) is None  # drop_caches does not change what is written
+    with (run.path / "faults.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"ts_ns": 1, "kind": "kill9", "target": "broker-a", "params": {}}) + "\n")
+    assert "kill9" in (bc.footprint_exclusion(read_run(run.path)) or "")
+
+
+def test_pages_a_record_touches_and_the_fio_limit():
+    assert bc.pages_per_record(1) == 1.0
+    assert bc.pages_per_record(4097) == 2.0
+    assert bc.fio_limit(8_000.0, 2049.0) == pytest.approx(8_000 / 1.5)
+    assert bc.fio_limit(None, 1000.0) is None
