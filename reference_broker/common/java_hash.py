@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import array
 import operator
+from collections.abc import Sequence
 from typing import Final
+
+import numpy as np
 
 _MASK: Final = 0xFFFFFFFF
 _POWERS: list[int] = [1]  # 31^k mod 2^32, k = 0, 1, 2, ...
@@ -82,6 +85,40 @@ def concat_hash_code(prefix: str, s: str) -> int:
         _grow(n + 1)
     h = (_cached_raw(prefix) * _POWERS[n] + hs) & _MASK
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+_VECTOR_MIN: Final = 8  # strings of one length hashed together from this many on
+_VECTOR_MAX_LEN: Final = 1 << 20  # 127 * (2^32 - 1) * length stays below 2^63
+
+
+def hash_codes(strings: Sequence[str]) -> list[int]:
+    """``string_hash_code`` of each string. ASCII strings of one length are hashed together, as one
+    product of their code units with the powers of 31 (the index hashes a run of keys this way)."""
+    out = [0] * len(strings)
+    by_length: dict[int, list[int]] = {}
+    for i, s in enumerate(strings):
+        if s.isascii() and 0 < len(s) <= _VECTOR_MAX_LEN:
+            group = by_length.get(len(s))
+            if group is None:
+                by_length[len(s)] = [i]
+            else:
+                group.append(i)
+        else:
+            out[i] = string_hash_code(s)
+    for length, idx in by_length.items():
+        if len(idx) < _VECTOR_MIN:
+            for i in idx:
+                out[i] = string_hash_code(strings[i])
+            continue
+        if length > len(_POWERS):
+            _grow(length)
+        units = np.frombuffer("".join([strings[i] for i in idx]).encode("ascii"), dtype=np.uint8)
+        weights = np.array(_POWERS[length - 1::-1], dtype=np.int64)
+        h = (units.reshape(len(idx), length).astype(np.int64) @ weights) & _MASK
+        h -= (h >> 31) << 32  # to signed 32-bit
+        for i, v in zip(idx, h.tolist(), strict=True):
+            out[i] = v
+    return out
 
 
 _TAG_CACHE: dict[str, int] = {}

@@ -8,7 +8,6 @@ offset for replication. The record format itself is in ``record.py``.
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
@@ -17,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference_broker.common import message as mc
-from reference_broker.common.java_hash import tags_hash_code
 from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
@@ -37,7 +35,7 @@ class MessageExtBatch:
     messages: list[rec.MessageExtBrokerInner] = field(default_factory=list)
 
 
-MAX_DISPATCH_HINTS = 100_000
+RECOVER_RUN_RECORDS = 4096  # records parsed (and re-dispatched) together while recovering
 
 
 def _now_ms() -> int:
@@ -61,7 +59,6 @@ class CommitLog:
         self.msg_id_prefix = self.store_ip + self.store_port.to_bytes(4, "big")
         # Dispatch requests for records just appended, in log order; the reput thread uses the one
         # that matches its position and parses the log otherwise (recovery, replication, overflow).
-        self.dispatch_hints: collections.deque[DispatchRequest] = collections.deque()
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -182,29 +179,10 @@ class CommitLog:
                 mf.store_timestamp = store_ts
                 if not no_cq:
                     table[key] = qoff + 1
-                hints = self.dispatch_hints
-                if len(hints) < MAX_DISPATCH_HINTS:
-                    hints.append(self._hint(msg, topic, queue_id, phys, total, store_ts, qoff, sys_flag))
             finally:
                 self.begin_time_in_lock = 0
         return PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(
             AppendMessageStatus.PUT_OK, phys, total, "", store_ts, qoff, 1, self.msg_id_prefix))
-
-    def _hint(self, msg: rec.MessageExtBrokerInner, topic: str, queue_id: int, phys: int, total: int,
-              store_ts: int, qoff: int, sys_flag: int) -> DispatchRequest:
-        """The DispatchRequest for a record just written (seed Q&A 2: the writer hands the position
-        information to the dispatch thread). It equals what parsing the record would give."""
-        props = msg.properties
-        tags = props.get("TAGS")
-        tags_code = tags_hash_code(tags) if tags else 0
-        if topic == mc.SCHEDULE_TOPIC:
-            d = props.get("DELAY")
-            if d and d.isdigit() and int(d) > 0:
-                level = min(int(d), len(self.delay_table_ms))
-                tags_code = store_ts + self.delay_table_ms.get(level, 1000)
-        return DispatchRequest(topic, queue_id, phys, total, tags_code, store_ts, qoff, props.get("KEYS") or "",
-                               props.get("UNIQ_KEY") or None, sys_flag, msg.prepared_transaction_offset, True,
-                               msg.born_timestamp)
 
     def _file_for(self, total: int, mf: MappedFile | None) -> MappedFile | None:
         """A file with room for ``total`` bytes: end the current one with a blank if needed."""
@@ -369,7 +347,7 @@ class CommitLog:
 
     # ---- recovery -------------------------------------------------------------------------------
     def _scan_file(self, mf: MappedFile, check_crc: bool,
-                   on_record: Callable[[DispatchRequest], None] | None, pos: int = 0) -> tuple[int, bool]:
+                   on_batch: Callable[[list[DispatchRequest]], None] | None, pos: int = 0) -> tuple[int, bool]:
         """Scan one file from ``pos``: (valid bytes, reached a clean end of file).
 
         Notes the last store timestamp seen, which seeds the monotonic store clock after recovery.
@@ -378,19 +356,19 @@ class CommitLog:
         size = mf.file_size
         delay = self.delay_table_ms
         while pos < size:
-            req = rec.check_message_and_return_size(buf, pos, size, check_crc, delay)
-            if not req.success or req.msg_size < 0:
-                return pos, False
-            if req.msg_size == 0:
+            reqs, pos, end = rec.scan_records(buf, pos, size, check_crc, delay, RECOVER_RUN_RECORDS)
+            if reqs:
+                if on_batch is not None:
+                    on_batch(reqs)
+                self._last_store_ts = max(self._last_store_ts, max(r.store_timestamp for r in reqs))
+            if end is rec.ScanEnd.BLANK:
                 return size, True  # blank: the rest of this file is padding
-            if on_record is not None:
-                on_record(req)
-            self._last_store_ts = max(self._last_store_ts, req.store_timestamp)
-            pos += req.msg_size
+            if end is rec.ScanEnd.BAD:
+                return pos, False
         return pos, True
 
     def _recover_from(self, index: int, check_crc: bool,
-                      on_record: Callable[[DispatchRequest], None] | None, start_pos: int = 0) -> int:
+                      on_batch: Callable[[list[DispatchRequest]], None] | None, start_pos: int = 0) -> int:
         """Scan files from ``index`` (at ``start_pos`` in the first) until the first damaged record.
 
         Returns the process offset. Everything scanned is forced to disk: after a kill -9 the tail may
@@ -400,7 +378,7 @@ class CommitLog:
         process_offset = files[index].file_from_offset + start_pos
         pos = start_pos
         for mf in files[index:]:
-            valid, clean_end = self._scan_file(mf, check_crc, on_record, pos)
+            valid, clean_end = self._scan_file(mf, check_crc, on_batch, pos)
             pos = 0
             process_offset = mf.file_from_offset + valid
             mf.force()
@@ -428,9 +406,10 @@ class CommitLog:
         self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics)
         return process_offset
 
-    def recover_abnormally(self, max_phy_offset_of_cq: int, dispatch: Callable[[DispatchRequest], None],
+    def recover_abnormally(self, max_phy_offset_of_cq: int, dispatch: Callable[[list[DispatchRequest]], None],
                            truncate_logics: Callable[[int], None]) -> int:
-        """CommitLog.recoverAbnormally: from the newest file older than the checkpoint, re-dispatch all."""
+        """CommitLog.recoverAbnormally: from the newest file older than the checkpoint, re-dispatch all
+        (``dispatch`` takes runs of records, in log order)."""
         files = self.mapped_file_queue.mapped_files
         if not files:
             self.mapped_file_queue.flushed_where = 0

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
+from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,54 @@ class ConsumeQueue:
         mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
         self.max_physic_offset = offset + size
         return True
+
+    def put_message_positions(self, run: Sequence[DispatchRequest], start: int) -> int:
+        """Append the units of ``run[start:]`` that continue this queue exactly, in one write: how many
+        were written (0 when the first one needs ``put_message_position_info``'s per-unit rules).
+
+        The fast path of a run's dispatch: each unit is one the per-unit path would append at the
+        current end — the next logical offset, past every record already indexed, in the current file
+        — so both paths leave the same bytes. An error reserving space writes nothing.
+        """
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return 0
+        mf = files[-1]
+        pos = mf.wrote_position
+        first = run[start]
+        expect = first.consume_queue_offset
+        if pos >= mf.file_size or expect * CQ_STORE_UNIT_SIZE != mf.file_from_offset + pos or \
+                first.commit_log_offset + first.msg_size <= self.max_physic_offset:
+            return 0
+        if start + 1 == len(run):  # the usual case with many queues: one unit per queue in a run
+            try:
+                mf.ensure_allocated(pos + CQ_STORE_UNIT_SIZE)
+            except OSError:
+                return 0
+            UNIT.pack_into(mf.buf, pos, first.commit_log_offset, first.msg_size, first.tags_code)
+            mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
+            self.max_physic_offset = first.commit_log_offset + first.msg_size
+            return 1
+        room = (mf.file_size - pos) // CQ_STORE_UNIT_SIZE
+        pack = UNIT.pack
+        units: list[bytes] = []
+        last = first
+        for req in run[start:start + room]:
+            if req.consume_queue_offset != expect:
+                break
+            units.append(pack(req.commit_log_offset, req.msg_size, req.tags_code))
+            expect += 1
+            last = req
+        n = len(units)
+        end = pos + n * CQ_STORE_UNIT_SIZE
+        try:
+            mf.ensure_allocated(end)
+        except OSError:
+            return 0
+        mf.buf[pos:end] = b"".join(units)
+        mf.wrote_position = end
+        self.max_physic_offset = last.commit_log_offset + last.msg_size
+        return n
 
     def _stale_at(self, cq_offset: int, offset: int, size: int) -> bool:
         """A unit already at ``cq_offset`` that names another record than (offset, size) is stale — left

@@ -42,11 +42,14 @@ import logging
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from reference_broker.common.java_hash import concat_hash_code, string_hash_code
+import numpy as np
+
+from reference_broker.common.java_hash import concat_hash_code, hash_codes, string_hash_code
 from reference_broker.common.message import KEY_SEPARATOR, TRANSACTION_ROLLBACK_TYPE, transaction_value
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.dispatch import DispatchRequest
@@ -57,6 +60,8 @@ log = logging.getLogger(__name__)
 _HEADER: Final = struct.Struct(">qqqqii")  # IndexHeader.INDEX_HEADER_SIZE = 40
 _SLOT: Final = struct.Struct(">i")
 _ENTRY: Final = struct.Struct(">iqii")
+_ENTRY_DTYPE: Final = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+_VECTOR_MIN_KEYS: Final = 16  # below this a run is put key by key (numpy's fixed cost per call is larger)
 HEADER_SIZE: Final = _HEADER.size
 HASH_SLOT_SIZE: Final = _SLOT.size
 INDEX_SIZE: Final = _ENTRY.size
@@ -222,6 +227,79 @@ class IndexFile:
             # ValueError: the mapping was released by a concurrent destroy; OSError: no space to reserve.
             log.exception("putKey exception, Key: %s KeyHashCode: %d", key, string_hash_code(key))
             return False
+
+    def put_keys(self, keys: Sequence[str], hash_codes: Sequence[int], phy_offsets: Sequence[int],
+                 store_timestamps: Sequence[int]) -> int:
+        """``put_key`` for a run of keys, in order: how many were put (fewer when the file fills up; 0 also
+        on error). Leaves the same bytes as putting them one by one.
+
+        The chains are built in one vectorised step: a key's previous entry is the last earlier key of the
+        run in the same slot, else the slot's value; each used slot ends up naming its run's last key.
+        """
+        n = min(len(keys), self.index_num - self._index_count)
+        if n <= 0:
+            if keys:
+                self.put_key(keys[0], phy_offsets[0], store_timestamps[0], hash_codes[0])  # logs "over capacity"
+            return 0
+        done = 0
+        if self._index_count <= 1 or n < _VECTOR_MIN_KEYS:
+            # The first entry of a file also sets the file's begin (timeDiff against the old one): one at a time.
+            while done < n and (done == 0 or n < _VECTOR_MIN_KEYS):
+                if not self.put_key(keys[done], phy_offsets[done], store_timestamps[done], hash_codes[done]):
+                    return done
+                done += 1
+            if done == n:
+                return n
+        count = self._index_count
+        m = n - done
+        try:
+            codes = np.asarray(hash_codes[done:n], dtype=np.int64)
+            key_hash = np.where(codes == _INT_MIN, 0, np.abs(codes))
+            slots = key_hash % self.hash_slot_num
+            nums = np.arange(count, count + m, dtype=np.int64)
+            ts = np.asarray(store_timestamps[done:n], dtype=np.int64)
+            begin_ts = self._begin_timestamp
+            diff = np.zeros(m, np.int64) if begin_ts <= 0 else np.clip((ts - begin_ts) // 1000, 0, _INT_MAX)
+            start = self._entries_at + count * INDEX_SIZE
+            end = start + m * INDEX_SIZE
+            self._mf.ensure_allocated(end)
+            buf = self._mf.buf
+            table = np.frombuffer(buf, dtype=">i4", count=self.hash_slot_num, offset=HEADER_SIZE)
+            try:
+                old = table[slots].astype(np.int64)
+                old[(old <= INVALID_INDEX) | (old > nums)] = INVALID_INDEX  # garbage from beyond the count
+                order = np.argsort(slots, kind="stable")
+                sorted_slots = slots[order]
+                follows = np.zeros(m, dtype=bool)
+                follows[1:] = sorted_slots[1:] == sorted_slots[:-1]
+                prev_sorted = old[order]
+                prev_sorted[1:][follows[1:]] = nums[order][:-1][follows[1:]]
+                prev = np.empty(m, np.int64)
+                prev[order] = prev_sorted
+                entries = np.empty(m, dtype=_ENTRY_DTYPE)
+                entries["hash"] = key_hash
+                entries["phy"] = np.asarray(phy_offsets[done:n], dtype=np.int64)
+                entries["diff"] = diff
+                entries["prev"] = prev
+                # Entries before slots before the count, as put_key does.
+                buf[start:end] = entries.tobytes()
+                last_in_slot = np.ones(m, dtype=bool)
+                last_in_slot[:-1] = ~follows[1:]
+                table[sorted_slots[last_in_slot]] = nums[order][last_in_slot]
+                new_slots = int(np.count_nonzero(prev == INVALID_INDEX))
+            finally:
+                del table  # no export may outlive the call: the mapping must stay closable
+        except (ValueError, OSError):
+            log.exception("putKey exception, Key: %s", keys[done])
+            return done
+        with self._lock:
+            self._hash_slot_count += new_slots
+            self._index_count = count + m
+            self._end_phy_offset = int(phy_offsets[n - 1])
+            self._end_timestamp = int(store_timestamps[n - 1])
+            self._write_header()
+        self._mf.wrote_position = end
+        return n
 
     # ---- read (any thread) ---------------------------------------------------------------------
     def select_phy_offset(self, keys: list[str], max_num: int, begin: int, end: int) -> list[int]:
@@ -468,6 +546,74 @@ class IndexService:
                     if f is None:
                         log.error("putKey error commitlog %d key %s", req.commit_log_offset, key)
                         return
+
+    def build_index_batch(self, reqs: Sequence[DispatchRequest]) -> None:
+        """``build_index`` for a run of records in log order: the same entries in the same order, put
+        through ``IndexFile.put_keys``. A key the run's file cannot take goes the one-by-one way."""
+        keys: list[str] = []
+        phys: list[int] = []
+        stamps: list[int] = []
+        owner: list[int] = []
+        f: IndexFile | None = None
+        floor = 0
+        rollback = TRANSACTION_ROLLBACK_TYPE
+        for i, req in enumerate(reqs):
+            uniq = req.uniq_key
+            if uniq is None and not req.keys:
+                continue
+            if f is None:
+                f = self.retry_get_and_create_index_file()
+                if f is None:
+                    log.error("build index error, stop building index")
+                    return
+                floor = f.end_phy_offset
+            if req.commit_log_offset < floor or req.sys_flag & rollback == rollback:
+                continue  # already indexed (recovery re-dispatches from before the index's end); rolled back
+            prefix = req.topic + "#"
+            if uniq is not None:
+                keys.append(prefix + uniq)
+                phys.append(req.commit_log_offset)
+                stamps.append(req.store_timestamp)
+                owner.append(i)
+            if req.keys:
+                for key in req.keys.split(KEY_SEPARATOR):
+                    if key:
+                        keys.append(prefix + key)
+                        phys.append(req.commit_log_offset)
+                        stamps.append(req.store_timestamp)
+                        owner.append(i)
+        codes = hash_codes(keys)
+        done = 0
+        while f is not None and done < len(keys):
+            put = f.put_keys(keys[done:], codes[done:], phys[done:], stamps[done:])
+            done += put
+            if done < len(keys) and not f.is_write_full():
+                # An error, not a full file: the rest goes the one-by-one way, with its retries and logs.
+                rest = owner[done]
+                first_key = keys[done][len(reqs[rest].topic) + 1:]
+                self._build_index_from(reqs[rest], first_key)
+                for req in reqs[rest + 1:]:
+                    self.build_index(req)
+                return
+            if done < len(keys):
+                log.warning("Index file [%s] is full, trying to create another one", f.file_name)
+                f = self.retry_get_and_create_index_file()
+        if f is None and done < len(keys):
+            log.error("putKey error commitlog %d key %s", phys[done], keys[done])
+
+    def _build_index_from(self, req: DispatchRequest, first_key: str) -> None:
+        """``build_index`` for one record, from its key ``first_key`` on (the earlier ones are in)."""
+        f = self.retry_get_and_create_index_file()
+        if f is None:
+            return
+        tokens = ([req.uniq_key] if req.uniq_key is not None else []) + \
+            [k for k in req.keys.split(KEY_SEPARATOR) if k]
+        for key in tokens[tokens.index(first_key):]:
+            nf = self._put_key(f, req, key)
+            if nf is None:
+                log.error("putKey error commitlog %d key %s", req.commit_log_offset, key)
+                return
+            f = nf
 
     def _put_key(self, f: IndexFile, req: DispatchRequest, key: str) -> IndexFile | None:
         prefix = req.topic + "#"

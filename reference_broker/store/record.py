@@ -29,6 +29,7 @@ covering the rest of the file.
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 import struct
 import zlib
@@ -348,6 +349,111 @@ def check_message_and_return_size(
     # f: TOTAL MAGIC CRC QID FLAG QOFF PHYS SYSFLAG BORNTS BORNIP BORNPORT STORETS STOREIP STOREPORT RECONSUME
     #    PREPARED BODYLEN
     return DispatchRequest(topic, f[3], f[6], f[0], tags_code, f[11], f[5], keys, uniq, f[7], f[15], True, f[8])
+
+
+
+class ScanEnd(enum.Enum):
+    """Why ``scan_records`` stopped."""
+
+    LIMIT = "limit"  # reached ``limit`` or ``max_records``: more may follow
+    BLANK = "blank"  # an end-of-file blank record: the rest of this file is padding
+    BAD = "bad"  # a record that does not parse (damage, or unwritten space) at the returned position
+
+
+_FAST_HEADER: Final = HEADERS[(False, False)]
+_FAST_HEADER_SIZE: Final = _FAST_HEADER.size
+_HOST_V6_FLAGS: Final = mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG
+_NV: Final = mc.NAME_VALUE_SEPARATOR
+_PS: Final = mc.PROPERTY_SEPARATOR
+_TOPIC_CACHE: dict[bytes, str] = {}
+_TOPIC_CACHE_MAX: Final = 4096
+
+
+def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
+                 delay_table_ms: dict[int, int] | None = None, max_records: int = 1 << 30
+                 ) -> tuple[list[DispatchRequest], int, ScanEnd]:
+    """``check_message_and_return_size`` over a run of records: (requests, end position, why it stopped).
+
+    The dispatch and recovery hot path (one call per run, not per record): the common record shape
+    (IPv4 hosts, the 4.x magic code) is checked and parsed inline with one header unpack; anything
+    else takes ``check_message_and_return_size``, so both give the same requests for the same bytes.
+    """
+    out: list[DispatchRequest] = []
+    append = out.append
+    unpack = _FAST_HEADER.unpack_from
+    hsize = _FAST_HEADER_SIZE
+    zcrc = zlib.crc32
+    topics = _TOPIC_CACHE
+    schedule = mc.SCHEDULE_TOPIC
+    n = 0
+    while pos < limit:
+        if n >= max_records:
+            return out, pos, ScanEnd.LIMIT
+        req: DispatchRequest | None = None
+        if limit - pos >= hsize:
+            f = unpack(buf, pos)
+            total = f[0]
+            body_len = f[16]
+            end = pos + total
+            p = pos + hsize + body_len
+            if (f[1] == MESSAGE_MAGIC_CODE and not f[7] & _HOST_V6_FLAGS and FIXED_PART_V4 <= total <= limit - pos
+                    and body_len >= 0 and p + 3 <= end):
+                tl = buf[p]
+                pp = p + 1 + tl
+                if pp + 2 <= end and pp + 2 + ((buf[pp] << 8) | buf[pp + 1]) == end and (
+                        not check_crc or zcrc(buf[pos + hsize:p]) & 0x7FFFFFFF == f[2]):
+                    topic_b = bytes(buf[p + 1:pp])
+                    topic = topics.get(topic_b)
+                    if topic is None:
+                        try:
+                            topic = topic_b.decode("utf-8")
+                        except UnicodeDecodeError:
+                            return out, pos, ScanEnd.BAD
+                        if len(topics) >= _TOPIC_CACHE_MAX:
+                            topics.clear()
+                        topics[topic_b] = topic
+                    tags_code = 0
+                    keys = ""
+                    uniq: str | None = None
+                    if pp + 2 < end:
+                        # One split of the decoded properties; the first occurrence of a name counts, as in
+                        # property_from_bytes (\x01 and \x02 decode as themselves whatever surrounds them).
+                        tags = delay = keys_v = None
+                        for item in str(buf[pp + 2:end], "utf-8", "replace").split(_PS):
+                            name, _, value = item.partition(_NV)
+                            if name == "TAGS":
+                                if tags is None:
+                                    tags = value
+                            elif name == "UNIQ_KEY":
+                                if uniq is None:
+                                    uniq = value
+                            elif name == "KEYS":
+                                if keys_v is None:
+                                    keys_v = value
+                            elif name == "DELAY" and delay is None:
+                                delay = value
+                        if tags:
+                            tags_code = tags_hash_code(tags)
+                        if not uniq:
+                            uniq = None
+                        if keys_v:
+                            keys = keys_v
+                        if topic == schedule and delay_table_ms is not None and delay and delay.isascii() \
+                                and delay.isdigit() and int(delay) > 0:
+                            level = min(int(delay), len(delay_table_ms))
+                            tags_code = f[11] + delay_table_ms.get(level, 1000)
+                    req = DispatchRequest(topic, f[3], f[6], total, tags_code, f[11], f[5], keys, uniq, f[7], f[15],
+                                          True, f[8])
+        if req is None:
+            req = check_message_and_return_size(buf, pos, limit, check_crc, delay_table_ms)
+            if not req.success or req.msg_size < 0:
+                return out, pos, ScanEnd.BAD
+            if req.msg_size == 0:
+                return out, pos, ScanEnd.BLANK
+        append(req)
+        pos += req.msg_size
+        n += 1
+    return out, pos, ScanEnd.LIMIT
 
 
 

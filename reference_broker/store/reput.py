@@ -19,11 +19,12 @@ from reference_broker.store.dispatch import DispatchRequest
 
 log = logging.getLogger(__name__)
 
+DISPATCH_RUN_RECORDS = 4096  # records parsed and dispatched together (bounds memory per run)
 ArrivingListener = Callable[[str, int, int, int, int], None]  # topic, queue id, cq offset + 1, tags, store ts
 
 
 class ReputMessageService:
-    def __init__(self, commit_log: CommitLog, dispatch: Callable[[DispatchRequest], None],
+    def __init__(self, commit_log: CommitLog, dispatch: Callable[[list[DispatchRequest]], None],
                  delay_table_ms: dict[int, int]) -> None:
         self.commit_log = commit_log
         self.dispatch = dispatch
@@ -42,13 +43,19 @@ class ReputMessageService:
         return self.reput_from_offset < self.commit_log.get_max_offset()
 
     def do_reput(self) -> bool:
-        """Dispatch what is available now; True if anything was dispatched."""
+        """Dispatch what is available now; True if anything was dispatched.
+
+        Records are parsed and dispatched a run at a time (``scan_records`` then the batch dispatcher):
+        the per-record work left in Python is the parse, and the consume-queue units and index entries
+        of a run are written together. The order of records, and so of every queue, is the log's.
+        """
         cl = self.commit_log
         progressed = False
         if self.reput_from_offset < cl.get_min_offset():
             log.warning("reput offset %d is below the commit log's min offset %d: correcting",
                         self.reput_from_offset, cl.get_min_offset())
             self.reput_from_offset = cl.get_min_offset()
+        scan = rec.scan_records
         while not self._stopped.is_set() and self.reput_from_offset < cl.get_max_offset():
             res = cl.get_data(self.reput_from_offset)
             if res is None:
@@ -59,42 +66,26 @@ class ReputMessageService:
                 base = res.start_offset
                 pos = 0
                 dispatch = self.dispatch
-                listener = self.arriving_listener
                 delay = self.delay_table_ms
-                check = rec.check_message_and_return_size
-                hints = cl.dispatch_hints
-                while pos < size:
-                    req = None
-                    while hints:
-                        h = hints[0]
-                        if h.commit_log_offset > base + pos:
-                            break
-                        hints.popleft()
-                        if h.commit_log_offset == base + pos:
-                            req = h
-                            break
-                    if req is None:
-                        req = check(data, pos, size, False, delay)
-                    if req.success and req.msg_size > 0:
-                        dispatch(req)
+                while pos < size and not self._stopped.is_set():
+                    reqs, pos, end = scan(data, pos, size, False, delay, DISPATCH_RUN_RECORDS)
+                    if reqs:
+                        dispatch(reqs)
+                        listener = self.arriving_listener
                         if listener is not None:
-                            listener(req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code,
-                                     req.store_timestamp)
-                        pos += req.msg_size
-                        self.dispatched_count += 1
-                    elif req.success:  # blank: roll to the next file
-                        self.reput_from_offset = cl.roll_next_file(base + pos)
-                        pos = -1
-                        break
-                    else:
+                            for req in reqs:
+                                listener(req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code,
+                                         req.store_timestamp)
+                        self.dispatched_count += len(reqs)
+                        self.reput_from_offset = base + pos
+                    if end is rec.ScanEnd.LIMIT:
+                        continue
+                    if end is rec.ScanEnd.BAD:
                         # The writer publishes its position only after the whole record is written,
                         # so a record that does not parse here is damage, not a race.
                         log.error("reput: bad record at %d; skipping to the next file", base + pos)
-                        self.reput_from_offset = cl.roll_next_file(base + pos)
-                        pos = -1
-                        break
-                if pos >= 0:
-                    self.reput_from_offset = res.start_offset + pos
+                    self.reput_from_offset = cl.roll_next_file(base + pos)  # blank: roll to the next file
+                    break
                 progressed = True
             finally:
                 res.release()

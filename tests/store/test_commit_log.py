@@ -344,7 +344,7 @@ def test_recover_abnormally_redispatches_after_checkpoint_file(new_log: LogFacto
     cl.checkpoint.physic_msg_timestamp = file1_ts + 3000
     cl.checkpoint.logics_msg_timestamp = file1_ts + 5000
     dispatched: list[DispatchRequest] = []
-    end = cl.recover_abnormally(-1, dispatched.append, lambda _o: None)
+    end = cl.recover_abnormally(-1, dispatched.extend, lambda _o: None)
     assert end == results[-1].wrote_offset + 250 == cl.get_max_offset()
     # The newest file whose first store time <= min timestamp (file1_ts) is file 1.
     assert [d.commit_log_offset for d in dispatched] == [r.wrote_offset for r in results[4:]]
@@ -356,7 +356,7 @@ def test_recover_abnormally_with_zero_checkpoint_scans_from_file_0(new_log: LogF
     cl, results = abnormal_log(new_log)
     assert cl.checkpoint.get_min_timestamp() == 0
     dispatched: list[DispatchRequest] = []
-    cl.recover_abnormally(-1, dispatched.append, lambda _o: None)
+    cl.recover_abnormally(-1, dispatched.extend, lambda _o: None)
     assert [d.commit_log_offset for d in dispatched] == [r.wrote_offset for r in results]
     assert [d.store_timestamp for d in dispatched] == [r.store_timestamp for r in results]
 
@@ -365,7 +365,7 @@ def test_recover_abnormally_truncates_damage_like_normal(new_log: LogFactory) ->
     cl, results = write_then_reopen(new_log, zero_last_topic_length)
     dispatched: list[DispatchRequest] = []
     truncated: list[int] = []
-    end = cl.recover_abnormally(10**9, dispatched.append, truncated.append)
+    end = cl.recover_abnormally(10**9, dispatched.extend, truncated.append)
     assert end == results[-1].wrote_offset == cl.get_max_offset()
     assert [d.commit_log_offset for d in dispatched] == [r.wrote_offset for r in results[:-1]]
     assert truncated == [end]

@@ -17,7 +17,6 @@ from reference_broker.store import mapped_file
 from reference_broker.store import message_store as message_store_module
 from reference_broker.store import record as rec
 from reference_broker.store.config import BrokerRole, FlushDiskType
-from reference_broker.store.consume_queue import ConsumeQueue
 from reference_broker.store.flush import GroupCommitRequest, GroupCommitService
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
@@ -203,10 +202,15 @@ def test_consume_queue_write_failure_makes_the_store_read_only(store: MessageSto
         put_ok(store, make_msg(f"ok-{i}"))
     wait_dispatched(store)
 
-    def broken(self: ConsumeQueue, offset: int, size: int, tags_code: int, cq_offset: int) -> bool:
-        raise OSError(errno.EIO, "injected consume queue write failure")
+    real_ensure = mapped_file.MappedFile.ensure_allocated
 
-    monkeypatch.setattr(ConsumeQueue, "put_message_position_info", broken)
+    def broken(self: mapped_file.MappedFile, end: int) -> None:
+        if "consumequeue" in str(self.path):
+            raise OSError(errno.EIO, "injected consume queue write failure")
+        real_ensure(self, end)
+
+    # Both the run path and the per-unit path reserve space before writing a unit.
+    monkeypatch.setattr(mapped_file.MappedFile, "ensure_allocated", broken)
     put_ok(store, make_msg("not indexed"))  # the append succeeds; its dispatch fails after the retries
     wait_until(lambda: not store.running_flags.is_writeable(), what="the store to turn read-only")
     assert store.running_flags.is_logics_queue_error()
