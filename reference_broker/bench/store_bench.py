@@ -166,9 +166,17 @@ class MessageFactory:
         self.prefix = f"7F000001{os.getpid() & 0xFFFF:04X}{os.urandom(4).hex().upper()}"
 
     def make(self, i: int, queue_id: int) -> MessageExtBrokerInner:
-        props = {"TAGS": "TagA", "UNIQ_KEY": f"{self.prefix}{i:012X}"} if self.keyed else {"TAGS": "TagA"}
+        # The properties also in their wire form, as the broker hands a message to the store (it keeps the
+        # producer's properties string rather than re-encoding the map).
+        if self.keyed:
+            uniq = f"{self.prefix}{i:012X}"
+            props = {"TAGS": "TagA", "UNIQ_KEY": uniq}
+            raw = f"TAGS\x01TagA\x02UNIQ_KEY\x01{uniq}".encode()
+        else:
+            props = {"TAGS": "TagA"}
+            raw = b"TAGS\x01TagA"
         return MessageExtBrokerInner(TOPIC, self.body, queue_id=queue_id, properties=props,
-                                     born_timestamp=time.time_ns() // 1_000_000)
+                                     born_timestamp=time.time_ns() // 1_000_000, properties_bytes=raw)
 
 
 def new_store(root: Path, flush: FlushDiskType = FlushDiskType.ASYNC_FLUSH, **config: Any) -> MessageStore:

@@ -556,11 +556,13 @@ class IndexService:
         owner: list[int] = []
         f: IndexFile | None = None
         floor = 0
+        last_keyed = -1  # the last record with keys, indexed or skipped
         rollback = TRANSACTION_ROLLBACK_TYPE
         for i, req in enumerate(reqs):
             uniq = req.uniq_key
             if uniq is None and not req.keys:
                 continue
+            last_keyed = i
             if f is None:
                 f = self.retry_get_and_create_index_file()
                 if f is None:
@@ -584,31 +586,48 @@ class IndexService:
                         owner.append(i)
         codes = hash_codes(keys)
         done = 0
+        rolls = 0  # fresh files that took nothing, in a row (``_put_key`` gives a record up after 3)
         while f is not None and done < len(keys):
             put = f.put_keys(keys[done:], codes[done:], phys[done:], stamps[done:])
             done += put
-            if done < len(keys) and not f.is_write_full():
+            rolls = 0 if put else rolls + 1
+            if done == len(keys):
+                break
+            if not f.is_write_full():
                 # An error, not a full file: the rest goes the one-by-one way, with its retries and logs.
                 rest = owner[done]
-                first_key = keys[done][len(reqs[rest].topic) + 1:]
-                self._build_index_from(reqs[rest], first_key)
+                self._build_index_from(reqs[rest], done - owner.index(rest))
                 for req in reqs[rest + 1:]:
                     self.build_index(req)
                 return
+            if rolls > MAX_TRY_IDX_CREATE:
+                # Files with no room for even one key: give this record up, as _put_key does.
+                log.error("putKey error commitlog %d key %s", phys[done], keys[done])
+                rest = owner[done]
+                while done < len(keys) and owner[done] == rest:
+                    done += 1
+                rolls = 0
+                if done == len(keys):
+                    break
+            log.warning("Index file [%s] is full, trying to create another one", f.file_name)
+            f = self.retry_get_and_create_index_file()
+        if f is None:
             if done < len(keys):
-                log.warning("Index file [%s] is full, trying to create another one", f.file_name)
-                f = self.retry_get_and_create_index_file()
-        if f is None and done < len(keys):
-            log.error("putKey error commitlog %d key %s", phys[done], keys[done])
+                log.error("putKey error commitlog %d key %s", phys[done], keys[done])
+            return
+        if f.is_write_full() and last_keyed > (owner[done - 1] if done else -1):
+            # A record after the last key put (skipped, or given up) still asked for a file, as
+            # build_index does before its checks: the full file is rolled and flushed.
+            self.retry_get_and_create_index_file()
 
-    def _build_index_from(self, req: DispatchRequest, first_key: str) -> None:
-        """``build_index`` for one record, from its key ``first_key`` on (the earlier ones are in)."""
+    def _build_index_from(self, req: DispatchRequest, first: int) -> None:
+        """``build_index`` for one record, from its ``first``-th key on (the earlier ones are in)."""
         f = self.retry_get_and_create_index_file()
         if f is None:
             return
         tokens = ([req.uniq_key] if req.uniq_key is not None else []) + \
             [k for k in req.keys.split(KEY_SEPARATOR) if k]
-        for key in tokens[tokens.index(first_key):]:
+        for key in tokens[first:]:
             nf = self._put_key(f, req, key)
             if nf is None:
                 log.error("putKey error commitlog %d key %s", req.commit_log_offset, key)

@@ -356,7 +356,9 @@ class MessageStore(StoreReads):
                 if ts > last_ts:
                     last_ts = ts
             if done < len(run):
-                self._put_cq_positions(cq, run, done)
+                ts = self._put_cq_positions(cq, run, done)
+                if ts > last_ts:
+                    last_ts = ts
         if last_ts >= 0:
             self.checkpoint.dispatched_logics_timestamp = last_ts
         if self.config.message_index_enable:
@@ -369,35 +371,38 @@ class MessageStore(StoreReads):
             for req in reqs:
                 listener(req)
 
-    def _put_cq_positions(self, cq: ConsumeQueue, run: list[DispatchRequest], i: int) -> None:
+    def _put_cq_positions(self, cq: ConsumeQueue, run: list[DispatchRequest], i: int) -> int:
         """The rest of one queue's units of a run, from ``run[i]``: contiguous units are appended in one
         write; anything else (a new file, pre-blank fill, re-dispatch over existing units, a write error)
-        takes the per-unit path with its retries."""
+        takes the per-unit path with its retries. Returns the store time of the last unit written, or -1."""
         n = len(run)
+        last_ts = -1
         while i < n:
             done = cq.put_message_positions(run, i) if self.running_flags.is_cq_writeable() else 0
             if done:
                 i += done
-                self.checkpoint.dispatched_logics_timestamp = run[i - 1].store_timestamp
+                last_ts = run[i - 1].store_timestamp
             else:
-                self._put_cq_position(run[i], cq)
+                if self._put_cq_position(run[i], cq):
+                    last_ts = run[i].store_timestamp
                 i += 1
+        return last_ts
 
-    def _put_cq_position(self, req: DispatchRequest, cq: ConsumeQueue) -> None:
+    def _put_cq_position(self, req: DispatchRequest, cq: ConsumeQueue) -> bool:
         for attempt in range(CQ_WRITE_RETRIES):
             if not self.running_flags.is_cq_writeable():
                 break
             try:
                 cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code,
                                              req.consume_queue_offset)
-                self.checkpoint.dispatched_logics_timestamp = req.store_timestamp
-                return
+                return True
             except OSError as e:
                 log.warning("[BUG] put commit log position info to %s:%d:%d failed, retry %d: %s",
                             req.topic, req.queue_id, req.commit_log_offset, attempt + 1, e)
                 time.sleep(0.1)
         log.error("[BUG] consume queue can not write, %s %d", req.topic, req.queue_id)
         self.running_flags.make_logics_queue_error()
+        return False
 
     # ---- puts -----------------------------------------------------------------------------------
     def is_os_page_cache_busy(self) -> bool:

@@ -420,7 +420,9 @@ def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
                         # property_from_bytes (\x01 and \x02 decode as themselves whatever surrounds them).
                         tags = delay = keys_v = None
                         for item in str(buf[pp + 2:end], "utf-8", "replace").split(_PS):
-                            name, _, value = item.partition(_NV)
+                            name, sep, value = item.partition(_NV)
+                            if not sep:
+                                continue  # a bare name is no pair (property_from_bytes looks for NAME\x01)
                             if name == "TAGS":
                                 if tags is None:
                                     tags = value
