@@ -163,19 +163,21 @@ class CommitLog:
                 store_ts = now if now > self._last_store_ts else self._last_store_ts
                 self._last_store_ts = store_ts
                 mf = mfq.mapped_files[-1] if mfq.mapped_files else None
-                if mf is None or mf.wrote_position + total + rec.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+                if mf is None or mf.staged_position + total + rec.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
                     nxt = self._file_for(total, mf)
                     if nxt is None:
                         return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
                     mf = nxt
-                pos = mf.wrote_position
+                pos = mf.staged_position
                 phys = mf.file_from_offset + pos
                 qoff = 0 if no_cq else table.get(key, 0)
-                st.pack_into(mf.buf, pos, total, rec.MESSAGE_MAGIC_CODE, crc, queue_id, msg.flag, qoff, phys, sys_flag,
+                st.pack_into(mf.wbuf, pos, total, rec.MESSAGE_MAGIC_CODE, crc, queue_id, msg.flag, qoff, phys, sys_flag,
                              msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip, self.store_port,
                              msg.reconsume_times, msg.prepared_transaction_offset, len(body), body, len(topic_b),
                              topic_b, len(props_b), props_b)
-                mf.wrote_position = pos + total
+                mf.staged_position = pos + total
+                if mf.stage is None:
+                    mf.wrote_position = pos + total  # readers see it now; with staging, once committed
                 mf.store_timestamp = store_ts
                 if not no_cq:
                     table[key] = qoff + 1
@@ -186,22 +188,24 @@ class CommitLog:
 
     def _file_for(self, total: int, mf: MappedFile | None) -> MappedFile | None:
         """A file with room for ``total`` bytes: end the current one with a blank if needed."""
-        if mf is None or mf.is_full:
+        if mf is None or mf.staged_position >= mf.file_size:
             try:
                 return self.mapped_file_queue.last_file_for_write()
             except OSError as e:
                 log.error("create mapped file failed: %s", e)
                 return None
-        if total + rec.END_FILE_MIN_BLANK_LENGTH > mf.free_space():
+        if total + rec.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.staged_position:
             return self._end_file(mf)
         return mf
 
     def _end_file(self, mf: MappedFile) -> MappedFile | None:
         """Fill the rest of ``mf`` with a blank record and open the next file (END_OF_FILE)."""
-        free = mf.free_space()
+        free = mf.file_size - mf.staged_position
         if free >= rec.END_FILE_MIN_BLANK_LENGTH:
-            rec.write_blank(mf.buf, mf.wrote_position, free)
-        mf.wrote_position = mf.file_size
+            rec.write_blank(mf.wbuf, mf.staged_position, free)
+        mf.staged_position = mf.file_size
+        if mf.stage is None:
+            mf.wrote_position = mf.file_size
         try:
             return self.mapped_file_queue.last_file_for_write()
         except OSError as e:
@@ -250,22 +254,25 @@ class CommitLog:
                 except OSError as e:
                     log.error("create mapped file failed: %s", e)
                     return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
-                if grand + rec.END_FILE_MIN_BLANK_LENGTH > mf.free_space():
+                if grand + rec.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.staged_position:
                     nxt = self._end_file(mf)
                     if nxt is None:
                         return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
                     mf = nxt
-                start_pos = pos = mf.wrote_position
+                start_pos = pos = mf.staged_position
+                wbuf = mf.wbuf
                 first_q = qoff = self.topic_queue_table.get(key, 0)
                 ids: list[str] = []
                 for m, props_b, born_ip, total, crc in prepared:
                     phys = mf.file_from_offset + pos
-                    rec.encode_into(mf.buf, pos, total, m, topic_b, props_b, qoff, phys, store_ts, born_ip,
+                    rec.encode_into(wbuf, pos, total, m, topic_b, props_b, qoff, phys, store_ts, born_ip,
                                     self.store_ip, self.store_port, crc)
                     ids.append(rec.create_message_id(self.store_ip, self.store_port, phys))
                     pos += total
                     qoff += 1
-                mf.wrote_position = pos
+                mf.staged_position = pos
+                if mf.stage is None:
+                    mf.wrote_position = pos
                 mf.store_timestamp = store_ts
                 self.topic_queue_table[key] = qoff
             finally:

@@ -44,6 +44,14 @@ class MessageStoreConfig:
     flush_commit_log_timed: bool = True  # flushCommitLogTimed (true since 4.9.1)
     flush_commit_log_least_pages: int = 4  # flushCommitLogLeastPages
     flush_commit_log_thorough_interval_ms: int = 10_000  # flushCommitLogThoroughInterval
+    # TransientStorePool: records go to an anonymous buffer and are committed into the file with a
+    # write every commitIntervalCommitLog (or once commitCommitLogLeastPages are pending); readers see
+    # them once committed. RocketMQ uses it only with ASYNC_FLUSH on a master (isTransientStorePoolEnable).
+    transient_store_pool_enable: bool = False  # transientStorePoolEnable
+    transient_store_pool_size: int = 5  # transientStorePoolSize (accepted; buffers are made per file here)
+    commit_interval_commit_log_ms: int = 200  # commitIntervalCommitLog
+    commit_commit_log_least_pages: int = 4  # commitCommitLogLeastPages
+    commit_commit_log_thorough_interval_ms: int = 200  # commitCommitLogThoroughInterval
     flush_interval_consume_queue_ms: int = 1000  # flushIntervalConsumeQueue
     flush_consume_queue_least_pages: int = 2  # flushConsumeQueueLeastPages
     flush_consume_queue_thorough_interval_ms: int = 60_000  # flushConsumeQueueThoroughInterval
@@ -85,6 +93,11 @@ class MessageStoreConfig:
     put_msg_index_high_water: int = 600_000
     store_host: tuple[str, int] = ("127.0.0.1", 10911)  # brokerIP1:listenPort (offsetMsgId)
     total_physical_memory_bytes: int = field(default_factory=_total_physical_memory)
+
+    def is_transient_store_pool_enable(self) -> bool:
+        """MessageStoreConfig.isTransientStorePoolEnable: ASYNC_FLUSH on a master only."""
+        return (self.transient_store_pool_enable and self.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+                and self.broker_role is not BrokerRole.SLAVE)
 
     @property
     def store_path_commit_log(self) -> Path:
@@ -131,6 +144,11 @@ ROCKETMQ_KEYS: dict[str, str] = {
     "flushCommitLogTimed": "flush_commit_log_timed",
     "flushCommitLogLeastPages": "flush_commit_log_least_pages",
     "flushCommitLogThoroughInterval": "flush_commit_log_thorough_interval_ms",
+    "transientStorePoolEnable": "transient_store_pool_enable",
+    "transientStorePoolSize": "transient_store_pool_size",
+    "commitIntervalCommitLog": "commit_interval_commit_log_ms",
+    "commitCommitLogLeastPages": "commit_commit_log_least_pages",
+    "commitCommitLogThoroughInterval": "commit_commit_log_thorough_interval_ms",
     "flushIntervalConsumeQueue": "flush_interval_consume_queue_ms",
     "flushConsumeQueueLeastPages": "flush_consume_queue_least_pages",
     "flushConsumeQueueThoroughInterval": "flush_consume_queue_thorough_interval_ms",

@@ -11,6 +11,9 @@ DefaultMessageStore.FlushConsumeQueueService):
   stored either way.
 - FlushConsumeQueueService: every 1 s flush consume queues with at least 2 dirty pages, and all of
   them every 60 s, then write the checkpoint.
+- CommitRealTimeService (transientStorePoolEnable, ASYNC_FLUSH masters only): every 200 ms, or once 4
+  pages are pending after a put woke it, write the staged records into the commit-log file, then wake
+  the flusher. Until then the records live only in process memory: a kill -9 loses them.
 
 Every service runs on its own thread; fdatasync releases the GIL, so the writer never waits for one.
 """
@@ -59,7 +62,8 @@ class ServiceThread:
         raise NotImplementedError
 
     def wakeup(self) -> None:
-        self._wakeup.set()
+        if not self._wakeup.is_set():  # puts wake services often: skip the lock when already notified
+            self._wakeup.set()
 
     def wait_for_running(self, interval_s: float) -> None:
         self._wakeup.wait(interval_s)
@@ -113,6 +117,38 @@ class FlushRealTimeService(ServiceThread):
             if self.commit_log.mapped_file_queue.flush(0):
                 break
         self.flush_once(0)
+
+
+class CommitRealTimeService(ServiceThread):
+    """CommitLog.CommitRealTimeService (transient store pool): write staged records into the file every
+    200 ms, or as soon as 4 pages are pending once woken by a put; wake the flush service after a commit."""
+
+    def __init__(self, commit_log: CommitLog, config: MessageStoreConfig, flush: ServiceThread) -> None:
+        super().__init__("CommitRealTimeService")
+        self.commit_log = commit_log
+        self.config = config
+        self.flush = flush
+        self._last_commit_ms = 0
+
+    def run(self) -> None:
+        cfg = self.config
+        mfq = self.commit_log.mapped_file_queue
+        while not self.is_stopped:
+            least = cfg.commit_commit_log_least_pages
+            now = int(time.time() * 1000)
+            if now >= self._last_commit_ms + cfg.commit_commit_log_thorough_interval_ms:
+                self._last_commit_ms = now
+                least = 0
+            try:
+                if not mfq.commit(least):
+                    self._last_commit_ms = int(time.time() * 1000)
+                    self.flush.wakeup()
+            except OSError:
+                log.exception("commit log commit failed")
+            self.wait_for_running(cfg.commit_interval_commit_log_ms / 1000)
+        for _ in range(10):  # normal shutdown: commit everything staged
+            if mfq.commit(0):
+                break
 
 
 class GroupCommitRequest:

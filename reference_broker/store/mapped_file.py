@@ -13,6 +13,9 @@ Deliberate differences from RocketMQ:
   consume-queue write (retried, then read-only; seed Q&A 18).
 - Flushing uses ``fdatasync`` on the file descriptor, which writes back pages dirtied through the
   mapping and, unlike ``mmap.flush``, releases the GIL so the writer is never held by a flush.
+- The transient store pool (a commit log's staging, ``enable_staging``/``commit``) is one anonymous
+  mapping per file instead of a pool of ``transientStorePoolSize`` direct buffers: pages are faulted in
+  as the writer reaches them and the mapping is dropped once the file is full and committed.
 - A forced release after the timeout cannot unmap memory that a reader still views (Python's mmap
   refuses to close with exported buffers); the file is unlinked and the mapping is closed when the last
   view goes away. RocketMQ unmaps regardless and relies on the timeout being long enough.
@@ -108,6 +111,13 @@ class MappedFile:
             # of a new file reads ahead megabytes (the device's read-ahead), 2-10 ms per new queue.
             self.mm.madvise(mmap.MADV_RANDOM)
         self.buf = memoryview(self.mm)
+        # The writer's side. Without staging, records are written through the mapping (``wbuf`` is
+        # ``buf``) and ``staged_position`` follows ``wrote_position``. With staging (the commit log's
+        # transient store pool) they go to an anonymous buffer first and ``commit`` writes them into the
+        # file: ``wrote_position`` is then the committed position, the end of what readers may see.
+        self.wbuf = self.buf
+        self.staged_position = 0
+        self.stage: mmap.mmap | None = None
         self.wrote_position = 0
         self.flushed_position = 0
         self.store_timestamp = 0  # store time of the last message appended (commit log only)
@@ -131,6 +141,56 @@ class MappedFile:
         except (OSError, ValueError):
             return False
         return True
+
+    # ---- staging (TransientStorePool) ------------------------------------------------------------
+    def enable_staging(self) -> None:
+        """Write through an anonymous buffer from now on (TransientStorePool.borrowBuffer, 4.9.8).
+
+        An anonymous mapping rather than a pooled direct buffer: its pages are faulted in as the writer
+        reaches them and returned when the file is full and committed, so no pool size is needed.
+        """
+        if self.stage is None and self.staged_position < self.file_size:
+            self.stage = mmap.mmap(-1, self.file_size)
+            self.wbuf = memoryview(self.stage)
+            self.staged_position = self.wrote_position
+
+    @property
+    def write_position(self) -> int:
+        """Where the writer appends next (the staged end when staging)."""
+        return self.staged_position if self.stage is not None else self.wrote_position
+
+    def commit(self, least_pages: int) -> int:
+        """Write staged bytes into the file when at least ``least_pages`` pages are pending (0: whatever
+        is pending): MappedFile.commit. Returns the committed position, which readers and flushes use.
+
+        One pwrite, outside the interpreter lock; once a full file is committed its buffer is returned.
+        """
+        if self.stage is None:
+            return self.wrote_position
+        staged = self.staged_position
+        committed = self.wrote_position
+        if staged > committed:
+            if least_pages > 0 and staged < self.file_size and \
+                    (staged // OS_PAGE_SIZE - committed // OS_PAGE_SIZE) < least_pages:
+                return committed
+            if not self.hold():
+                return committed
+            try:
+                fd = os.open(self.path, os.O_RDWR)
+                try:
+                    done = committed
+                    while done < staged:
+                        done += os.pwrite(fd, self.wbuf[done:staged], done)
+                finally:
+                    os.close(fd)
+            finally:
+                self.release()
+            self.wrote_position = staged
+        if staged >= self.file_size:
+            # Full and committed: readers use the mapping, the writer has moved on to the next file.
+            self.wbuf = self.buf
+            self.stage = None
+        return self.wrote_position
 
     # ---- space reservation -------------------------------------------------------------------
     def _reserve(self, end: int, fd: int | None = None) -> None:
@@ -231,14 +291,16 @@ class MappedFile:
 
     # ---- I/O -----------------------------------------------------------------------------------
     def append_bytes(self, data: bytes | memoryview) -> bool:
-        """Append raw bytes at the write position (replication and tests)."""
+        """Append raw bytes at the write position (replication and tests; never on a staging file)."""
+        if self.stage is not None:
+            raise RuntimeError(f"{self.path}: raw appends bypass the staging buffer")
         n = len(data)
         pos = self.wrote_position
         if pos + n > self.file_size:
             return False
         self.ensure_allocated(pos + n)
         self.buf[pos : pos + n] = data
-        self.wrote_position = pos + n
+        self.wrote_position = self.staged_position = pos + n
         return True
 
     def flush(self, least_pages: int) -> int:
@@ -312,6 +374,7 @@ class MappedFile:
 
     def set_positions(self, pos: int) -> None:
         self.wrote_position = pos
+        self.staged_position = pos
         self.flushed_position = pos
 
     def __repr__(self) -> str:
@@ -354,6 +417,7 @@ class MappedFileQueue:
         self.random_access = random_access
         self.mapped_files: list[MappedFile] = []
         self.flushed_where = 0
+        self.staging = False  # new files write through a staging buffer (the commit log's transient pool)
         self.store_timestamp = 0
         self._lock = threading.Lock()  # guards the list; appends to a file are single-writer
 
@@ -405,7 +469,7 @@ class MappedFileQueue:
         Raises OSError when the file cannot be created (no space): CREATE_MAPEDFILE_FAILED.
         """
         last = self.get_last_mapped_file()
-        if last is not None and not last.is_full:
+        if last is not None and last.write_position < last.file_size:
             return last
         if last is None:
             create_offset = start_offset - start_offset % self.mapped_file_size
@@ -422,6 +486,8 @@ class MappedFileQueue:
             except FileNotFoundError:
                 pass
             raise
+        if self.staging:
+            mf.enable_staging()
         with self._lock:
             if not self.mapped_files:
                 mf.first_create_in_queue = True
@@ -461,6 +527,35 @@ class MappedFileQueue:
 
     def iter_files(self) -> Iterator[MappedFile]:
         return iter(list(self.mapped_files))
+
+    # ---- committing (staging) and flushing -------------------------------------------------------
+    def commit(self, least_pages: int) -> bool:
+        """Commit staged bytes, oldest staging file first (MappedFileQueue.commit): True when nothing was
+        committed. Only the newest files can hold staged bytes; a file is committed whole before the
+        next one starts, so readers never see a gap."""
+        files = self.mapped_files
+        i = len(files)
+        while i > 0 and files[i - 1].stage is not None:
+            i -= 1
+        nothing = True
+        for mf in files[i:]:
+            before = mf.wrote_position
+            after = mf.commit(least_pages)
+            if after != before:
+                nothing = False
+            if after < mf.file_size:
+                break
+        return nothing
+
+    def staged_behind(self) -> int:
+        """Bytes staged but not yet committed (0 without staging)."""
+        files = self.mapped_files
+        behind = 0
+        for mf in reversed(files):
+            if mf.stage is None:
+                break
+            behind += mf.staged_position - mf.wrote_position
+        return behind
 
     # ---- flushing ------------------------------------------------------------------------------
     def flush(self, least_pages: int) -> bool:

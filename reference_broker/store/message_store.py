@@ -35,6 +35,7 @@ from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStor
 from reference_broker.store.consume_queue import ConsumeQueue
 from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.flush import (
+    CommitRealTimeService,
     FlushConsumeQueueService,
     FlushRealTimeService,
     GroupCommitRequest,
@@ -97,6 +98,10 @@ class MessageStore(StoreReads):
             self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
         else:
             self.flush_service = FlushRealTimeService(self.commit_log, self.checkpoint, config)
+        # The transient store pool's commit thread (ASYNC_FLUSH masters only, as in RocketMQ).
+        self.commit_service = CommitRealTimeService(self.commit_log, config, self.flush_service) \
+            if config.is_transient_store_pool_enable() else None
+        self.commit_log.mapped_file_queue.staging = config.is_transient_store_pool_enable()
         self.flush_cq_service = FlushConsumeQueueService(self.iter_consume_queues, self.checkpoint, config,
                                                          lambda: self.reput.reput_from_offset)
         self.clean_commit_log = CleanCommitLogService(config, self.commit_log, self.running_flags)
@@ -207,7 +212,12 @@ class MessageStore(StoreReads):
         # Dispatch catches up before the store serves anything (DefaultMessageStore.start).
         while self.reput.behind() > 0:
             time.sleep(0.001)
+        last = self.commit_log.mapped_file_queue.get_last_mapped_file()
+        if self.commit_log.mapped_file_queue.staging and last is not None:
+            last.enable_staging()  # the recovered tail file takes new records through the buffer too
         self.flush_service.start()
+        if self.commit_service is not None:
+            self.commit_service.start()
         self.flush_cq_service.start()
         self._create_abort_file()
         self._schedule(self.clean_initial_delay_s, self.config.clean_resource_interval_ms / 1000, self.clean_files)
@@ -260,6 +270,8 @@ class MessageStore(StoreReads):
         for t in self._sched_threads:
             t.join(5)
         if self._started:
+            if self.commit_service is not None:
+                self.commit_service.shutdown()  # commits everything staged, so dispatch can catch up
             self.reput.shutdown()
             self.flush_cq_service.shutdown()
             self.flush_service.shutdown()
@@ -490,7 +502,9 @@ class MessageStore(StoreReads):
                 log.error("do groupcommit, wait for flush failed, topic offset %d", result.append.wrote_offset)
                 return PutMessageResult(status, result.append)
             return result
-        if not self.config.flush_commit_log_timed:
+        if self.commit_service is not None:
+            self.commit_service.wakeup()  # handleDiskFlush: with the pool, puts wake the commit thread
+        elif not self.config.flush_commit_log_timed:
             svc.wakeup()
         return result
 
@@ -539,7 +553,9 @@ class MessageStore(StoreReads):
             svc.put_request(GroupCommitRequest(append.wrote_offset + append.wrote_bytes,
                                                self.config.sync_flush_timeout_ms, flushed))
             return
-        if not self.config.flush_commit_log_timed:
+        if self.commit_service is not None:
+            self.commit_service.wakeup()
+        elif not self.config.flush_commit_log_timed:
             svc.wakeup()
         callback(result)
 
