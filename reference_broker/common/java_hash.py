@@ -94,7 +94,15 @@ _VECTOR_MAX_LEN: Final = 1 << 20  # 127 * (2^32 - 1) * length stays below 2^63
 def hash_codes(strings: Sequence[str]) -> list[int]:
     """``string_hash_code`` of each string. ASCII strings of one length are hashed together, as one
     product of their code units with the powers of 31 (the index hashes a run of keys this way)."""
-    out = [0] * len(strings)
+    n = len(strings)
+    if n >= _VECTOR_MIN:
+        # The usual run: keys of one topic and one producer's UNIQ_KEY format, all ASCII of one length.
+        length = len(strings[0])
+        if 0 < length <= _VECTOR_MAX_LEN and all(len(s) == length for s in strings):
+            joined = "".join(strings)
+            if joined.isascii():
+                return _hash_block(joined.encode("ascii"), n, length)
+    out = [0] * n
     by_length: dict[int, list[int]] = {}
     for i, s in enumerate(strings):
         if s.isascii() and 0 < len(s) <= _VECTOR_MAX_LEN:
@@ -110,15 +118,21 @@ def hash_codes(strings: Sequence[str]) -> list[int]:
             for i in idx:
                 out[i] = string_hash_code(strings[i])
             continue
-        if length > len(_POWERS):
-            _grow(length)
-        units = np.frombuffer("".join([strings[i] for i in idx]).encode("ascii"), dtype=np.uint8)
-        weights = np.array(_POWERS[length - 1::-1], dtype=np.int64)
-        h = (units.reshape(len(idx), length).astype(np.int64) @ weights) & _MASK
-        h -= (h >> 31) << 32  # to signed 32-bit
-        for i, v in zip(idx, h.tolist(), strict=True):
+        codes = _hash_block("".join([strings[i] for i in idx]).encode("ascii"), len(idx), length)
+        for i, v in zip(idx, codes, strict=True):
             out[i] = v
     return out
+
+
+def _hash_block(units: bytes, count: int, length: int) -> list[int]:
+    """Signed hashes of ``count`` ASCII strings of ``length`` characters laid end to end in ``units``."""
+    if length > len(_POWERS):
+        _grow(length)
+    weights = np.array(_POWERS[length - 1::-1], dtype=np.int64)
+    h = (np.frombuffer(units, dtype=np.uint8).reshape(count, length).astype(np.int64) @ weights) & _MASK
+    h -= (h >> 31) << 32  # to signed 32-bit
+    codes: list[int] = h.tolist()
+    return codes
 
 
 _TAG_CACHE: dict[str, int] = {}

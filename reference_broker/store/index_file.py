@@ -558,7 +558,24 @@ class IndexService:
         floor = 0
         last_keyed = -1  # the last record with keys, indexed or skipped
         rollback = TRANSACTION_ROLLBACK_TYPE
-        for i, req in enumerate(reqs):
+        if reqs and all(r.uniq_key is not None and not r.keys for r in reqs):
+            # The usual run (a producer's sends: a UNIQ_KEY each, no KEYS): the same lists, built by comprehension.
+            f = self.retry_get_and_create_index_file()
+            if f is None:
+                log.error("build index error, stop building index")
+                return
+            floor = f.end_phy_offset
+            last_keyed = len(reqs) - 1
+            chosen = [i for i, r in enumerate(reqs)
+                      if r.commit_log_offset >= floor and r.sys_flag & rollback != rollback]
+            keys = [f"{reqs[i].topic}#{reqs[i].uniq_key}" for i in chosen]
+            phys = [reqs[i].commit_log_offset for i in chosen]
+            stamps = [reqs[i].store_timestamp for i in chosen]
+            owner = chosen
+            reqs_loop: Sequence[DispatchRequest] = ()
+        else:
+            reqs_loop = reqs
+        for i, req in enumerate(reqs_loop):
             uniq = req.uniq_key
             if uniq is None and not req.keys:
                 continue

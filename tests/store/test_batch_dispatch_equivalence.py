@@ -602,6 +602,34 @@ def index_cases(draw: st.DrawFn) -> IndexCase:
     return IndexCase(draw(st.integers(1, 6)), index_num, tuple(reqs), tuple(draw(windows(n))))
 
 
+@st.composite
+def uniq_only_cases(draw: st.DrawFn) -> IndexCase:
+    """Runs as producers send them: a UNIQ_KEY on every record and no KEYS (build_index_batch's comprehension
+    path), UNIQ_KEYs mostly of one length (one hashing block), some records rolled back or re-dispatched."""
+    n = draw(st.integers(1, 60))
+    off = draw(st.integers(0, 10**6))
+    ts = draw(st.integers(1, 2**41))
+    width = draw(st.sampled_from([32, 32, 5, 0]))
+    reqs = []
+    for i in range(n):
+        uniq = f"{i:0{width}X}" if width else draw(UNIQS.filter(lambda u: u is not None))
+        reqs.append(idx_req(off, ts, uniq=uniq, topic=draw(st.sampled_from(["T", "TopicB"])),
+                            sys_flag=draw(st.sampled_from([0, 0, 0, 8, 12]))))
+        off += draw(st.integers(1, 300))
+        ts += draw(st.integers(0, 5000))
+    index_num = draw(st.one_of(st.integers(2, 12), st.integers(20, 80)))
+    return IndexCase(draw(st.integers(1, 6)), index_num, tuple(reqs), tuple(draw(windows(n))))
+
+
+@MANY
+@given(case=uniq_only_cases())
+@example(case=IndexCase(8, 40, tuple(idx_req(100 * i, STORE_TS + i, uniq=f"{i:032X}") for i in range(30)),
+                        ((0, 10), (5, 30))))
+def test_build_index_batch_equals_build_index_for_uniq_key_runs(case: IndexCase) -> None:
+    """The property above on the runs a producer's sends make (every record a UNIQ_KEY, no KEYS)."""
+    check_build_index(case, strict=True)
+
+
 def _keyed(n: int, start: int = 0, keys: str = "", uniq: bool = True, sys_flag: int = 0) -> list[DispatchRequest]:
     return [idx_req(100 * i, STORE_TS + 1000 * i, keys=keys or f"k{i}", uniq=f"U{i}" if uniq else None,
                     sys_flag=sys_flag) for i in range(start, start + n)]
