@@ -15,7 +15,6 @@ import contextlib
 import enum
 import logging
 import time
-import zlib
 from collections.abc import Coroutine
 from typing import Any
 
@@ -32,6 +31,7 @@ from reference_broker.broker.schedule_message import ScheduleMessageService
 from reference_broker.broker.send_processor import SendMessageProcessor
 from reference_broker.broker.subscription_group import SubscriptionGroupManager
 from reference_broker.broker.topic_config import TopicConfigManager
+from reference_broker.common.crc import crc32
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request, json_dumps
@@ -227,7 +227,7 @@ class BrokerController:
                                                            "dataVersion": tcm.data_version.to_json()},
                            "filterServerList": []})
         header = self._register_header()
-        header["bodyCrc32"] = str(zlib.crc32(body) & 0x7FFFFFFF)
+        header["bodyCrc32"] = str(crc32(body))
         ok = False
         for addr in self._namesrv_addrs():
             host, _, port = addr.rpartition(":")

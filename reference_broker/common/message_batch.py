@@ -17,11 +17,11 @@ Topic, queue and sysflag come from the request header, not the entries.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from reference_broker.common import message as mc
+from reference_broker.common.crc import crc32
 
 _HEAD: Final = struct.Struct(">iiiii")  # total, magic, crc, flag, bodyLen
 _SHORT: Final = struct.Struct(">h")
@@ -41,7 +41,7 @@ class BatchDecodeError(ValueError):
 def encode_entry(body: bytes, flag: int, properties: dict[str, str]) -> bytes:
     props = mc.properties_to_bytes(properties)
     total = MIN_ENTRY + len(body) + len(props)
-    crc = zlib.crc32(body) & 0x7FFFFFFF
+    crc = crc32(body)
     return b"".join((_HEAD.pack(total, 0, crc, flag, len(body)), body, _SHORT.pack(len(props)), props))
 
 
@@ -66,7 +66,7 @@ def decode_batch(data: bytes | memoryview) -> list[BatchEntry]:
         props_at = body_at + body_len + _SHORT.size
         if props_len < 0 or props_at + props_len != pos + total:
             raise BatchDecodeError(f"bad batch entry properties length at byte {pos}")
-        if crc and crc != zlib.crc32(body) & 0x7FFFFFFF:
+        if crc and crc != crc32(body):
             raise BatchDecodeError(f"batch entry body CRC mismatch at byte {pos}")
         props = mc.bytes_to_properties(buf[props_at:props_at + props_len])
         out.append(BatchEntry(flag, body, props))

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from typing import Any, Final
 
+from reference_broker.common.crc import crc32
 from reference_broker.namesrv.route_info import DataVersion, RouteInfoManager
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
@@ -48,7 +48,7 @@ def _long_field(cmd: RemotingCommand, name: str) -> int:
 
 
 def _crc32(body: bytes) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF  # UtilAll.crc32
+    return crc32(body)  # UtilAll.crc32
 
 
 def wall_clock_ms() -> int:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference_broker.common import message as mc
+from reference_broker.common.crc import raw_crc32
 from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
@@ -149,7 +149,7 @@ class CommitLog:
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:  # would not fit even an empty file
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
-        crc = zlib.crc32(body) & 0x7FFFFFFF
+        crc = raw_crc32(body) & 0x7FFFFFFF
         tran = sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
         no_cq = tran == mc.TRANSACTION_PREPARED_TYPE or tran == mc.TRANSACTION_ROLLBACK_TYPE
         queue_id = msg.queue_id

@@ -32,11 +32,11 @@ from __future__ import annotations
 import enum
 import ipaddress
 import struct
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from reference_broker.common import message as mc
+from reference_broker.common.crc import raw_crc32
 from reference_broker.common.java_hash import tags_hash_code
 from reference_broker.store.dispatch import DispatchRequest
 
@@ -65,8 +65,8 @@ HEADERS: Final = {(bv6, sv6): _header(bv6, sv6) for bv6 in (False, True) for sv6
 
 
 def crc32(body: bytes | memoryview) -> int:
-    """UtilAll.crc32: CRC32 masked to a non-negative int."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    """UtilAll.crc32: CRC32 masked to a non-negative int (common/crc.py)."""
+    return raw_crc32(body) & 0x7FFFFFFF
 
 
 _HOST_CACHE: dict[str, bytes] = {}
@@ -382,7 +382,7 @@ def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
     append = out.append
     unpack = _FAST_HEADER.unpack_from
     hsize = _FAST_HEADER_SIZE
-    zcrc = zlib.crc32
+    zcrc = raw_crc32
     topics = _TOPIC_CACHE
     schedule = mc.SCHEDULE_TOPIC
     n = 0
