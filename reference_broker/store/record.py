@@ -378,6 +378,9 @@ def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
     (IPv4 hosts, the 4.x magic code) is checked and parsed inline with one header unpack; anything
     else takes ``check_message_and_return_size``, so both give the same requests for the same bytes.
     """
+    short = limit > len(buf)  # the bytes up to ``limit`` are not all there: damage, as for the per-record check
+    if short:
+        limit = len(buf)
     out: list[DispatchRequest] = []
     append = out.append
     unpack = _FAST_HEADER.unpack_from
@@ -455,7 +458,7 @@ def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
         append(req)
         pos += req.msg_size
         n += 1
-    return out, pos, ScanEnd.LIMIT
+    return out, pos, ScanEnd.BAD if short else ScanEnd.LIMIT
 
 
 

@@ -292,6 +292,21 @@ def check_scan(case: ScanCase) -> None:
     assert (reqs, pos, end) == per_record_scan(buf, case.pos, limit, case.check_crc, case.delay, 1 << 30)
 
 
+@pytest.mark.parametrize("past", [1, 7, 100])
+@pytest.mark.parametrize("max_records", [1, 2, 1 << 30])
+def test_a_limit_past_the_buffer_is_damage_at_its_end(past: int, max_records: int) -> None:
+    """A limit beyond the bytes given: the records that are there, then BAD where the bytes run out."""
+    buf = memoryview(_THREE)
+    limit = len(_THREE) + past
+    want = per_record_scan(buf, 0, limit, True, None, 1 << 30)
+    assert want[1:] == (len(_THREE), rec.ScanEnd.BAD)
+    reqs, pos, end = rec.scan_records(buf, 0, limit, True, None, max_records)
+    while end is rec.ScanEnd.LIMIT:
+        more, pos, end = rec.scan_records(buf, pos, limit, True, None, max_records)
+        reqs += more
+    assert (reqs, pos, end) == want
+
+
 def _pairs_record(**kw: Any) -> Rec:
     return Rec(props=props((b"TAGS", b"TagA"), (b"KEYS", b"k1 k2"), (b"UNIQ_KEY", b"7F0000010000")), **kw)
 
