@@ -57,8 +57,6 @@ class CommitLog:
         self.max_delay_level = max(self.delay_table_ms) if self.delay_table_ms else 0
         self.confirm_offset = -1
         self.msg_id_prefix = self.store_ip + self.store_port.to_bytes(4, "big")
-        # Dispatch requests for records just appended, in log order; the reput thread uses the one
-        # that matches its position and parses the log otherwise (recovery, replication, overflow).
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -188,19 +186,19 @@ class CommitLog:
 
     def _file_for(self, total: int, mf: MappedFile | None) -> MappedFile | None:
         """A file with room for ``total`` bytes: end the current one with a blank if needed."""
-        if mf is None or mf.staged_position >= mf.file_size:
+        if mf is None or mf.free_space() <= 0:
             try:
                 return self.mapped_file_queue.last_file_for_write()
             except OSError as e:
                 log.error("create mapped file failed: %s", e)
                 return None
-        if total + rec.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.staged_position:
+        if total + rec.END_FILE_MIN_BLANK_LENGTH > mf.free_space():
             return self._end_file(mf)
         return mf
 
     def _end_file(self, mf: MappedFile) -> MappedFile | None:
         """Fill the rest of ``mf`` with a blank record and open the next file (END_OF_FILE)."""
-        free = mf.file_size - mf.staged_position
+        free = mf.free_space()
         if free >= rec.END_FILE_MIN_BLANK_LENGTH:
             rec.write_blank(mf.wbuf, mf.staged_position, free)
         mf.staged_position = mf.file_size
@@ -254,7 +252,7 @@ class CommitLog:
                 except OSError as e:
                     log.error("create mapped file failed: %s", e)
                     return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
-                if grand + rec.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.staged_position:
+                if grand + rec.END_FILE_MIN_BLANK_LENGTH > mf.free_space():
                     nxt = self._end_file(mf)
                     if nxt is None:
                         return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)

@@ -239,17 +239,18 @@ class IndexFile:
         n = min(len(keys), self.index_num - self._index_count)
         if n <= 0:
             if keys:
-                self.put_key(keys[0], phy_offsets[0], store_timestamps[0], hash_codes[0])  # logs "over capacity"
+                log.warning("Over index file capacity: index count = %d; index max num = %d",
+                            self._index_count, self.index_num)
             return 0
-        done = 0
-        if self._index_count <= 1 or n < _VECTOR_MIN_KEYS:
-            # The first entry of a file also sets the file's begin (timeDiff against the old one): one at a time.
-            while done < n and (done == 0 or n < _VECTOR_MIN_KEYS):
-                if not self.put_key(keys[done], phy_offsets[done], store_timestamps[done], hash_codes[done]):
-                    return done
-                done += 1
-            if done == n:
-                return n
+        # Key by key: a short run (numpy's fixed cost is larger), and a file's first entry, which also sets
+        # the file's begin (its timeDiff is taken against the old one).
+        one_by_one = n if n < _VECTOR_MIN_KEYS else 1 if self._index_count <= 1 else 0
+        for done in range(one_by_one):
+            if not self.put_key(keys[done], phy_offsets[done], store_timestamps[done], hash_codes[done]):
+                return done
+        if one_by_one == n:
+            return n
+        done = one_by_one
         count = self._index_count
         m = n - done
         try:

@@ -112,9 +112,11 @@ class MappedFile:
             self.mm.madvise(mmap.MADV_RANDOM)
         self.buf = memoryview(self.mm)
         # The writer's side. Without staging, records are written through the mapping (``wbuf`` is
-        # ``buf``) and ``staged_position`` follows ``wrote_position``. With staging (the commit log's
-        # transient store pool) they go to an anonymous buffer first and ``commit`` writes them into the
-        # file: ``wrote_position`` is then the committed position, the end of what readers may see.
+        # ``buf``); the commit log's writers keep ``staged_position`` equal to ``wrote_position`` (its hot
+        # path reads the field directly), other files leave it alone: ``write_position`` is right for
+        # both. With staging (the commit log's transient store pool) records go to an anonymous buffer
+        # first and ``commit`` writes them into the file: ``wrote_position`` is then the committed
+        # position, the end of what readers may see.
         self.wbuf = self.buf
         self.staged_position = 0
         self.stage: mmap.mmap | None = None
@@ -228,7 +230,8 @@ class MappedFile:
             return 0
 
     def free_space(self) -> int:
-        return self.file_size - self.wrote_position
+        """Room left for the writer (past the staged end when staging)."""
+        return self.file_size - self.write_position
 
     # ---- reference counting (ReferenceResource) ------------------------------------------------
     def hold(self) -> bool:

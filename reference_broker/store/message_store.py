@@ -354,7 +354,6 @@ class MessageStore(StoreReads):
                 else:
                     run.append(req)
         table = self.consume_queue_table
-        writeable = self.running_flags.is_cq_writeable()
         last_ts = -1
         for (topic, queue_id), run in by_queue.items():
             queues = table.get(topic)
@@ -362,15 +361,9 @@ class MessageStore(StoreReads):
             if cq is None:
                 cq = self.find_consume_queue(topic, queue_id)
                 assert cq is not None
-            done = cq.put_message_positions(run, 0) if writeable else 0
-            if done:
-                ts = run[done - 1].store_timestamp
-                if ts > last_ts:
-                    last_ts = ts
-            if done < len(run):
-                ts = self._put_cq_positions(cq, run, done)
-                if ts > last_ts:
-                    last_ts = ts
+            ts = self._put_cq_positions(cq, run)
+            if ts > last_ts:
+                last_ts = ts
         if last_ts >= 0:
             self.checkpoint.dispatched_logics_timestamp = last_ts
         if self.config.message_index_enable:
@@ -383,11 +376,12 @@ class MessageStore(StoreReads):
             for req in reqs:
                 listener(req)
 
-    def _put_cq_positions(self, cq: ConsumeQueue, run: list[DispatchRequest], i: int) -> int:
-        """The rest of one queue's units of a run, from ``run[i]``: contiguous units are appended in one
-        write; anything else (a new file, pre-blank fill, re-dispatch over existing units, a write error)
-        takes the per-unit path with its retries. Returns the store time of the last unit written, or -1."""
+    def _put_cq_positions(self, cq: ConsumeQueue, run: list[DispatchRequest]) -> int:
+        """One queue's units of a run: contiguous units are appended in one write; anything else (a new
+        file, pre-blank fill, re-dispatch over existing units, a write error) takes the per-unit path
+        with its retries. Returns the store time of the last unit written, or -1."""
         n = len(run)
+        i = 0
         last_ts = -1
         while i < n:
             done = cq.put_message_positions(run, i) if self.running_flags.is_cq_writeable() else 0
