@@ -12,18 +12,10 @@ from hypothesis import strategies as st
 
 from reference_broker.common import java_hash
 from reference_broker.common.java_hash import hash_codes, string_hash_code
+from tests.common.test_java_hash import reference_hash as java_formula  # the formula, independent of both paths
 
 VECTOR_MIN = java_hash._VECTOR_MIN
 VECTOR_MAX_LEN = java_hash._VECTOR_MAX_LEN
-
-
-def java_formula(s: str) -> int:
-    """``h = 31*h + unit`` over UTF-16 code units, signed 32-bit: independent of both code paths."""
-    raw = s.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(raw), 2):
-        h = (31 * h + int.from_bytes(raw[i : i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def expected_codes(strings: list[str]) -> list[int]:
