@@ -215,20 +215,30 @@ def run_producer(opts: ProducerOptions, out: Callable[[str], None] = print) -> d
 def _child(opts: ProducerOptions, conn: Any) -> None:
     summary = run_producer(opts, out=lambda line: print(f"[{os.getpid()}] {line}", file=sys.stderr, flush=True))
     summary["samples_us"] = summary["samples_us"].tobytes()
+    if "pace_lag_us" in summary:
+        summary["pace_lag_us"] = summary["pace_lag_us"].tobytes()
     conn.send(summary)
     conn.close()
 
 
-def merge_producer_summaries(parts: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:
+def _merged(parts: list[dict[str, Any]], key: str) -> array[int]:
+    """The parts' microsecond samples under ``key`` (arrays, or bytes from a child process), sorted."""
     samples: array[int] = array("I")
     for p in parts:
-        s = p["samples_us"]
+        s = p.get(key)
+        if s is None:
+            continue
         if isinstance(s, bytes):
             arr: array[int] = array("I")
             arr.frombytes(s)
             s = arr
         samples.extend(s)
-    ordered = sorted(samples)
+    return array("I", sorted(samples))
+
+
+def merge_producer_summaries(parts: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:
+    ordered = _merged(parts, "samples_us")
+    lags = _merged(parts, "pace_lag_us")
     ok = sum(p["sent_ok_requests"] for p in parts)
     msgs = sum(p["messages"] for p in parts)
     elapsed = max(p["elapsed_s"] for p in parts) if parts else 0.0
@@ -246,6 +256,8 @@ def merge_producer_summaries(parts: list[dict[str, Any]], batch_size: int) -> di
         "elapsed_s": elapsed,
         "processes": len(parts),
         "client_cpu_us_per_msg": cpu / msgs * 1e6 if msgs else None,
+        # Paced lean sends: how late the client wrote its frames (the latencies count from the write).
+        **({"pace_lag_p99_ms": percentile(lags, 99), "pace_lag_max_ms": lags[-1] / 1000} if lags else {}),
     }
 
 

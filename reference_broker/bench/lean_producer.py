@@ -9,6 +9,12 @@ timestamp (13 digits), each message's UNIQ_KEY (32 hex, MessageClientIDSetter's 
 send-time stamp (19 digits). Frames go out in one write per event-loop pass on uvloop; answers are matched by
 opaque, reading only the header's code and opaque. The route comes from the name server once, through the
 client library. What the broker receives and does is unchanged: it cannot tell the difference.
+
+With ``--rate`` the sends are paced open loop: a timer writes whatever is due, whatever the answers do, so a
+broker stall delays every send written meanwhile and shows in their latencies (no coordinated omission). The
+loop's timers tick in milliseconds, so a latency counts from the moment its frame was written, not from its
+intended time; how late the client wrote each frame is reported beside it (``pace_lag_*``), so a reader can
+tell a slow client from a slow broker.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ BORN_SENTINEL: Final = 9_999_999_999_999  # 13 digits: epoch ms until the year 2
 UNIQ_SENTINEL: Final = "Q" * 32
 NS_SENTINEL: Final = "8" * 19
 _HEAD = struct.Struct(">ii")
+PACE_TICK_S: Final = 0.001  # paced sends: each timer tick writes every frame due by then
 
 
 @dataclass(frozen=True)
@@ -156,7 +163,7 @@ async def _run(opts: ProducerOptions, addr: str, queues: list[int], out: Callabl
             drained.set()
 
     def on_read() -> None:
-        if not done.is_set():
+        if not done.is_set() and not paced:
             fill()
 
     def on_lost() -> None:
@@ -188,9 +195,33 @@ async def _run(opts: ProducerOptions, addr: str, queues: list[int], out: Callabl
         if frames:
             transport.write(b"".join(frames))
 
+    paced = opts.rate > 0
+    interval_ns = 1e9 / opts.rate if paced else 0.0
+    lags: array[int] = array("I")  # µs each paced frame went out after its intended time
+    start_ns = time.perf_counter_ns()
+
+    def pace() -> None:
+        """Write every send due by now (open loop), then sleep until the next one is due."""
+        if done.is_set():
+            return
+        now = time.perf_counter_ns()
+        frames = []
+        sent = state["sent"]
+        while start_ns + sent * interval_ns <= now and len(pending) < opts.in_flight and not limit_reached():
+            lags.append(min(0xFFFFFFFF, int(now - start_ns - sent * interval_ns) // 1000))
+            frames.append(frame_for(now))
+            sent = state["sent"] = sent + 1
+        if frames:
+            transport.write(b"".join(frames))
+        # uvloop's timers have millisecond resolution: a shorter delay would spin the loop (and eat a core).
+        loop.call_later(max(PACE_TICK_S, (start_ns + sent * interval_ns - time.perf_counter_ns()) / 1e9), pace)
+
     cpu0 = time.process_time()
     t_start = time.monotonic()
-    fill()
+    if paced:
+        pace()
+    else:
+        fill()
     last = t_start
     deadline = t_start + opts.duration_s
     while not done.is_set():
@@ -213,7 +244,8 @@ async def _run(opts: ProducerOptions, addr: str, queues: list[int], out: Callabl
     total.send_failed += len(pending)  # never answered
     return {"sent_ok_requests": total.ok, "messages": total.ok * batch, "send_failed": total.send_failed,
             "response_failed": total.response_failed, "elapsed_s": elapsed, "rt_total_us": total.rt_total_us,
-            "rt_max_us": total.rt_max_us, "client_cpu_s": cpu, "samples_us": total.samples}
+            "rt_max_us": total.rt_max_us, "client_cpu_s": cpu, "samples_us": total.samples,
+            **({"pace_lag_us": lags} if paced else {})}
 
 
 def run_lean_producer(opts: ProducerOptions, out: Callable[[str], None] = print) -> dict[str, Any]:

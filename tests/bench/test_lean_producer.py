@@ -75,8 +75,23 @@ def test_lean_producer_stores_every_acknowledged_message(tmp_path: Path, batch: 
         assert stored == 501  # + the library's warm-up send
 
 
-def test_lean_refuses_rate_and_keys() -> None:
-    for extra in (["-r", "100"], ["-k"]):
-        p = subprocess.run([sys.executable, "-m", "reference_broker", "bench", "producer", "--lean", *extra],
-                           capture_output=True, text=True, timeout=60)
-        assert p.returncode == 2 and "--lean" in p.stderr
+@pytest.mark.e2e
+def test_paced_lean_producer_keeps_its_rate_and_reports_its_lag(tmp_path: Path) -> None:
+    """Open loop: sends go out on schedule, never ahead of it, and every one is stored."""
+    with Topology(tmp_path / "t") as topo:
+        p = subprocess.run([sys.executable, "-m", "reference_broker", "bench", "producer", "-n", topo.namesrv_addr,
+                            "-t", "Paced", "--lean", "-r", "200", "-s", "200", "-q", "300", "-d", "30", "--json"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        s = json.loads(p.stdout)
+        assert s["messages"] == 300 and s["send_failed"] == 0 and s["response_failed"] == 0
+        assert s["elapsed_s"] >= 299 / 200  # the 300th send is due 1.495 s after the first
+        assert 0 <= s["pace_lag_p99_ms"] <= s["pace_lag_max_ms"]
+        stats = admin.topic_status(topo.namesrv_addr, "Paced")
+        assert sum(q["maxOffset"] - q["minOffset"] for q in stats) == 301  # + the library's warm-up send
+
+
+def test_lean_refuses_keys() -> None:
+    p = subprocess.run([sys.executable, "-m", "reference_broker", "bench", "producer", "--lean", "-k"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--lean" in p.stderr
