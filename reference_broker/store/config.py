@@ -40,6 +40,9 @@ class MessageStoreConfig:
     # Consume-queue files reserve disk space in steps (see mapped_file.py); 10,000 queues would
     # otherwise reserve 60 GB up front. Not a RocketMQ key.
     consume_queue_alloc_chunk_bytes: int = 64 * 1024
+    # The commit log's page cache is kept filled this far ahead of the writer (store/warm.py); 0: off.
+    # Not a RocketMQ key (its warmMapedFileEnable pre-touches whole files instead).
+    commit_log_warm_ahead_bytes: int = 16 * 1024 * 1024
     flush_interval_commit_log_ms: int = 500  # flushIntervalCommitLog
     flush_commit_log_timed: bool = True  # flushCommitLogTimed (true since 4.9.1)
     flush_commit_log_least_pages: int = 4  # flushCommitLogLeastPages

@@ -13,6 +13,13 @@ Deliberate differences from RocketMQ:
   consume-queue write (retried, then read-only; seed Q&A 18).
 - Flushing uses ``fdatasync`` on the file descriptor, which writes back pages dirtied through the
   mapping and, unlike ``mmap.flush``, releases the GIL so the writer is never held by a flush.
+- The commit log's page cache is warmed ahead of the writer (``warm_ahead``, from ``WarmAheadService``) where
+  RocketMQ has the optional warmMappedFile (a zero written to every page, and mlock). Without it the writer's
+  first touch of a page not in the cache is a fault that reads around itself (``read_ahead_kb``, 8 MiB on
+  this machine's disk): every 8 MiB of log one put spent ~20 ms zero-filling 2,048 pages with the
+  interpreter lock held, and every request of the broker waited (found by its p99 at half rate).
+  ``posix_fadvise(WILLNEED)`` does the same read-ahead from another thread, outside the lock, and dirties
+  nothing: no extra writes reach the disk.
 - The transient store pool (a commit log's staging, ``enable_staging``/``commit``) is one anonymous
   mapping per file instead of a pool of ``transientStorePoolSize`` direct buffers: pages are faulted in
   as the writer reaches them and the mapping is dropped once the file is full and committed.
@@ -36,6 +43,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 OS_PAGE_SIZE = 4096  # MappedFile.OS_PAGE_SIZE
+# warm_ahead's calls: small enough that no kernel caps one at its read-ahead size (read_ahead_kb).
+WARM_STEP_BYTES = 1024 * 1024
 
 
 _FALLOC_FL_ZERO_RANGE = 0x10
@@ -120,6 +129,7 @@ class MappedFile:
         self.wbuf = self.buf
         self.staged_position = 0
         self.stage: mmap.mmap | None = None
+        self.warmed_to = 0  # [0, warmed_to) was read into the page cache by warm_ahead
         self.wrote_position = 0
         self.flushed_position = 0
         self.store_timestamp = 0  # store time of the last message appended (commit log only)
@@ -143,6 +153,32 @@ class MappedFile:
         except (OSError, ValueError):
             return False
         return True
+
+    def warm_ahead(self, end: int, step: int = WARM_STEP_BYTES) -> int:
+        """Read [warmed_to, end) into the page cache (posix_fadvise WILLNEED: the kernel's read-ahead,
+        zero-filled for space never written) in ``step``-sized calls, each outside the interpreter lock.
+        Returns the new ``warmed_to``; the pages stay clean, so no flush writes them."""
+        end = min(end, self.file_size)
+        start = max(self.warmed_to, self.write_position - self.write_position % OS_PAGE_SIZE)
+        if (end - start < step and end < self.file_size) or end <= start:
+            return self.warmed_to
+        if not self.hold():
+            return self.warmed_to
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                while start < end:
+                    n = min(step, end - start)
+                    os.posix_fadvise(fd, start, n, os.POSIX_FADV_WILLNEED)
+                    start += n
+            finally:
+                os.close(fd)
+        except (OSError, AttributeError):  # not Linux, or the file just went away: the writer faults as before
+            return self.warmed_to
+        finally:
+            self.release()
+        self.warmed_to = end
+        return end
 
     # ---- staging (TransientStorePool) ------------------------------------------------------------
     def enable_staging(self) -> None:

@@ -45,6 +45,7 @@ from reference_broker.store.index_file import IndexService
 from reference_broker.store.message_store_reads import StoreReads
 from reference_broker.store.reput import ReputMessageService
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
+from reference_broker.store.warm import WarmAheadService
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,8 @@ class MessageStore(StoreReads):
         self.commit_service = CommitRealTimeService(self.commit_log, config, self.flush_service) \
             if config.is_transient_store_pool_enable() else None
         self.commit_log.mapped_file_queue.staging = config.is_transient_store_pool_enable()
+        self.warm_service = WarmAheadService(self.commit_log.mapped_file_queue, config.commit_log_warm_ahead_bytes) \
+            if config.commit_log_warm_ahead_bytes > 0 else None
         self.flush_cq_service = FlushConsumeQueueService(self.iter_consume_queues, self.checkpoint, config,
                                                          lambda: self.reput.reput_from_offset)
         self.clean_commit_log = CleanCommitLogService(config, self.commit_log, self.running_flags)
@@ -218,6 +221,8 @@ class MessageStore(StoreReads):
         self.flush_service.start()
         if self.commit_service is not None:
             self.commit_service.start()
+        if self.warm_service is not None:
+            self.warm_service.start()
         self.flush_cq_service.start()
         self._create_abort_file()
         self._schedule(self.clean_initial_delay_s, self.config.clean_resource_interval_ms / 1000, self.clean_files)
@@ -273,6 +278,8 @@ class MessageStore(StoreReads):
             if self.commit_service is not None:
                 self.commit_service.shutdown()  # commits everything staged, so dispatch can catch up
             self.reput.shutdown()
+            if self.warm_service is not None:
+                self.warm_service.shutdown()
             self.flush_cq_service.shutdown()
             self.flush_service.shutdown()
         self.index_service.shutdown()
