@@ -167,14 +167,7 @@ class ConsumeQueue:
                 first.commit_log_offset + first.msg_size <= self.max_physic_offset:
             return 0
         if start + 1 == len(run):  # the usual case with many queues: one unit per queue in a run
-            try:
-                mf.ensure_allocated(pos + CQ_STORE_UNIT_SIZE)
-            except OSError:
-                return 0
-            UNIT.pack_into(mf.buf, pos, first.commit_log_offset, first.msg_size, first.tags_code)
-            mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
-            self.max_physic_offset = first.commit_log_offset + first.msg_size
-            return 1
+            return 1 if self.append_unit(first) else 0
         room = (mf.file_size - pos) // CQ_STORE_UNIT_SIZE
         pack = UNIT.pack
         units: list[bytes] = []
@@ -195,6 +188,28 @@ class ConsumeQueue:
         mf.wrote_position = end
         self.max_physic_offset = last.commit_log_offset + last.msg_size
         return n
+
+    def append_unit(self, req: DispatchRequest) -> bool:
+        """``put_message_positions`` for a run holding one unit of this queue, without the run: append it
+        if it continues the queue exactly (the same conditions), else False and nothing is written."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return False
+        mf = files[-1]
+        pos = mf.wrote_position
+        end = pos + CQ_STORE_UNIT_SIZE
+        offset = req.commit_log_offset
+        if pos >= mf.file_size or req.consume_queue_offset * CQ_STORE_UNIT_SIZE != mf.file_from_offset + pos or \
+                offset + req.msg_size <= self.max_physic_offset:
+            return False
+        try:
+            mf.ensure_allocated(end)
+        except OSError:
+            return False
+        UNIT.pack_into(mf.buf, pos, offset, req.msg_size, req.tags_code)
+        mf.wrote_position = end
+        self.max_physic_offset = offset + req.msg_size
+        return True
 
     def _stale_at(self, cq_offset: int, offset: int, size: int) -> bool:
         """A unit already at ``cq_offset`` that names another record than (offset, size) is stale — left

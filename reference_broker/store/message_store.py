@@ -361,6 +361,7 @@ class MessageStore(StoreReads):
                 else:
                     run.append(req)
         table = self.consume_queue_table
+        flags = self.running_flags
         last_ts = -1
         for (topic, queue_id), run in by_queue.items():
             queues = table.get(topic)
@@ -368,14 +369,16 @@ class MessageStore(StoreReads):
             if cq is None:
                 cq = self.find_consume_queue(topic, queue_id)
                 assert cq is not None
-            ts = self._put_cq_positions(cq, run)
+            if len(run) == 1 and flags.is_cq_writeable() and cq.append_unit(run[0]):
+                ts = run[0].store_timestamp  # one unit of this queue in the run: the many-queues case
+            else:
+                ts = self._put_cq_positions(cq, run)
             if ts > last_ts:
                 last_ts = ts
         if last_ts >= 0:
             self.checkpoint.dispatched_logics_timestamp = last_ts
         if self.config.message_index_enable:
             self.index_service.build_index_batch(reqs)
-            flags = self.running_flags
             if self.index_service.index_file_error and not flags.flag & RunningFlags.WRITE_INDEX_FILE_ERROR:
                 log.error("index files cannot be built: the store stops accepting writes")
                 flags.make_index_file_error()
