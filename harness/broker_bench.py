@@ -152,7 +152,7 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
 def _half_lean(mode: dict[str, Any]) -> str:
     h = mode["half_rate_lean"]
     return (f"{h['p99_ms']:.2f} ms at {h['send_tps']:,.0f} msg/s (client pacing lag p99 "
-            f"{h.get('pace_lag_p99_ms', 0.0):.2f} ms)")
+            f"{h['pace_lag_p99_ms']:.2f} ms)")
 
 
 def _send_to_consume(topo: Topology, plan: Plan, progress: Progress) -> dict[str, Any]:

@@ -221,7 +221,7 @@ def _child(opts: ProducerOptions, conn: Any) -> None:
     conn.close()
 
 
-def _merged(parts: list[dict[str, Any]], key: str) -> array[int]:
+def _merged(parts: list[dict[str, Any]], key: str) -> list[int]:
     """The parts' microsecond samples under ``key`` (arrays, or bytes from a child process), sorted."""
     samples: array[int] = array("I")
     for p in parts:
@@ -233,7 +233,7 @@ def _merged(parts: list[dict[str, Any]], key: str) -> array[int]:
             arr.frombytes(s)
             s = arr
         samples.extend(s)
-    return array("I", sorted(samples))
+    return sorted(samples)
 
 
 def merge_producer_summaries(parts: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:

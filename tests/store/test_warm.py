@@ -45,7 +45,7 @@ def fresh_file(tmp_path: Path, size: int) -> MappedFile:
     return q.last_file_for_write()
 
 
-def test_warm_ahead_reads_the_range_into_the_page_cache_without_dirtying_it(tmp_path: Path) -> None:
+def test_warm_ahead_reads_the_range_into_the_page_cache_and_writes_nothing(tmp_path: Path) -> None:
     mf = fresh_file(tmp_path, 8 * MiB)
     try:
         assert not any(resident(mf, 0, 8 * MiB))  # a new, never-touched file
@@ -78,7 +78,7 @@ def test_warmed_pages_are_clean_so_no_flush_writes_them(tmp_path: Path) -> None:
         mf.destroy(0)
 
 
-def test_warm_ahead_starts_at_the_writer_and_skips_less_than_a_step(tmp_path: Path) -> None:
+def test_warm_ahead_skips_less_than_a_step_and_stops_at_the_file_end(tmp_path: Path) -> None:
     mf = fresh_file(tmp_path, 8 * MiB)
     try:
         assert mf.append_bytes(b"\x01" * (3 * MiB + 100))
