@@ -148,6 +148,8 @@ def format_table(r: dict[str, Any]) -> str:
         _row("TAGS + UNIQ_KEY: until dispatched", _num(r.get("append_async_dispatched_msgs_per_s"), " msg/s")),
         _row("TAGS only: put", _num(r.get("append_async_nokey_msgs_per_s"), " msg/s")),
         _row("TAGS only: until dispatched", _num(r.get("append_async_nokey_dispatched_msgs_per_s"), " msg/s")),
+        _row("TAGS + UNIQ_KEY, no whole-record CRC: put", _num(r.get("append_async_no_prop_crc_msgs_per_s"), " msg/s"),
+             f"with CRC / without: {r['prop_crc_vs_none_ratio']:.2f}" if r.get("prop_crc_vs_none_ratio") else ""),
         "",
         "Append, SYNC_FLUSH (group commit), TAGS + UNIQ_KEY",
     ]

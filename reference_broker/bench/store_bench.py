@@ -192,8 +192,9 @@ def load_and_start(store: MessageStore) -> None:
 
 
 @contextlib.contextmanager
-def running_store(root: Path, flush: FlushDiskType = FlushDiskType.ASYNC_FLUSH) -> Iterator[MessageStore]:
-    store = new_store(root, flush)
+def running_store(root: Path, flush: FlushDiskType = FlushDiskType.ASYNC_FLUSH,
+                  **config: Any) -> Iterator[MessageStore]:
+    store = new_store(root, flush, **config)
     try:
         load_and_start(store)
         yield store
@@ -248,11 +249,11 @@ def _warm_up(store: MessageStore) -> None:
     _must_dispatch(store)
 
 
-def bench_append_async(root: Path, messages: int, *, keyed: bool) -> dict[str, Any]:
+def bench_append_async(root: Path, messages: int, *, keyed: bool, **config: Any) -> dict[str, Any]:
     """One writer, ASYNC_FLUSH: put rate, and the rate until dispatch has caught up."""
     factory = MessageFactory(keyed)
     make = factory.make
-    with running_store(root) as store:
+    with running_store(root, **config) as store:
         _warm_up(store)
         start_offset = store.commit_log.get_max_offset()
         ok, put_s, dispatched_s = _timed_puts(store, make, messages, PRODUCER_QUEUES)
@@ -553,24 +554,35 @@ def run_store_bench(plan: Plan, base: Path, progress: Progress | None = None) ->
     r["fio"] = fio.as_dict() if fio else None
 
     n = plan.async_messages
-    appends: dict[str, dict[str, Any]] = {}
-    for name, with_keys, what in (("keyed", True, "TAGS + UNIQ_KEY"), ("nokey", False, "TAGS only")):
-        say(f"append, ASYNC_FLUSH, one writer: {n:,} messages with {what}, {plan.rounds} rounds on fresh stores")
-        samples = []
-        for k in range(plan.rounds):
+    # The variants take turns round by round, so a drifting machine moves them alike. "no_prop_crc" is
+    # the keyed run without the whole-record CRC (4.9.8's records): the CRC's cost, side by side.
+    variants: tuple[tuple[str, bool, str, dict[str, Any]], ...] = (
+        ("keyed", True, "TAGS + UNIQ_KEY", {}),
+        ("nokey", False, "TAGS only", {}),
+        ("no_prop_crc", True, "TAGS + UNIQ_KEY, no whole-record CRC", {"enabled_append_prop_crc": False}),
+    )
+    say(f"append, ASYNC_FLUSH, one writer: {n:,} messages, {plan.rounds} rounds of "
+        + ", ".join(f"{name} ({what})" for name, _k, what, _c in variants) + " on fresh stores")
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in variants}
+    for k in range(plan.rounds):
+        for name, with_keys, _what, config in variants:
             with _phase_dir(base, f"append-async-{name}-{k}") as root:
-                samples.append(bench_append_async(root, n, keyed=with_keys))
-            say(f"  {samples[-1]['msgs_per_s']:,.0f} msg/s put, "
-                f"{samples[-1]['dispatched_msgs_per_s']:,.0f} msg/s dispatched")
-        appends[name] = median_of(samples, "msgs_per_s")
-        appends[name]["dispatched_msgs_per_s"] = statistics.median(x["dispatched_msgs_per_s"] for x in samples)
-        appends[name]["rounds"] = samples
-    keyed, nokey = appends["keyed"], appends["nokey"]
+                samples[name].append(bench_append_async(root, n, keyed=with_keys, **config))
+            say(f"  {name}: {samples[name][-1]['msgs_per_s']:,.0f} msg/s put, "
+                f"{samples[name][-1]['dispatched_msgs_per_s']:,.0f} msg/s dispatched")
+    appends: dict[str, dict[str, Any]] = {}
+    for name, runs in samples.items():
+        appends[name] = median_of(runs, "msgs_per_s")
+        appends[name]["dispatched_msgs_per_s"] = statistics.median(x["dispatched_msgs_per_s"] for x in runs)
+        appends[name]["rounds"] = runs
+    keyed, nokey, no_crc = appends["keyed"], appends["nokey"], appends["no_prop_crc"]
     r.update(append_async_msgs_per_s=keyed["msgs_per_s"],
              append_async_dispatched_msgs_per_s=keyed["dispatched_msgs_per_s"],
              append_async_nokey_msgs_per_s=nokey["msgs_per_s"],
              append_async_nokey_dispatched_msgs_per_s=nokey["dispatched_msgs_per_s"],
-             append_async={"keyed": keyed, "nokey": nokey})
+             append_async_no_prop_crc_msgs_per_s=no_crc["msgs_per_s"],
+             prop_crc_vs_none_ratio=_ratio(keyed["msgs_per_s"], no_crc["msgs_per_s"]),
+             append_async={"keyed": keyed, "nokey": nokey, "no_prop_crc": no_crc})
 
     sync: dict[str, Any] = {}
     for threads in plan.sync_threads:

@@ -57,6 +57,8 @@ class CommitLog:
         self.max_delay_level = max(self.delay_table_ms) if self.delay_table_ms else 0
         self.confirm_offset = -1
         self.msg_id_prefix = self.store_ip + self.store_port.to_bytes(4, "big")
+        self.append_prop_crc = config.enabled_append_prop_crc
+        self.verify_prop_crc = config.verify_prop_crc()
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -125,6 +127,11 @@ class CommitLog:
         props_b = msg.properties_bytes
         if props_b is None:
             props_b = msg.encoded_properties()
+        if rec.PROP_CRC_HEAD in props_b:
+            props_b = rec.strip_prop_crc(props_b)
+        append_crc = self.append_prop_crc
+        if append_crc:
+            props_b = rec.reserve_prop_crc(props_b)
         body = msg.body
         if len(props_b) > rec.MAX_PROPERTIES_LENGTH:
             return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -173,6 +180,10 @@ class CommitLog:
                              msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip, self.store_port,
                              msg.reconsume_times, msg.prepared_transaction_offset, len(body), body, len(topic_b),
                              topic_b, len(props_b), props_b)
+                if append_crc:  # rec.write_prop_crc, inlined: the hot path
+                    t = pos + total - rec.CRC32_RESERVED_LEN
+                    wbuf = mf.wbuf
+                    wbuf[t + 9 : t + 19] = (b"%010d" % (raw_crc32(wbuf[pos:t]) & 0x7FFFFFFF))[::-1]
                 mf.staged_position = pos + total
                 if mf.stage is None:
                     mf.wrote_position = pos + total  # readers see it now; with staging, once committed
@@ -183,6 +194,13 @@ class CommitLog:
                 self.begin_time_in_lock = 0
         return PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(
             AppendMessageStatus.PUT_OK, phys, total, "", store_ts, qoff, 1, self.msg_id_prefix))
+
+    def _stored_properties(self, props_b: bytes) -> bytes:
+        """The properties as stored: any old ``__CRC32#`` dropped, the CRC's tail reserved when on
+        (CommitLog.asyncPutMessage deletes PROPERTY_CRC32 when off; MessageExtEncoder reserves it)."""
+        if rec.PROP_CRC_HEAD in props_b:
+            props_b = rec.strip_prop_crc(props_b)
+        return rec.reserve_prop_crc(props_b) if self.append_prop_crc else props_b
 
     def _file_for(self, total: int, mf: MappedFile | None) -> MappedFile | None:
         """A file with room for ``total`` bytes: end the current one with a blank if needed."""
@@ -225,7 +243,7 @@ class CommitLog:
                                         AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
             m.topic = batch.topic
             m.queue_id = batch.queue_id
-            props_b = m.encoded_properties()
+            props_b = self._stored_properties(m.encoded_properties())
             bad = self._check_sizes(topic_b, props_b, m.body)
             if bad is not None:
                 status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
@@ -265,6 +283,8 @@ class CommitLog:
                     phys = mf.file_from_offset + pos
                     rec.encode_into(wbuf, pos, total, m, topic_b, props_b, qoff, phys, store_ts, born_ip,
                                     self.store_ip, self.store_port, crc)
+                    if self.append_prop_crc:
+                        rec.write_prop_crc(wbuf, pos, total)
                     ids.append(rec.create_message_id(self.store_ip, self.store_port, phys))
                     pos += total
                     qoff += 1
@@ -361,7 +381,8 @@ class CommitLog:
         size = mf.file_size
         delay = self.delay_table_ms
         while pos < size:
-            reqs, pos, end = rec.scan_records(buf, pos, size, check_crc, delay, RECOVER_RUN_RECORDS)
+            reqs, pos, end = rec.scan_records(buf, pos, size, check_crc, delay, RECOVER_RUN_RECORDS,
+                                              self.verify_prop_crc)
             if reqs:
                 if on_batch is not None:
                     on_batch(reqs)
@@ -453,7 +474,8 @@ class CommitLog:
         for i, mf in enumerate(files):
             if mf.file_from_offset <= offset < mf.file_from_offset + mf.file_size:
                 pos = offset - mf.file_from_offset
-                req = rec.check_message_and_return_size(mf.buf, pos, mf.file_size, cfg.check_crc_on_recover)
+                req = rec.check_message_and_return_size(mf.buf, pos, mf.file_size, cfg.check_crc_on_recover,
+                                                        verify_prop_crc=self.verify_prop_crc)
                 if req.success or self._is_zero_tail(mf, pos):
                     return i, pos
                 log.warning("checkpoint recover offset %d is not a record boundary: using the time rule", offset)

@@ -86,6 +86,12 @@ class MessageStoreConfig:
     default_query_max_num: int = 32  # defaultQueryMaxNum
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # messageDelayLevel
     check_crc_on_recover: bool = True  # checkCRCOnRecover
+    # 5.x keys, not in 4.9.8; both false there. On here (a deliberate difference, README): a record
+    # ends with a CRC over all of it, and recovery checks that instead of BODYCRC, so a torn page in
+    # a record's topic or properties is truncated, not served (record.py, "whole-record CRC").
+    # Verification needs the appended CRC: with enabledAppendPropCRC off it is off too.
+    enabled_append_prop_crc: bool = True  # enabledAppendPropCRC
+    force_verify_prop_crc: bool = True  # forceVerifyPropCRC
     duplication_enable: bool = False  # duplicationEnable
     # Not a RocketMQ key: start abnormal recovery at the checkpoint's recover offset (checkpoint.py)
     # rather than at the start of the newest file older than the checkpoint's time. False = 4.9.8.
@@ -96,6 +102,10 @@ class MessageStoreConfig:
     put_msg_index_high_water: int = 600_000
     store_host: tuple[str, int] = ("127.0.0.1", 10911)  # brokerIP1:listenPort (offsetMsgId)
     total_physical_memory_bytes: int = field(default_factory=_total_physical_memory)
+
+    def verify_prop_crc(self) -> bool:
+        """Recovery checks the whole-record CRC (only when records carry one: see the fields)."""
+        return self.force_verify_prop_crc and self.enabled_append_prop_crc
 
     def is_transient_store_pool_enable(self) -> bool:
         """MessageStoreConfig.isTransientStorePoolEnable: ASYNC_FLUSH on a master only."""
@@ -179,6 +189,8 @@ ROCKETMQ_KEYS: dict[str, str] = {
     "maxIndexNum": "max_index_num",
     "messageDelayLevel": "message_delay_level",
     "checkCRCOnRecover": "check_crc_on_recover",
+    "enabledAppendPropCRC": "enabled_append_prop_crc",
+    "forceVerifyPropCRC": "force_verify_prop_crc",
     "duplicationEnable": "duplication_enable",
     "recoverFromCheckpointOffset": "recover_from_checkpoint_offset",
     "osPageCacheBusyTimeOutMills": "os_page_cache_busy_timeout_ms",

@@ -25,6 +25,21 @@ offsets for IPv4 hosts (each IPv6 host adds 12 bytes and shifts what follows):
 
 The fixed part is 91 bytes with IPv4 hosts. The end-of-file blank is ``int size | int BLANK_MAGIC``
 covering the rest of the file.
+
+Whole-record CRC (RocketMQ 5.x ``enabledAppendPropCRC`` / ``forceVerifyPropCRC``; not in 4.9.8): the
+PROPERTIES end with a reserved property of ``CRC32_RESERVED_LEN`` = 20 bytes,
+
+| bytes | content                                                                                   |
+|-------|-------------------------------------------------------------------------------------------|
+| 9     | ``__CRC32#`` (MessageConst.PROPERTY_CRC32) + NAME_VALUE_SEPARATOR ``\x01``                |
+| 10    | ``crc32(record[0 : TOTALSIZE - 20]) & 0x7FFFFFFF`` as decimal digits, least significant first, |
+|       | padded with ``0`` (MessageDecoder.createCrc32)                                            |
+| 1     | PROPERTY_SEPARATOR ``\x02``                                                               |
+
+preceded by a ``\x02`` when the user's properties do not end with one. The CRC covers every field
+before it, offsets and store timestamp included, so it is computed in the put lock once they are
+known (DefaultAppendMessageCallback.doAppend). BODYCRC covers the body only: a page torn inside the
+topic or properties of the last record would pass it, and that record would be served damaged.
 """
 
 from __future__ import annotations
@@ -51,6 +66,9 @@ SYSFLAG_POS: Final = 36
 BORNHOST_POS: Final = 48
 BLANK: Final = struct.Struct(">ii")
 INT: Final = struct.Struct(">i")
+CRC32_RESERVED_LEN: Final = len(mc.PROPERTY_CRC32) + 1 + 10 + 1  # CommitLog.CRC32_RESERVED_LEN (5.x)
+PROP_CRC_HEAD: Final = mc.PROPERTY_CRC32.encode() + b"\x01"
+_PROP_CRC_RESERVE: Final = PROP_CRC_HEAD + b"0" * 10 + b"\x02"
 
 
 def _header(born_v6: bool, store_v6: bool) -> struct.Struct:
@@ -252,6 +270,43 @@ def encode_into(
                  len(topic_b), topic_b, len(props_b), props_b)
 
 
+def strip_prop_crc(props_b: bytes) -> bytes:
+    """Properties without a ``__CRC32#`` pair: a message re-put from a stored record (retry, delay
+    delivery) carries its old one, and a client may send one; the store writes its own."""
+    return b"\x02".join(p for p in props_b.split(b"\x02") if p and not p.startswith(PROP_CRC_HEAD))
+
+
+def reserve_prop_crc(props_b: bytes) -> bytes:
+    """Properties with the whole-record CRC's reserved tail (digits filled by ``write_prop_crc``)."""
+    if props_b and props_b[-1] != 2:
+        return props_b + b"\x02" + _PROP_CRC_RESERVE
+    return props_b + _PROP_CRC_RESERVE
+
+
+def stored_props_length(props_b: bytes, prop_crc: bool = True) -> int:
+    """Length of PROPERTIES as the store writes them: with the whole-record CRC's tail when on."""
+    return len(reserve_prop_crc(props_b)) if prop_crc else len(props_b)
+
+
+def write_prop_crc(buf: memoryview, pos: int, total: int) -> None:
+    """Fill the reserved digits of the record at ``pos`` with the CRC of everything before them."""
+    t = pos + total - CRC32_RESERVED_LEN
+    buf[t + 9 : t + 19] = (b"%010d" % (raw_crc32(buf[pos:t]) & 0x7FFFFFFF))[::-1]
+
+
+def prop_crc_ok(buf: memoryview | bytes, pos: int, total: int) -> bool:
+    """The record at ``pos`` ends with a whole-record CRC that matches it.
+
+    Stricter than RocketMQ 5.x, which accepts a record whose CRC property is missing (with a warning):
+    a tear that zeroes the end of a record removes that property, so here a missing one is damage.
+    """
+    t = pos + total - CRC32_RESERVED_LEN
+    if t < pos or bytes(buf[t : t + 9]) != PROP_CRC_HEAD or buf[t + 19] != 2:
+        return False
+    digits = bytes(buf[t + 9 : t + 19])
+    return digits.isdigit() and int(digits[::-1]) == raw_crc32(buf[pos:t]) & 0x7FFFFFFF
+
+
 def write_blank(buf: memoryview, pos: int, size: int) -> None:
     """End-of-file filler: ``int size | int BLANK_MAGIC`` (rest of the file untouched)."""
     BLANK.pack_into(buf, pos, size, BLANK_MAGIC_CODE)
@@ -264,9 +319,13 @@ class RecordError(ValueError):
     """A record that does not parse: bad magic, bad length, bad CRC."""
 
 
-def _parse(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool
+def _parse(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool, verify_prop_crc: bool = False
            ) -> tuple[tuple[Any, ...], int, int, int, int, int, int]:
-    """Header fields plus (body_start, body_len, topic_start, topic_len, props_start, props_len)."""
+    """Header fields plus (body_start, body_len, topic_start, topic_len, props_start, props_len).
+
+    With ``check_crc``, ``verify_prop_crc`` checks the whole-record CRC instead of BODYCRC, as
+    forceVerifyPropCRC does in checkMessageAndReturnSize (5.x).
+    """
     if limit - pos < 8:
         raise RecordError("truncated header")
     total, magic = BLANK.unpack_from(buf, pos)
@@ -300,8 +359,12 @@ def _parse(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool
     props_start = p + 2
     if props_start + props_len != end:
         raise RecordError(f"record length mismatch: total {total}, fields end at {props_start + props_len - pos}")
-    if check_crc and crc32(buf[body_start:body_start + body_len]) != fields_[2]:
-        raise RecordError("body CRC mismatch")
+    if check_crc:
+        if verify_prop_crc:
+            if not prop_crc_ok(buf, pos, total):
+                raise RecordError("whole-record CRC missing or mismatched")
+        elif crc32(buf[body_start:body_start + body_len]) != fields_[2]:
+            raise RecordError("body CRC mismatch")
     return fields_, body_start, body_len, topic_start, topic_len, props_start, props_len
 
 
@@ -314,10 +377,11 @@ def check_message_and_return_size(
     limit: int,
     check_crc: bool,
     delay_table_ms: dict[int, int] | None = None,
+    verify_prop_crc: bool = False,
 ) -> DispatchRequest:
     """CommitLog.checkMessageAndReturnSize: a DispatchRequest, size 0 for a blank, -1 on damage."""
     try:
-        f, _bs, _bl, ts, tl, ps, pl = _parse(buf, pos, limit, check_crc)
+        f, _bs, _bl, ts, tl, ps, pl = _parse(buf, pos, limit, check_crc, verify_prop_crc)
     except EOFError:
         return _BLANK_REQ
     except (RecordError, UnicodeDecodeError, IndexError, struct.error):
@@ -370,8 +434,8 @@ _TOPIC_CACHE_MAX: Final = 4096
 
 
 def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
-                 delay_table_ms: dict[int, int] | None = None, max_records: int = 1 << 30
-                 ) -> tuple[list[DispatchRequest], int, ScanEnd]:
+                 delay_table_ms: dict[int, int] | None = None, max_records: int = 1 << 30,
+                 verify_prop_crc: bool = False) -> tuple[list[DispatchRequest], int, ScanEnd]:
     """``check_message_and_return_size`` over a run of records: (requests, end position, why it stopped).
 
     The dispatch and recovery hot path (one call per run, not per record): the common record shape
@@ -404,7 +468,8 @@ def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
                 tl = buf[p]
                 pp = p + 1 + tl
                 if pp + 2 <= end and pp + 2 + ((buf[pp] << 8) | buf[pp + 1]) == end and (
-                        not check_crc or zcrc(buf[pos + hsize:p]) & 0x7FFFFFFF == f[2]):
+                        not check_crc or (prop_crc_ok(buf, pos, total) if verify_prop_crc
+                                          else zcrc(buf[pos + hsize:p]) & 0x7FFFFFFF == f[2])):
                     topic_b = bytes(buf[p + 1:pp])
                     topic = topics.get(topic_b)
                     if topic is None:
@@ -450,7 +515,7 @@ def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
                     req = DispatchRequest(topic, f[3], f[6], total, tags_code, f[11], f[5], keys, uniq, f[7], f[15],
                                           True, f[8])
         if req is None:
-            req = check_message_and_return_size(buf, pos, limit, check_crc, delay_table_ms)
+            req = check_message_and_return_size(buf, pos, limit, check_crc, delay_table_ms, verify_prop_crc)
             if not req.success or req.msg_size < 0:
                 return out, pos, ScanEnd.BAD
             if req.msg_size == 0:
@@ -464,11 +529,11 @@ def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
 
 
 def decode_message(buf: memoryview | bytes, pos: int = 0, limit: int | None = None, *,
-                   check_crc: bool = False) -> MessageExt:
+                   check_crc: bool = False, verify_prop_crc: bool = False) -> MessageExt:
     """MessageDecoder.decode: a full MessageExt; RecordError when the bytes are not a record."""
     end = len(buf) if limit is None else limit
     try:
-        f, bs, bl, ts, tl, ps, pl = _parse(buf, pos, end, check_crc)
+        f, bs, bl, ts, tl, ps, pl = _parse(buf, pos, end, check_crc, verify_prop_crc)
     except EOFError:
         raise RecordError("blank (end of file) record") from None
     except (IndexError, struct.error) as e:

@@ -33,6 +33,8 @@ TOP_LEVEL_NUMBERS = [
     "append_async_msgs_per_s",
     "append_async_dispatched_msgs_per_s",
     "append_async_nokey_msgs_per_s",
+    "append_async_no_prop_crc_msgs_per_s",
+    "prop_crc_vs_none_ratio",
     "append_sync_1_msgs_per_s",
     "append_sync_16_msgs_per_s",
     "append_sync_64_msgs_per_s",

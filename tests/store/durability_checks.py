@@ -34,7 +34,8 @@ def make_config(root: Path, *, commit_log_file: int, cq_file: int, flush: FlushD
 
 
 def scan_commit_log(store: MessageStore) -> list[rec.MessageExt]:
-    """Every record from the min to the max offset, in log order; each must decode with its CRC."""
+    """Every record from the min to the max offset, in log order; each must decode with its CRC (the
+    whole-record CRC when the store writes one)."""
     cl = store.commit_log
     if not cl.mapped_file_queue.mapped_files:
         return []
@@ -54,7 +55,7 @@ def scan_commit_log(store: MessageStore) -> list[rec.MessageExt]:
             continue
         raw = cl.read_bytes(off, size) if size > 0 else None
         assert raw is not None, f"record at {off} of size {size} runs past the write position {end}"
-        m = rec.decode_message(raw, check_crc=True)
+        m = rec.decode_message(raw, check_crc=True, verify_prop_crc=store.config.verify_prop_crc())
         assert m.commit_log_offset == off, f"record at {off} says PHYSICALOFFSET {m.commit_log_offset}"
         out.append(m)
         off += size
@@ -80,7 +81,7 @@ def check_consume_queues(store: MessageStore, records: list[rec.MessageExt]) -> 
             phy, size, _tags = unit
             raw = store.commit_log.read_bytes(phy, size)
             assert raw is not None, f"{key}: unit {idx} points at {phy}+{size}, beyond the commit log"
-            m = rec.decode_message(raw, check_crc=True)
+            m = rec.decode_message(raw, check_crc=True, verify_prop_crc=store.config.verify_prop_crc())
             assert (m.topic, m.queue_id, m.queue_offset) == (cq.topic, cq.queue_id, idx), (
                 f"{key}: unit {idx} points at a record of {m.topic}:{m.queue_id} offset {m.queue_offset}")
             assert m.store_size == size and phy in by_offset, f"{key}: unit {idx} ({phy}, {size}) is not a record"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -94,6 +95,7 @@ class Rec:
     prepared: int = 0
     v2: bool = False
     bad_crc: bool = False
+    prop_crc: bool = False  # end the properties with the 5.x whole-record CRC (``__CRC32#``)
 
     def encode(self) -> bytes:
         born_v6, store_v6 = len(self.born_ip) == 16, len(self.store_ip) == 16
@@ -101,13 +103,22 @@ class Rec:
         sys_flag |= (mc.BORNHOST_V6_FLAG if born_v6 else 0) | (mc.STOREHOSTADDRESS_V6_FLAG if store_v6 else 0)
         hdr = rec.HEADERS[(born_v6, store_v6)]
         topic_len = struct.pack(">H" if self.v2 else ">B", len(self.topic))
-        total = hdr.size + len(self.body) + len(topic_len) + len(self.topic) + 2 + len(self.props)
+        props_b = self.props
+        if self.prop_crc:  # CRC32_RESERVED_LEN: "__CRC32#" \x01 ten digits \x02, after a \x02 if needed
+            props_b += (b"\x02" if props_b and not props_b.endswith(b"\x02") else b"") + b"__CRC32#\x01" + bytes(11)
+        total = hdr.size + len(self.body) + len(topic_len) + len(self.topic) + 2 + len(props_b)
         crc = rec.crc32(self.body) ^ (1 if self.bad_crc else 0)
         magic = rec.MESSAGE_MAGIC_CODE_V2 if self.v2 else rec.MESSAGE_MAGIC_CODE
         head = hdr.pack(total, magic, crc, self.queue_id, self.flag, self.queue_offset, self.phys, sys_flag,
                         self.born_ts, self.born_ip, self.born_port, self.store_ts, self.store_ip, self.store_port,
                         self.reconsume, self.prepared, len(self.body))
-        return head + self.body + topic_len + self.topic + struct.pack(">H", len(self.props)) + self.props
+        out = head + self.body + topic_len + self.topic + struct.pack(">H", len(props_b)) + props_b
+        if not self.prop_crc:
+            return out
+        # MessageDecoder.createCrc32: the CRC of everything before the digits, least significant digit first.
+        crc = zlib.crc32(out[:-20]) & 0x7FFFFFFF ^ (1 if self.bad_crc else 0)
+        digits = bytes(ord("0") + crc // 10**i % 10 for i in range(10))
+        return out[:-11] + digits + b"\x02"
 
 
 def props(*items: tuple[bytes, bytes] | bytes, trailing: bool = False) -> bytes:
@@ -128,7 +139,8 @@ class ScanCase:
     check_crc: bool = True
     delay: dict[int, int] | None = None
     max_records: int | None = None  # scan_records' default
-    view: str = "bytes"  # bytes | memoryview (of a bytearray, as a mapped file) | memoryview-bytes
+    view: str = "bytes"
+    verify_prop_crc: bool = False  # bytes | memoryview (of a bytearray, as a mapped file) | memoryview-bytes
 
     def buffer(self) -> bytes | memoryview:
         if self.view == "memoryview":
@@ -143,14 +155,14 @@ class ScanCase:
 
 
 def per_record_scan(buf: bytes | memoryview, pos: int, limit: int, check_crc: bool,
-                    delay: dict[int, int] | None, max_records: int
+                    delay: dict[int, int] | None, max_records: int, verify_prop_crc: bool = False
                     ) -> tuple[list[DispatchRequest], int, rec.ScanEnd]:
     """The oracle: ``check_message_and_return_size`` record after record, as dispatch did before runs."""
     out: list[DispatchRequest] = []
     while pos < limit:
         if len(out) >= max_records:
             return out, pos, rec.ScanEnd.LIMIT
-        req = rec.check_message_and_return_size(buf, pos, limit, check_crc, delay)
+        req = rec.check_message_and_return_size(buf, pos, limit, check_crc, delay, verify_prop_crc)
         if not req.success or req.msg_size < 0:
             return out, pos, rec.ScanEnd.BAD
         if req.msg_size == 0:
@@ -236,6 +248,7 @@ def records(draw: st.DrawFn, bare_names: bool) -> Rec:
         prepared=draw(INT64),
         v2=rarely(draw),
         bad_crc=rarely(draw, 20),
+        prop_crc=draw(st.booleans()),
     )
 
 
@@ -270,26 +283,29 @@ def scan_cases(draw: st.DrawFn, bare_names: bool = False) -> ScanCase:
         delay=draw(st.sampled_from([None, DELAY_TABLE, DELAY_TABLE, {}, {1: 1000, 2: 5000}])),
         max_records=draw(st.one_of(st.none(), st.integers(1, 4))),
         view=draw(st.sampled_from(["bytes", "memoryview", "memoryview-bytes"])),
+        verify_prop_crc=draw(st.booleans()),
     )
 
 
 def check_scan(case: ScanCase) -> None:
     buf = case.buffer()
     limit = case.end
+    vp = case.verify_prop_crc
     if case.max_records is None:
-        got = rec.scan_records(buf, case.pos, limit, case.check_crc, case.delay)
+        got = (rec.scan_records(buf, case.pos, limit, case.check_crc, case.delay, verify_prop_crc=vp) if vp
+               else rec.scan_records(buf, case.pos, limit, case.check_crc, case.delay))
         max_records = 1 << 30
     else:
-        got = rec.scan_records(buf, case.pos, limit, case.check_crc, case.delay, case.max_records)
+        got = rec.scan_records(buf, case.pos, limit, case.check_crc, case.delay, case.max_records, vp)
         max_records = case.max_records
-    assert got == per_record_scan(buf, case.pos, limit, case.check_crc, case.delay, max_records)
+    assert got == per_record_scan(buf, case.pos, limit, case.check_crc, case.delay, max_records, vp)
     # Resumed at each LIMIT, the runs add up to one unbounded scan.
     reqs, pos, end = list(got[0]), got[1], got[2]
     while end is rec.ScanEnd.LIMIT and pos < limit:
-        more, pos, end = rec.scan_records(buf, pos, limit, case.check_crc, case.delay, max_records)
+        more, pos, end = rec.scan_records(buf, pos, limit, case.check_crc, case.delay, max_records, vp)
         assert more or end is not rec.ScanEnd.LIMIT, "a LIMIT stop before the limit must make progress"
         reqs += more
-    assert (reqs, pos, end) == per_record_scan(buf, case.pos, limit, case.check_crc, case.delay, 1 << 30)
+    assert (reqs, pos, end) == per_record_scan(buf, case.pos, limit, case.check_crc, case.delay, 1 << 30, vp)
 
 
 @pytest.mark.parametrize("past", [1, 7, 100])
@@ -313,6 +329,7 @@ def _pairs_record(**kw: Any) -> Rec:
 
 _THREE = _pairs_record().encode() + _pairs_record(phys=4200, queue_offset=43).encode() + _pairs_record(
     phys=4300, body=b"x" * 30).encode()
+_CRC_THREE = b"".join(_pairs_record(prop_crc=True, phys=p).encode() for p in (4096, 4200, 4300))
 SCAN_EXAMPLES = [
     ScanCase(_THREE + blank(16)),  # plain run then the end-of-file blank
     ScanCase(_THREE, max_records=2),
@@ -322,6 +339,13 @@ SCAN_EXAMPLES = [
     ScanCase(_THREE + _pairs_record(v2=True).encode() + _THREE),  # V2 magic: 2-byte topic length
     ScanCase(_THREE + _pairs_record(bad_crc=True).encode() + _THREE, check_crc=True),
     ScanCase(_THREE + _pairs_record(bad_crc=True).encode() + _THREE, check_crc=False),
+    ScanCase(_CRC_THREE + blank(16), verify_prop_crc=True),  # whole-record CRCs, all good
+    ScanCase(_CRC_THREE + _pairs_record(prop_crc=True, bad_crc=True).encode(), verify_prop_crc=True),
+    ScanCase(_CRC_THREE + _THREE, verify_prop_crc=True),  # a record without the CRC: damage when verifying
+    ScanCase(_CRC_THREE[:-3] + bytes(3) + _THREE, verify_prop_crc=True),  # torn: the last digits zeroed
+    ScanCase(_CRC_THREE[:-3] + bytes(3), verify_prop_crc=True, check_crc=False),  # not checked without check_crc
+    ScanCase(Rec(props=b"", prop_crc=True).encode() + Rec(props=b"A\x01b\x02", prop_crc=True).encode(),
+             verify_prop_crc=True),  # no user properties; a trailing separator already there
     ScanCase(_THREE + Rec(topic=b"\xff\xfeT").encode() + _THREE),  # non-UTF-8 topic
     ScanCase(_THREE, limit=len(_THREE) - 1),  # the last record cut by the limit
     ScanCase(_THREE[:100] + b"\x00" * 16 + _THREE[116:]),  # zeroed bytes inside a record

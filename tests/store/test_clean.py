@@ -65,16 +65,17 @@ def not_now(now_ms: int) -> str:
 
 
 def body_for_one_message_per_file() -> bytes:
-    props = len(mc.properties_to_bytes({mc.PROPERTY_KEYS: KEYS}))
+    props = rec.stored_props_length(mc.properties_to_bytes({mc.PROPERTY_KEYS: KEYS}), prop_crc=False)
     fixed = rec.record_length(0, len(TOPIC), props)
     return bytes(FILE_SIZE - fixed - rec.END_FILE_MIN_BLANK_LENGTH)
 
 
 def open_store(stores: Stores, root: Path, disk: Disk, now_ms: int, delete_when: str,
                **overrides: object) -> tuple[MessageStore, CleanCommitLogService]:
+    # 128-byte files hold one 4.9.8-layout record; the whole-record CRC's 20 bytes would not fit.
     cfg = make_config(root, mapped_file_size_commit_log=FILE_SIZE, mapped_file_size_consume_queue=FILE_SIZE,
                       max_index_num=INDEX_NUM, file_reserved_time_hours=RESERVED_HOURS, delete_when=delete_when,
-                      **overrides)
+                      enabled_append_prop_crc=False, **overrides)
     store = stores.open(cfg)
     svc = CleanCommitLogService(cfg, store.commit_log, store.running_flags, used_ratio=disk, now_ms=lambda: now_ms)
     store.clean_commit_log = svc

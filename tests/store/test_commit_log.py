@@ -31,6 +31,9 @@ def new_log(tmp_path: Path) -> Iterator[LogFactory]:
     made: list[tuple[CommitLog, StoreCheckpoint]] = []
 
     def make(name: str = "store", load: bool = False, **cfg: object) -> CommitLog:
+        # These tests pin 4.9.8's record layout byte for byte; the whole-record CRC (on by default) is
+        # tested in test_prop_crc.py and by the recovery tests below, which run both ways.
+        cfg.setdefault("enabled_append_prop_crc", False)
         root = tmp_path / name
         config = MessageStoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=FILE, **cfg)  # type: ignore[arg-type]
         cp = StoreCheckpoint(root / "checkpoint")
@@ -46,10 +49,12 @@ def new_log(tmp_path: Path) -> Iterator[LogFactory]:
         cp.shutdown()
 
 
-def msg(total: int = 200, topic: str = "T", queue_id: int = 0, **kw: object) -> MessageExtBrokerInner:
-    """A message whose IPv4 record is ``total`` bytes (no properties unless given)."""
+def msg(total: int = 200, topic: str = "T", queue_id: int = 0, prop_crc: bool = False,
+        **kw: object) -> MessageExtBrokerInner:
+    """A message whose IPv4 record is ``total`` bytes (no properties unless given) in a log whose
+    whole-record CRC is on (``prop_crc``) or off."""
     props = kw.pop("properties", {})
-    props_len = len(mc.properties_to_bytes(props))  # type: ignore[arg-type]
+    props_len = rec.stored_props_length(mc.properties_to_bytes(props), prop_crc)  # type: ignore[arg-type]
     body = b"b" * (total - 91 - len(topic.encode()) - props_len)
     return MessageExtBrokerInner(topic=topic, body=body, queue_id=queue_id, properties=props, **kw)  # type: ignore[arg-type]
 
@@ -263,9 +268,11 @@ def test_bulk_data_appended_to_a_second_log_is_identical(new_log: LogFactory) ->
 # ---- recovery (DefaultMessageStoreTest.testRecover) ----------------------------------------------
 
 def write_then_reopen(new_log: LogFactory, damage: Callable[[CommitLog, list[AppendMessageResult]], None],
-                      **cfg: object) -> tuple[CommitLog, list]:
+                      prop_crc: bool = False, **cfg: object) -> tuple[CommitLog, list]:
+    cfg["enabled_append_prop_crc"] = prop_crc
     cl = new_log("r", **cfg)
-    results = [put_ok(cl, msg(150 + i * 10, topic="Topic", properties={"TAGS": "t"})) for i in range(8)]
+    results = [put_ok(cl, msg(150 + i * 10, topic="Topic", prop_crc=prop_crc, properties={"TAGS": "t"}))
+               for i in range(8)]
     damage(cl, results)
     cl.shutdown()
     return new_log("r", load=True, **cfg), results
@@ -286,9 +293,27 @@ def flip_last_body_byte(cl: CommitLog, results: list) -> None:
     mf.buf[pos] ^= 0xFF  # type: ignore[union-attr]
 
 
+def zero_last_properties_tail(cl: CommitLog, results: list) -> None:
+    """A torn page: the record's last 3 bytes (inside its properties) read back as zeros."""
+    last = results[-1]
+    mf = cl.mapped_file_queue.find_mapped_file_by_offset(last.wrote_offset)
+    end = last.wrote_offset % FILE + last.wrote_bytes
+    mf.buf[end - 3 : end] = bytes(3)  # type: ignore[union-attr]
+
+
+def garble_last_topic_byte(cl: CommitLog, results: list) -> None:
+    last = results[-1]
+    mf = cl.mapped_file_queue.find_mapped_file_by_offset(last.wrote_offset)
+    pos = last.wrote_offset % FILE
+    body_len = struct.unpack_from(">i", mf.buf, pos + 84)[0]  # type: ignore[union-attr]
+    mf.buf[pos + 88 + body_len + 1] ^= 0x20  # type: ignore[union-attr]  # "Topic" → "topic"
+
+
+@pytest.mark.parametrize("prop_crc", [False, True], ids=["bodycrc", "prop_crc"])
 @pytest.mark.parametrize("damage", [zero_last_topic_length, flip_last_body_byte])
-def test_recover_normally_truncates_damaged_last_record(new_log: LogFactory, damage: Callable) -> None:
-    cl, results = write_then_reopen(new_log, damage)
+def test_recover_normally_truncates_damaged_last_record(new_log: LogFactory, damage: Callable,
+                                                        prop_crc: bool) -> None:
+    cl, results = write_then_reopen(new_log, damage, prop_crc)
     last = results[-1]
     truncated: list[int] = []
     end = cl.recover_normally(last.wrote_offset + last.wrote_bytes, truncated.append)
@@ -298,6 +323,16 @@ def test_recover_normally_truncates_damaged_last_record(new_log: LogFactory, dam
     assert bytes(mf.buf[end % FILE :]) == bytes(FILE - end % FILE)  # type: ignore[union-attr]
     assert put_ok(cl, msg(100)).wrote_offset == end  # writes continue at the recovered end
     assert cl._last_store_ts >= results[-2].store_timestamp
+
+
+@pytest.mark.parametrize("damage", [zero_last_properties_tail, garble_last_topic_byte])
+def test_whole_record_crc_truncates_damage_that_bodycrc_misses(new_log: LogFactory, damage: Callable) -> None:
+    """A tear or flipped bit outside the body passes BODYCRC (4.9.8 then serves the damaged record);
+    the whole-record CRC (enabledAppendPropCRC + forceVerifyPropCRC) truncates it."""
+    cl, results = write_then_reopen(new_log, damage, prop_crc=False)
+    assert cl.recover_normally(0, lambda _o: None) == results[-1].wrote_offset + results[-1].wrote_bytes
+    cl, results = write_then_reopen(new_log, damage, prop_crc=True)
+    assert cl.recover_normally(0, lambda _o: None) == results[-1].wrote_offset == cl.get_max_offset()
 
 
 def test_recover_normally_without_crc_check_keeps_flipped_body(new_log: LogFactory) -> None:

@@ -20,7 +20,7 @@ from reference_broker.store.flush import (
     GroupCommitRequest,
     GroupCommitService,
 )
-from reference_broker.store.record import MessageExtBrokerInner
+from reference_broker.store.record import MessageExtBrokerInner, stored_props_length
 from reference_broker.store.status import PutMessageStatus
 
 WAIT_S = 5.0  # upper bound for a future to complete; tests finish in milliseconds
@@ -48,8 +48,9 @@ def commit_log(config: MessageStoreConfig, checkpoint: StoreCheckpoint) -> Itera
 def put(cl: CommitLog, n: int = 1) -> int:
     """Append ``n`` 200-byte messages; return the store time of the last."""
     ts = 0
+    body = b"x" * (200 - 91 - 1 - stored_props_length(b""))
     for _ in range(n):
-        r = cl.put_message(MessageExtBrokerInner("T", b"x" * 108))
+        r = cl.put_message(MessageExtBrokerInner("T", body))
         assert r.status is PutMessageStatus.PUT_OK and r.append is not None
         ts = r.append.store_timestamp
     return ts

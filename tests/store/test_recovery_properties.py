@@ -7,8 +7,8 @@ Before recovering, the parent emulates what a power loss could have left on disk
 
 - commit log ``keep``: nothing lost (kill -9); ``cut``: everything after the durable offset reads as
   zeros (files wholly past it may be gone); ``garble``: random bytes over part of the non-durable
-  tail, starting at a record or in a body — damage the record format can detect (the body CRC covers
-  only the body: damage to unchecked header fields or properties is undetectable in RocketMQ too);
+  tail, starting at a record, in its body, or at any byte of it — header, topic and properties too,
+  which only the whole-record CRC (on by default, record.py) detects: 4.9.8's BODYCRC covers the body;
 - consume queues ``keep``, or lose their last units (``tail``) or every unit (``all``) that neither a
   checkpoint round flushed nor the checkpoint vouches for (see ``cut_consume_queues``);
 - the checkpoint kept, zeroed or deleted.
@@ -318,7 +318,7 @@ class Damage:
     mode: str  # keep | cut | garble: the commit log's tail
     drop_files: bool  # cut: files wholly past the durable offset are gone, not zeroed
     record_seed: int  # garble: which non-durable record is hit first
-    in_body: bool  # garble: the damage starts in that record's body (else at its first byte)
+    where: str  # garble: the damage starts at that record's first byte | in its body | at any of its bytes
     byte_seed: int
     noise: bytes  # garble: XORed over the bytes, so its length is the damage's length
     cq_mode: str  # keep | tail | all: the consume queues' unflushed units
@@ -331,7 +331,7 @@ damage_strategy = st.builds(
     mode=st.sampled_from(["garble", "cut", "keep"]),
     drop_files=st.booleans(),
     record_seed=st.integers(0, 2**16),
-    in_body=st.booleans(),
+    where=st.sampled_from(["start", "body", "anywhere"]),
     byte_seed=st.integers(0, 2**16),
     noise=st.binary(min_size=1, max_size=600),
     cq_mode=st.sampled_from(["tail", "keep", "all"]),
@@ -351,7 +351,12 @@ def apply_damage(root: Path, file_size: int, child: ChildResult, d: Damage) -> i
     elif d.mode == "garble" and n_durable < len(written):
         j = n_durable + d.record_seed % (len(written) - n_durable)
         w = written[j]
-        start = w.phys + (BODY_POS + d.byte_seed % w.body_size if d.in_body and w.body_size else 0)
+        if d.where == "body" and w.body_size:
+            start = w.phys + BODY_POS + d.byte_seed % w.body_size
+        elif d.where == "anywhere":
+            start = w.phys + d.byte_seed % w.size
+        else:
+            start = w.phys
         length = min(len(d.noise), file_size - start % file_size)
         with open(root / "commitlog" / f"{start - start % file_size:020d}", "rb") as f:
             f.seek(start % file_size)
@@ -421,9 +426,14 @@ _LONG_RUN: list[Op] = [Put("TopicA", 0, 150, 20), Checkpoint(), Put("TopicB", 1,
 @given(**RECOVERY_STRATEGIES)
 # Always run: recovery from the checkpoint's offsets, then from its time (messageIndexSafe).
 @example(file_size=2048, flush=FlushDiskType.ASYNC_FLUSH, ops=_LONG_RUN, wait_dispatch=True, clock_step_ms=2500,
-         index_safe=False, damage=Damage("cut", False, 0, False, 0, b"\0", "all", 0, "keep"), probe_seeds=(0, 0))
+         index_safe=False, damage=Damage("cut", False, 0, "start", 0, b"\0", "all", 0, "keep"), probe_seeds=(0, 0))
 @example(file_size=2048, flush=FlushDiskType.SYNC_FLUSH, ops=_LONG_RUN, wait_dispatch=False, clock_step_ms=2500,
-         index_safe=True, damage=Damage("garble", False, 1, True, 7, b"\1" * 9, "tail", 3, "keep"), probe_seeds=(0, 0))
+         index_safe=True, probe_seeds=(0, 0),
+         damage=Damage("garble", False, 1, "body", 7, b"\1" * 9, "tail", 3, "keep"))
+# One byte of the last record's properties: only the whole-record CRC sees it.
+@example(ops=[Put("t0", 0, 40, 3)], flush=FlushDiskType.ASYNC_FLUSH, file_size=1024, wait_dispatch=False,
+         clock_step_ms=0, index_safe=False, probe_seeds=(0, 0),
+         damage=Damage("garble", False, 2, "anywhere", 40 + 91 + 2, b"\xff", "keep", 0, "keep"))
 def test_recovery_keeps_a_prefix_covering_everything_durable(
     file_size: int, flush: FlushDiskType, ops: list[Op], wait_dispatch: bool, clock_step_ms: int,
     index_safe: bool, damage: Damage, probe_seeds: tuple[int, int],

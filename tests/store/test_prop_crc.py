@@ -1,0 +1,197 @@
+"""The whole-record CRC (5.x enabledAppendPropCRC / forceVerifyPropCRC; AppendPropCRCTest re-expressed).
+
+The checks here read the stored bytes the way RocketMQ's checker does, not through record.py's own
+helpers: the last 20 bytes are ``__CRC32#`` \\x01, ten digits, \\x02, and the digits, read from the last
+one to the first (CommitLog.checkMessageAndReturnSize), give ``crc32(record[:-20]) & 0x7FFFFFFF``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reference_broker.common import message as mc
+from reference_broker.store import record as rec
+from reference_broker.store.checkpoint import StoreCheckpoint
+from reference_broker.store.commit_log import CommitLog, MessageExtBatch
+from reference_broker.store.config import ROCKETMQ_KEYS, MessageStoreConfig, coerce_value
+from reference_broker.store.record import MessageExtBrokerInner
+from reference_broker.store.status import AppendMessageResult, PutMessageStatus
+
+FILE = 64 * 1024
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Iterator[list[CommitLog]]:
+    made: list[CommitLog] = []
+    yield made
+    for cl in made:
+        cl.shutdown()
+        cl.checkpoint.shutdown()
+
+
+def open_log(logs: list[CommitLog], root: Path, load: bool = False, **cfg: object) -> CommitLog:
+    config = MessageStoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=FILE, **cfg)  # type: ignore[arg-type]
+    cl = CommitLog(config, StoreCheckpoint(root / "checkpoint"))
+    if load:
+        assert cl.load()
+    logs.append(cl)
+    return cl
+
+
+def put(cl: CommitLog, m: MessageExtBrokerInner) -> AppendMessageResult:
+    r = cl.put_message(m)
+    assert r.status is PutMessageStatus.PUT_OK and r.append is not None, r
+    return r.append
+
+
+def java_checker_crc(raw: bytes) -> int | None:
+    """The CRC a record's tail claims, parsed as checkMessageAndReturnSize does; None when it has none."""
+    tail = raw[-rec.CRC32_RESERVED_LEN:]
+    if tail[:9] != b"__CRC32#\x01" or tail[-1:] != b"\x02":
+        return None
+    expected = 0
+    for ch in reversed(tail[9:19]):  # the last digit is the most significant
+        expected = expected * 10 + (ch - ord("0"))
+    return expected
+
+
+def assert_whole_record_crc(raw: bytes) -> None:
+    assert java_checker_crc(raw) == zlib.crc32(raw[:-20]) & 0x7FFFFFFF
+
+
+def test_defaults_and_config_keys() -> None:
+    cfg = MessageStoreConfig()
+    assert cfg.enabled_append_prop_crc and cfg.force_verify_prop_crc and cfg.verify_prop_crc()
+    for key in ("enabledAppendPropCRC", "forceVerifyPropCRC"):  # RocketMQ 5's broker.conf keys
+        assert coerce_value(ROCKETMQ_KEYS[key], "false") is False
+    # Verifying a CRC that is not written would truncate every record: verification follows the append.
+    assert not MessageStoreConfig(enabled_append_prop_crc=False).verify_prop_crc()
+    assert not MessageStoreConfig(force_verify_prop_crc=False).verify_prop_crc()
+
+
+def test_digits_are_written_least_significant_first() -> None:
+    buf = bytearray(b"any record bytes" + rec.reserve_prop_crc(b""))
+    rec.write_prop_crc(memoryview(buf), 0, len(buf))
+    crc = zlib.crc32(b"any record bytes") & 0x7FFFFFFF
+    assert bytes(buf[-11:-1]) == str(crc)[::-1].ljust(10, "0").encode()
+    assert_whole_record_crc(bytes(buf))
+
+
+def test_a_stored_record_ends_with_its_crc_and_keeps_the_users_properties(logs: list[CommitLog],
+                                                                          tmp_path: Path) -> None:
+    cl = open_log(logs, tmp_path)
+    props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "7F0000010000"}
+    for m in (MessageExtBrokerInner("T", b"body", properties=dict(props)), MessageExtBrokerInner("T", b"")):
+        a = put(cl, m)
+        raw = cl.read_bytes(a.wrote_offset, a.wrote_bytes)
+        assert raw is not None
+        assert_whole_record_crc(raw)
+        decoded = rec.decode_message(raw, check_crc=True, verify_prop_crc=True)
+        crc_value = decoded.properties.pop(mc.PROPERTY_CRC32)
+        assert len(crc_value) == 10 and crc_value.isdigit()
+        assert decoded.properties == m.properties
+        assert a.wrote_bytes == rec.record_length(len(m.body), 1, rec.stored_props_length(m.encoded_properties()))
+
+
+def test_an_old_crc_property_is_replaced_not_repeated(logs: list[CommitLog], tmp_path: Path) -> None:
+    """A message re-put from a stored record (retry, delay delivery) or sent with one carries a stale CRC."""
+    cl = open_log(logs, tmp_path)
+    stale = {"TAGS": "a", mc.PROPERTY_CRC32: "1234567890", "KEYS": "k"}
+    for m in (MessageExtBrokerInner("T", b"x", properties=dict(stale)),
+              MessageExtBrokerInner("T", b"x", properties_bytes=b"TAGS\x01a\x02__CRC32#\x011234567890\x02KEYS\x01k")):
+        a = put(cl, m)
+        raw = cl.read_bytes(a.wrote_offset, a.wrote_bytes)
+        assert raw is not None and raw.count(b"__CRC32#") == 1
+        assert_whole_record_crc(raw)
+        assert rec.decode_message(raw).properties.keys() == {"TAGS", "KEYS", mc.PROPERTY_CRC32}
+
+
+def test_without_append_a_stale_crc_property_is_dropped(logs: list[CommitLog], tmp_path: Path) -> None:
+    """CommitLog.asyncPutMessage deletes PROPERTY_CRC32 when enabledAppendPropCRC is off."""
+    cl = open_log(logs, tmp_path, enabled_append_prop_crc=False)
+    a = put(cl, MessageExtBrokerInner("T", b"x", properties={"TAGS": "a", mc.PROPERTY_CRC32: "1234567890"}))
+    raw = cl.read_bytes(a.wrote_offset, a.wrote_bytes)
+    assert raw is not None and b"__CRC32#" not in raw
+    assert rec.decode_message(raw).properties == {"TAGS": "a"}
+
+
+def test_every_record_of_a_batch_carries_its_own_crc(logs: list[CommitLog], tmp_path: Path) -> None:
+    cl = open_log(logs, tmp_path)
+    batch = MessageExtBatch("B", 1, [MessageExtBrokerInner("B", f"m{i}".encode(), properties={"KEYS": f"k{i}"})
+                                     for i in range(4)])
+    r = cl.put_messages(batch)
+    assert r.status is PutMessageStatus.PUT_OK and r.append is not None
+    raw = cl.read_bytes(r.append.wrote_offset, r.append.wrote_bytes)
+    assert raw is not None
+    msgs = rec.decode_messages(raw)
+    assert [m.keys for m in msgs] == ["k0", "k1", "k2", "k3"]
+    pos = 0
+    for m in msgs:
+        assert_whole_record_crc(raw[pos : pos + m.store_size])
+        pos += m.store_size
+
+
+def test_the_properties_limit_counts_the_reserved_tail(logs: list[CommitLog], tmp_path: Path) -> None:
+    """Short.MAX_VALUE bounds the properties as stored: 32,747 bytes fit alone but not with the 21 more."""
+    n = rec.MAX_PROPERTIES_LENGTH - 2 - 20  # "K" \x01 value = n + 2 bytes
+    big = {"K": "v" * n}
+    assert len(mc.properties_to_bytes(big)) == 32_747
+    on = open_log(logs, tmp_path / "on")
+    assert on.put_message(MessageExtBrokerInner("T", b"", properties=dict(big))).status is \
+        PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    assert on.get_max_offset() == 0
+    off = open_log(logs, tmp_path / "off", enabled_append_prop_crc=False)
+    put(off, MessageExtBrokerInner("T", b"", properties=dict(big)))
+
+
+def written_log(logs: list[CommitLog], root: Path, n: int = 6, **cfg: object) -> list[AppendMessageResult]:
+    cl = open_log(logs, root, **cfg)
+    out = [put(cl, MessageExtBrokerInner("Topic", f"body-{i}".encode(), properties={"KEYS": f"k{i}", "TAGS": "t"}))
+           for i in range(n)]
+    cl.shutdown()
+    return out
+
+
+def test_force_verify_truncates_a_record_without_crc(logs: list[CommitLog], tmp_path: Path) -> None:
+    """Stricter than RocketMQ, which logs "prop crc32 not found" and keeps the record: a tear that zeroes the
+    end of a record takes its CRC with it. So verification is for logs written with the CRC (our default)."""
+    results = written_log(logs, tmp_path, enabled_append_prop_crc=False)
+    strict = open_log(logs, tmp_path, load=True)
+    assert strict.recover_normally(-1, lambda _o: None) == 0
+    assert results[-1].wrote_offset > 0
+
+
+def test_append_without_force_verify_reads_an_older_log(logs: list[CommitLog], tmp_path: Path) -> None:
+    """The way to turn the CRC on for a log written without it: append first, verify once the old files
+    are past the recovery window."""
+    results = written_log(logs, tmp_path, enabled_append_prop_crc=False)
+    cl = open_log(logs, tmp_path, load=True, force_verify_prop_crc=False)
+    end = results[-1].wrote_offset + results[-1].wrote_bytes
+    assert cl.recover_normally(-1, lambda _o: None) == end
+    a = put(cl, MessageExtBrokerInner("Topic", b"new", properties={"KEYS": "new"}))
+    assert a.wrote_offset == end
+    raw = cl.read_bytes(a.wrote_offset, a.wrote_bytes)
+    assert raw is not None
+    assert_whole_record_crc(raw)
+
+
+@pytest.mark.parametrize("offset_from_end", [1, 5, 11, 15, 20, 21])
+def test_recovery_truncates_at_a_record_whose_tail_was_zeroed(logs: list[CommitLog], tmp_path: Path,
+                                                               offset_from_end: int) -> None:
+    """A torn page: the last record's final bytes (digits, the CRC's name, the user's properties) read as
+    zeros. Every byte of that record is covered; the records before it stay."""
+    results = written_log(logs, tmp_path)
+    last = results[-1]
+    path = tmp_path / "commitlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    end = last.wrote_offset + last.wrote_bytes
+    data[end - offset_from_end : end] = bytes(offset_from_end)
+    path.write_bytes(data)
+    cl = open_log(logs, tmp_path, load=True)
+    truncated: list[int] = []
+    assert cl.recover_normally(end, truncated.append) == last.wrote_offset == cl.get_max_offset()
+    assert truncated == [last.wrote_offset]
