@@ -301,10 +301,12 @@ def prop_crc_ok(buf: memoryview | bytes, pos: int, total: int) -> bool:
     a tear that zeroes the end of a record removes that property, so here a missing one is damage.
     """
     t = pos + total - CRC32_RESERVED_LEN
-    if t < pos or bytes(buf[t : t + 9]) != PROP_CRC_HEAD or buf[t + 19] != 2:
+    if t < pos:
         return False
-    digits = bytes(buf[t + 9 : t + 19])
-    return digits.isdigit() and int(digits[::-1]) == raw_crc32(buf[pos:t]) & 0x7FFFFFFF
+    # The tail must read exactly as write_prop_crc writes this CRC: one comparison, no digit parsing
+    # (ten digits, zero-padded, name the value uniquely, so this is checkMessageAndReturnSize's test).
+    return buf[t : t + CRC32_RESERVED_LEN] == b"%s%s\x02" % (
+        PROP_CRC_HEAD, (b"%010d" % (raw_crc32(buf[pos:t]) & 0x7FFFFFFF))[::-1])
 
 
 def write_blank(buf: memoryview, pos: int, size: int) -> None:
