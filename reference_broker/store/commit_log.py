@@ -183,7 +183,7 @@ class CommitLog:
                 if append_crc:  # rec.write_prop_crc, inlined: the hot path
                     t = pos + total - rec.CRC32_RESERVED_LEN
                     wbuf = mf.wbuf
-                    wbuf[t : pos + total] = rec.crc_tail(raw_crc32(wbuf[pos:t]) & 0x7FFFFFFF).to_bytes(20, "big")
+                    wbuf[t + 9 : t + 19] = (b"%010d" % (raw_crc32(wbuf[pos:t]) & 0x7FFFFFFF))[::-1]
                 mf.staged_position = pos + total
                 if mf.stage is None:
                     mf.wrote_position = pos + total  # readers see it now; with staging, once committed
