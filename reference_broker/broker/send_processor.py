@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from reference_broker.broker import topic_config as tcm
 from reference_broker.broker.topic_config import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.common import message as mc
-from reference_broker.common.message_batch import BatchDecodeError, decode_batch
+from reference_broker.common.message_batch import BatchDecodeError, decode_batch_raw
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response
 from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, field, int_field, int_of, str_of
@@ -309,19 +309,21 @@ class SendMessageProcessor:
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))
         try:
-            entries = decode_batch(cmd.body)
+            entries = decode_batch_raw(cmd.body)
         except BatchDecodeError as exc:
             return create_response(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
-        host, port = _split_peer(peer)
+        born_host = self._peers.get(peer)
+        if born_host is None:
+            born_host = self._peers[peer] = _split_peer(peer)
         born = int_of(f, k.born_timestamp, 0)
-        msgs = []
-        cluster_key = PROPERTY_CLUSTER
-        for e in entries:
-            props = dict(e.properties)
-            props[cluster_key] = self.cluster_name
-            msgs.append(rec.MessageExtBrokerInner(topic=topic, body=e.body, queue_id=queue_id, flag=e.flag,
-                                                  properties=props, sys_flag=sys_flag, born_timestamp=born,
-                                                  born_host=(host, port)))
+        suffix = self._cluster_suffix
+        # The entries' properties are stored as they came, plus CLUSTER, never decoded into a map here:
+        # the store reads what it needs from the bytes (a DELAY, which a batch may not carry).
+        msgs = [rec.MessageExtBrokerInner(topic=topic, body=e.body, queue_id=queue_id, flag=e.flag, properties={},
+                                          sys_flag=sys_flag, born_timestamp=born, born_host=born_host,
+                                          properties_bytes=e.properties_bytes + suffix if e.properties_bytes
+                                          else suffix[1:])
+                for e in entries]
         batch = MessageExtBatch(topic, queue_id, msgs)
         return self._reply_later(cmd, self._put(lambda cb: self.store.put_messages_callback(batch, cb)), queue_id)
 

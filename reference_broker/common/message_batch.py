@@ -49,10 +49,22 @@ def encode_batch(entries: Iterable[BatchEntry]) -> bytes:
     return b"".join(encode_entry(e.body, e.flag, e.properties) for e in entries)
 
 
+class RawBatchEntry(NamedTuple):
+    flag: int
+    body: bytes
+    properties_bytes: bytes  # the entry's properties string, still encoded
+
+
 def decode_batch(data: bytes | memoryview) -> list[BatchEntry]:
-    """Every entry of a batch body; BatchDecodeError on anything that does not add up exactly."""
+    """Every entry of a batch body, properties decoded; BatchDecodeError on anything that does not add up."""
+    return [BatchEntry(e.flag, e.body, mc.bytes_to_properties(e.properties_bytes)) for e in decode_batch_raw(data)]
+
+
+def decode_batch_raw(data: bytes | memoryview) -> list[RawBatchEntry]:
+    """Every entry of a batch body with its properties left encoded (the broker stores them as they are);
+    BatchDecodeError on anything that does not add up exactly."""
     buf = memoryview(data)
-    out: list[BatchEntry] = []
+    out: list[RawBatchEntry] = []
     pos, end = 0, len(buf)
     while pos < end:
         if end - pos < MIN_ENTRY:
@@ -68,8 +80,7 @@ def decode_batch(data: bytes | memoryview) -> list[BatchEntry]:
             raise BatchDecodeError(f"bad batch entry properties length at byte {pos}")
         if crc and crc != crc32(body):
             raise BatchDecodeError(f"batch entry body CRC mismatch at byte {pos}")
-        props = mc.bytes_to_properties(buf[props_at:props_at + props_len])
-        out.append(BatchEntry(flag, body, props))
+        out.append(RawBatchEntry(flag, body, bytes(buf[props_at:props_at + props_len])))
         pos += total
     if not out:
         raise BatchDecodeError("empty batch")

@@ -38,6 +38,15 @@ class MessageExtBatch:
 RECOVER_RUN_RECORDS = 4096  # records parsed (and re-dispatched) together while recovering
 
 
+def _has_delay(props_b: bytes) -> bool:
+    """A DELAY level above 0 in encoded properties (MessageExtBrokerInner.delay_time_level, from the bytes:
+    the broker's batch path leaves the map empty)."""
+    if b"DELAY\x01" not in props_b:
+        return False
+    v = mc.property_from_bytes(props_b, b"DELAY")
+    return v is not None and v.isdigit() and int(v) > 0
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -57,6 +66,7 @@ class CommitLog:
         self.max_delay_level = max(self.delay_table_ms) if self.delay_table_ms else 0
         self.confirm_offset = -1
         self.msg_id_prefix = self.store_ip + self.store_port.to_bytes(4, "big")
+        self.msg_id_prefix_hex = self.msg_id_prefix.hex().upper()
         self.append_prop_crc = config.enabled_append_prop_crc
         self.verify_prop_crc = config.verify_prop_crc()
 
@@ -237,13 +247,14 @@ class CommitLog:
         prepared: list[tuple[rec.MessageExtBrokerInner, bytes, bytes, int, int]] = []
         grand = 0
         for m in batch.messages:
-            if m.delay_time_level > 0 or mc.transaction_value(m.sys_flag) != mc.TRANSACTION_NOT_TYPE:
+            encoded = m.encoded_properties()
+            if _has_delay(encoded) or mc.transaction_value(m.sys_flag) != mc.TRANSACTION_NOT_TYPE:
                 # Batches carry neither delays nor transactions (CommitLog.asyncPutMessages).
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                         AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
             m.topic = batch.topic
             m.queue_id = batch.queue_id
-            props_b = self._stored_properties(m.encoded_properties())
+            props_b = self._stored_properties(encoded)
             bad = self._check_sizes(topic_b, props_b, m.body)
             if bad is not None:
                 status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
@@ -279,13 +290,14 @@ class CommitLog:
                 wbuf = mf.wbuf
                 first_q = qoff = self.topic_queue_table.get(key, 0)
                 ids: list[str] = []
+                id_prefix = self.msg_id_prefix_hex
                 for m, props_b, born_ip, total, crc in prepared:
                     phys = mf.file_from_offset + pos
                     rec.encode_into(wbuf, pos, total, m, topic_b, props_b, qoff, phys, store_ts, born_ip,
                                     self.store_ip, self.store_port, crc)
                     if self.append_prop_crc:
                         rec.write_prop_crc(wbuf, pos, total)
-                    ids.append(rec.create_message_id(self.store_ip, self.store_port, phys))
+                    ids.append(f"{id_prefix}{phys:016X}")  # rec.create_message_id, prefix formatted once
                     pos += total
                     qoff += 1
                 mf.staged_position = pos
