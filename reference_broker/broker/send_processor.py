@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from reference_broker.broker import topic_config as tcm
 from reference_broker.broker.topic_config import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.common import message as mc
-from reference_broker.common.message_batch import BatchDecodeError, decode_batch_raw
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response
 from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, field, int_field, int_of, str_of
 from reference_broker.store import record as rec
-from reference_broker.store.commit_log import MessageExtBatch
+from reference_broker.store.commit_log import EncodedBatch
 from reference_broker.store.config import FlushDiskType
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
 
@@ -65,8 +64,8 @@ def put_result_response(cmd: RemotingCommand, result: PutMessageResult, queue_id
     code = _PUT_CODES[status]
     remark: str | None
     if status is PutMessageStatus.MESSAGE_ILLEGAL or status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED:
-        remark = "the message is illegal, maybe msg body or properties length not matched. msg body length limit " \
-                 "128k, msg properties length limit 32k."
+        remark = result.remark or "the message is illegal, maybe msg body or properties length not matched. " \
+                 "msg body length limit 128k, msg properties length limit 32k."
     elif status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
         remark = result.remark or "service not available now. "
     else:
@@ -308,24 +307,15 @@ class SendMessageProcessor:
                                    f"batch request does not support retry group {topic}")
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))
-        try:
-            entries = decode_batch_raw(cmd.body)
-        except BatchDecodeError as exc:
-            return create_response(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
         born_host = self._peers.get(peer)
         if born_host is None:
             born_host = self._peers[peer] = _split_peer(peer)
-        born = int_of(f, k.born_timestamp, 0)
-        suffix = self._cluster_suffix
-        # The entries' properties are stored as they came, plus CLUSTER, never decoded into a map here:
-        # the store reads what it needs from the bytes (a DELAY, which a batch may not carry).
-        msgs = [rec.MessageExtBrokerInner(topic=topic, body=e.body, queue_id=queue_id, flag=e.flag, properties={},
-                                          sys_flag=sys_flag, born_timestamp=born, born_host=born_host,
-                                          properties_bytes=e.properties_bytes + suffix if e.properties_bytes
-                                          else suffix[1:])
-                for e in entries]
-        batch = MessageExtBatch(topic, queue_id, msgs)
-        return self._reply_later(cmd, self._put(lambda cb: self.store.put_messages_callback(batch, cb)), queue_id)
+        # The body goes to the store as it came; each entry's properties get CLUSTER there
+        # (4.9.8: MessageExtBatch keeps the encoded body and MessageExtBatchEncoder writes from it).
+        batch = EncodedBatch(topic, queue_id, cmd.body, sys_flag, int_of(f, k.born_timestamp, 0), born_host,
+                             self._cluster_suffix)
+        return self._reply_later(cmd, self._put(lambda cb: self.store.put_messages_callback(batch, cb)),
+                                 queue_id)
 
     # ---- retry and DLQ ------------------------------------------------------------------------------
     def _retry_to_dlq(self, topic: str, reconsume_times: int, max_reconsume: int) -> str | RemotingCommand | None:

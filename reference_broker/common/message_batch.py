@@ -49,22 +49,17 @@ def encode_batch(entries: Iterable[BatchEntry]) -> bytes:
     return b"".join(encode_entry(e.body, e.flag, e.properties) for e in entries)
 
 
-class RawBatchEntry(NamedTuple):
-    flag: int
-    body: bytes
-    properties_bytes: bytes  # the entry's properties string, still encoded
-
-
 def decode_batch(data: bytes | memoryview) -> list[BatchEntry]:
     """Every entry of a batch body, properties decoded; BatchDecodeError on anything that does not add up."""
-    return [BatchEntry(e.flag, e.body, mc.bytes_to_properties(e.properties_bytes)) for e in decode_batch_raw(data)]
+    return [BatchEntry(flag, body, mc.bytes_to_properties(props)) for flag, body, props, _crc in
+            decode_batch_entries(data)]
 
 
-def decode_batch_raw(data: bytes | memoryview) -> list[RawBatchEntry]:
-    """Every entry of a batch body with its properties left encoded (the broker stores them as they are);
-    BatchDecodeError on anything that does not add up exactly."""
+def decode_batch_entries(data: bytes | memoryview) -> list[tuple[int, bytes, bytes, int]]:
+    """(flag, body, properties still encoded, body CRC or -1 when the entry carries none) per entry: what the
+    store writes a batch's records from. BatchDecodeError on anything that does not add up exactly."""
     buf = memoryview(data)
-    out: list[RawBatchEntry] = []
+    out: list[tuple[int, bytes, bytes, int]] = []
     pos, end = 0, len(buf)
     while pos < end:
         if end - pos < MIN_ENTRY:
@@ -78,9 +73,12 @@ def decode_batch_raw(data: bytes | memoryview) -> list[RawBatchEntry]:
         props_at = body_at + body_len + _SHORT.size
         if props_len < 0 or props_at + props_len != pos + total:
             raise BatchDecodeError(f"bad batch entry properties length at byte {pos}")
-        if crc and crc != crc32(body):
-            raise BatchDecodeError(f"batch entry body CRC mismatch at byte {pos}")
-        out.append(RawBatchEntry(flag, body, bytes(buf[props_at:props_at + props_len])))
+        if crc:
+            if crc != crc32(body):
+                raise BatchDecodeError(f"batch entry body CRC mismatch at byte {pos}")
+        else:
+            crc = -1
+        out.append((flag, body, bytes(buf[props_at:props_at + props_len]), crc))
         pos += total
     if not out:
         raise BatchDecodeError("empty batch")

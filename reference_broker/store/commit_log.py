@@ -9,6 +9,7 @@ offset for replication. The record format itself is in ``record.py``.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from reference_broker.common import message as mc
 from reference_broker.common.crc import raw_crc32
+from reference_broker.common.message_batch import BatchDecodeError, decode_batch_entries
 from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
@@ -33,6 +35,30 @@ class MessageExtBatch:
     topic: str
     queue_id: int
     messages: list[rec.MessageExtBrokerInner] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class EncodedBatch:
+    """A batch still in its SEND_BATCH_MESSAGE encoding (common/message_batch.py), as 4.9.8's
+    MessageExtBatch keeps its body: the store writes every record straight from its entry
+    (MessageExtBatchEncoder), so no message object is built per entry."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    properties_suffix: bytes = b""  # "\x02NAME\x01value…", appended to every entry's properties (CLUSTER)
+
+
+# A batch record ready for the put lock: Struct, size, BODYCRC, flag, body, stored properties, sysflag,
+# born timestamp, born address, born port, reconsume times, prepared-transaction offset.
+_BatchRecord = tuple[struct.Struct, int, int, int, bytes, bytes, int, int, bytes, int, int, int]
+
+
+def _illegal_batch() -> PutMessageResult:
+    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
 
 
 RECOVER_RUN_RECORDS = 4096  # records parsed (and re-dispatched) together while recovering
@@ -241,35 +267,80 @@ class CommitLog:
     def put_messages(self, batch: MessageExtBatch) -> PutMessageResult:
         """Append a batch whole into one file (CommitLog.asyncPutMessages); msgIds comma-joined."""
         if not batch.messages:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                    AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
+            return _illegal_batch()
         topic_b = batch.topic.encode("utf-8")
-        prepared: list[tuple[rec.MessageExtBrokerInner, bytes, bytes, int, int]] = []
-        grand = 0
+        store_v6 = len(self.store_ip) == 16
+        prepared: list[_BatchRecord] = []
         for m in batch.messages:
-            encoded = m.encoded_properties()
-            if _has_delay(encoded) or mc.transaction_value(m.sys_flag) != mc.TRANSACTION_NOT_TYPE:
-                # Batches carry neither delays nor transactions (CommitLog.asyncPutMessages).
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                        AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
             m.topic = batch.topic
             m.queue_id = batch.queue_id
-            props_b = self._stored_properties(encoded)
-            bad = self._check_sizes(topic_b, props_b, m.body)
-            if bad is not None:
-                status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
-                          if bad is AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED else PutMessageStatus.MESSAGE_ILLEGAL)
-                return PutMessageResult(status, AppendMessageResult(bad))
-            born_ip = rec.host_bytes(m.born_host[0])
-            total = rec.record_length(len(m.body), len(topic_b), len(props_b), len(born_ip) == 16,
-                                      len(self.store_ip) == 16)
-            prepared.append((m, props_b, born_ip, total, rec.crc32(m.body)))
-            grand += total
+            r = self._prepare(topic_b, m.body, m.encoded_properties(), m.sys_flag, rec.host_bytes(m.born_host[0]),
+                              store_v6, m.flag, m.born_timestamp, m.born_host[1], m.reconsume_times,
+                              m.prepared_transaction_offset, -1)
+            if isinstance(r, PutMessageResult):
+                return r
+            prepared.append(r)
+        return self._append_batch(batch.topic, batch.queue_id, topic_b, prepared)
+
+    def put_encoded_batch(self, batch: EncodedBatch) -> PutMessageResult:
+        """``put_messages`` for a batch still in its wire encoding: each record is written from its entry
+        (MessageExtBatchEncoder), with no message object per entry; a body that does not parse is illegal."""
+        try:
+            entries = decode_batch_entries(batch.body)
+        except BatchDecodeError as exc:
+            bad = _illegal_batch()
+            bad.remark = f"bad batch body: {exc}"
+            return bad
+        topic_b = batch.topic.encode("utf-8")
+        store_v6 = len(self.store_ip) == 16
+        born_ip = rec.host_bytes(batch.born_host[0])
+        suffix = batch.properties_suffix
+        prepare = self._prepare
+        prepared: list[_BatchRecord] = []
+        for flag, body, props, crc in entries:
+            if suffix:
+                props = props + suffix if props else suffix[1:]
+            r = prepare(topic_b, body, props, batch.sys_flag, born_ip, store_v6, flag, batch.born_timestamp,
+                        batch.born_host[1], 0, 0, crc)
+            if isinstance(r, PutMessageResult):
+                return r
+            prepared.append(r)
+        return self._append_batch(batch.topic, batch.queue_id, topic_b, prepared)
+
+    def _prepare(self, topic_b: bytes, body: bytes, encoded: bytes, sys_flag: int, born_ip: bytes, store_v6: bool,
+                 flag: int, born_ts: int, born_port: int, reconsume: int, prepared_offset: int, body_crc: int
+                 ) -> _BatchRecord | PutMessageResult:
+        """One record of a batch, everything but what the put lock decides; or why the batch is refused."""
+        if _has_delay(encoded) or mc.transaction_value(sys_flag) != mc.TRANSACTION_NOT_TYPE:
+            return _illegal_batch()  # batches carry neither delays nor transactions (CommitLog.asyncPutMessages)
+        props_b = self._stored_properties(encoded)
+        bad = self._check_sizes(topic_b, props_b, body)
+        if bad is not None:
+            status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+                      if bad is AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED else PutMessageStatus.MESSAGE_ILLEGAL)
+            return PutMessageResult(status, AppendMessageResult(bad))
+        born_v6 = len(born_ip) == 16
+        sys_flag &= ~(mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG)  # this record's hosts decide
+        if born_v6:
+            sys_flag |= mc.BORNHOST_V6_FLAG
+        if store_v6:
+            sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
+        st = rec.record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
+        return (st, st.size, raw_crc32(body) & 0x7FFFFFFF if body_crc < 0 else body_crc, flag, body, props_b,
+                sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset)
+
+    def _append_batch(self, topic: str, queue_id: int, topic_b: bytes, prepared: list[_BatchRecord]
+                      ) -> PutMessageResult:
+        """Write prepared records whole into one file, consecutive queue offsets (asyncPutMessages)."""
+        grand = sum(r[1] for r in prepared)
         # The encoder buffer is maxMessageSize + 64 KiB: a longer batch is illegal (MessageExtBatchEncoder).
         if grand > self.config.max_message_size + 64 * 1024 or grand + 8 > self.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
-        key = f"{batch.topic}-{batch.queue_id}"
+        key = f"{topic}-{queue_id}"
+        append_crc = self.append_prop_crc
+        store_ip = self.store_ip
+        store_port = self.store_port
         with self.put_lock:
             now = _now_ms()
             self.begin_time_in_lock = now
@@ -288,14 +359,18 @@ class CommitLog:
                     mf = nxt
                 start_pos = pos = mf.staged_position
                 wbuf = mf.wbuf
+                base = mf.file_from_offset
                 first_q = qoff = self.topic_queue_table.get(key, 0)
                 ids: list[str] = []
                 id_prefix = self.msg_id_prefix_hex
-                for m, props_b, born_ip, total, crc in prepared:
-                    phys = mf.file_from_offset + pos
-                    rec.encode_into(wbuf, pos, total, m, topic_b, props_b, qoff, phys, store_ts, born_ip,
-                                    self.store_ip, self.store_port, crc)
-                    if self.append_prop_crc:
+                topic_len = len(topic_b)
+                for (st, total, crc, flag, body, props_b, sys_flag, born_ts, born_ip, born_port, reconsume,
+                     prepared_offset) in prepared:
+                    phys = base + pos
+                    st.pack_into(wbuf, pos, total, rec.MESSAGE_MAGIC_CODE, crc, queue_id, flag, qoff, phys, sys_flag,
+                                 born_ts, born_ip, born_port, store_ts, store_ip, store_port, reconsume,
+                                 prepared_offset, len(body), body, topic_len, topic_b, len(props_b), props_b)
+                    if append_crc:
                         rec.write_prop_crc(wbuf, pos, total)
                     ids.append(f"{id_prefix}{phys:016X}")  # rec.create_message_id, prefix formatted once
                     pos += total
@@ -308,8 +383,7 @@ class CommitLog:
             finally:
                 self.begin_time_in_lock = 0
         return PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(
-            AppendMessageStatus.PUT_OK, mf.file_from_offset + start_pos, grand, ",".join(ids), store_ts, first_q,
-            len(prepared)))
+            AppendMessageStatus.PUT_OK, base + start_pos, grand, ",".join(ids), store_ts, first_q, len(prepared)))
 
     # ---- reads --------------------------------------------------------------------------------
     def get_data(self, offset: int, return_first_on_not_found: bool = False) -> SelectMappedBufferResult | None:

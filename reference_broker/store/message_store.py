@@ -30,7 +30,7 @@ from reference_broker.store.clean import (
     RunningFlags,
     disk_partition_space_used_percent,
 )
-from reference_broker.store.commit_log import CommitLog, MessageExtBatch
+from reference_broker.store.commit_log import CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
 from reference_broker.store.dispatch import DispatchRequest
@@ -471,20 +471,24 @@ class MessageStore(StoreReads):
         self._after_append(self._append(msg), msg.properties.get(mc.PROPERTY_WAIT_STORE_MSG_OK) != "false",
                            callback)
 
-    def put_messages_async(self, batch: MessageExtBatch) -> Future[PutMessageResult]:
+    def put_messages_async(self, batch: MessageExtBatch | EncodedBatch) -> Future[PutMessageResult]:
         fut: Future[PutMessageResult] = Future()
         self.put_messages_callback(batch, fut.set_result)
         return fut
 
-    def put_messages_callback(self, batch: MessageExtBatch, callback: Callable[[PutMessageResult], None]) -> None:
+    def put_messages_callback(self, batch: MessageExtBatch | EncodedBatch,
+                              callback: Callable[[PutMessageResult], None]) -> None:
+        """Append a batch (a list of messages, or still encoded as sent: ``EncodedBatch``); ``callback`` as for
+        ``put_message_callback``."""
         bad = self._check_store_status()
         if bad is not None:
             callback(self._rejected(bad))
             return
         self._throttle()
-        result = self.commit_log.put_messages(batch)
-        if result.status is PutMessageStatus.PUT_OK:
-            self._put_count += len(batch.messages)
+        cl = self.commit_log
+        result = cl.put_messages(batch) if isinstance(batch, MessageExtBatch) else cl.put_encoded_batch(batch)
+        if result.status is PutMessageStatus.PUT_OK and result.append is not None:
+            self._put_count += result.append.msg_num
         self._after_append(result, True, callback)
 
     def put_message(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
@@ -512,7 +516,7 @@ class MessageStore(StoreReads):
             svc.wakeup()
         return result
 
-    def put_messages(self, batch: MessageExtBatch) -> PutMessageResult:
+    def put_messages(self, batch: MessageExtBatch | EncodedBatch) -> PutMessageResult:
         # Bounded like DefaultMessageStore.putMessages: flush timeout + 5 s, then UNKNOWN_ERROR.
         try:
             return self.put_messages_async(batch).result(self.config.sync_flush_timeout_ms / 1000 + 5)

@@ -123,9 +123,12 @@ def test_batch_send_gives_consecutive_offsets(broker):
     msgs = decode_messages(p.body)
     assert [m.body for m in msgs] == [f"m{i}".encode() for i in range(5)]
     assert [m.queue_offset for m in msgs] == list(range(5))
+    assert [m.properties["CLUSTER"] for m in msgs] == [broker.broker_config.broker_cluster_name] * 5
+    assert [(m.keys, m.properties["UNIQ_KEY"]) for m in msgs] == [(f"k{i}", f"U{i}") for i in range(5)]
     bad = send_request("B", b"\x00\x00\x00\x05garbage", v2=False)
     bad.code = RequestCode.SEND_BATCH_MESSAGE
-    assert call(broker, broker.send_processor, bad).code == ResponseCode.MESSAGE_ILLEGAL
+    r = call(broker, broker.send_processor, bad)
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and r.remark.startswith("bad batch body: "), r.remark
 
 
 def test_pull_status_codes(broker):

@@ -195,3 +195,4 @@ def test_recovery_truncates_at_a_record_whose_tail_was_zeroed(logs: list[CommitL
     truncated: list[int] = []
     assert cl.recover_normally(end, truncated.append) == last.wrote_offset == cl.get_max_offset()
     assert truncated == [last.wrote_offset]
+
