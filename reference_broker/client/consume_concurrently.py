@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
+from reference_broker.client.consume_pool import ConsumePool
 from reference_broker.client.message import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
@@ -45,7 +46,7 @@ CONSUME_LATER_S: Final = 5.0  # submitConsumeRequestLater: 5000 ms
 CONSUME_START_TIME: Final = "CONSUME_START_TIME"  # MessageConst.PROPERTY_CONSUME_START_TIMESTAMP
 
 
-def shutdown_executor(executor: ThreadPoolExecutor, await_termination_s: float) -> None:
+def shutdown_executor(executor: ThreadPoolExecutor | ConsumePool, await_termination_s: float) -> None:
     """Refuse new work, drop queued work, and wait up to ``await_termination_s`` for running listeners
     (ThreadUtils.shutdownGracefully; RocketMQ's awaitTerminationMillisWhenShutdown defaults to 0)."""
     executor.shutdown(wait=False, cancel_futures=True)
@@ -68,7 +69,7 @@ class ConsumeMessageConcurrentlyService:
     def __init__(self, consumer: PushConsumer, listener: ConcurrentListener) -> None:
         self.consumer = consumer
         self.listener = listener
-        self.executor = ThreadPoolExecutor(consumer.consume_thread_max, f"consume-{consumer.group}")
+        self.executor = ConsumePool(consumer.consume_thread_max, f"consume-{consumer.group}")
         self.consume_later_s = CONSUME_LATER_S  # tests shorten it
 
     def start(self) -> None:
