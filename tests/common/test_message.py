@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reference_broker.common import message as mc
 from reference_broker.common.message import bytes_to_properties, properties_to_bytes, property_from_bytes
@@ -71,3 +73,25 @@ def test_transaction_value_masks_type_bits() -> None:
     assert mc.transaction_value(mc.TRANSACTION_PREPARED_TYPE | mc.BORNHOST_V6_FLAG) == mc.TRANSACTION_PREPARED_TYPE
     assert mc.transaction_value(mc.TRANSACTION_ROLLBACK_TYPE | mc.COMPRESSED_FLAG) == mc.TRANSACTION_ROLLBACK_TYPE
     assert mc.transaction_value(mc.MULTI_TAGS_FLAG) == mc.TRANSACTION_NOT_TYPE
+
+
+def _pairwise_reference(raw: bytes) -> dict[str, str]:
+    """Each pair split from the bytes and decoded alone (how bytes_to_properties once worked)."""
+    out: dict[str, str] = {}
+    for item in raw.split(b"\x02"):
+        k, sep, v = item.partition(b"\x01")
+        if sep:
+            out[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return out
+
+
+_PIECES = st.sampled_from([b"\x01", b"\x02", b"a", b"KEYS", b"\xe4", b"\xb8", b"\xad", b"\xff", b"\xc0\x80",
+                           b"\xed\xa0\x80", "中".encode(), b"\xf0\x9f", b"\x98\x80"])
+
+
+@settings(max_examples=500)
+@given(st.lists(_PIECES, max_size=24).map(b"".join))
+def test_decoding_the_blob_once_equals_decoding_each_pair(raw: bytes) -> None:
+    """bytes_to_properties decodes once and splits; broken UTF-8 next to a separator must not change a pair."""
+    assert bytes_to_properties(raw) == _pairwise_reference(raw)
+    assert bytes_to_properties(memoryview(raw)) == _pairwise_reference(raw)
