@@ -9,6 +9,7 @@ offset for replication. The record format itself is in ``record.py``.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import threading
 import time
@@ -61,6 +62,12 @@ def _illegal_batch() -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
 
 
+# Not a RocketMQ file: the commit-log offset from which every record carries the whole-record CRC (written at
+# the first put with enabledAppendPropCRC on; removed by a start with it off). Recovery requires the CRC from
+# there on and takes BODYCRC before it, so a log written without the CRC (an older store, or the append
+# switched off for a while) is never truncated for lacking it.
+PROP_CRC_SINCE_FILE = "propCrcSince"
+
 RECOVER_RUN_RECORDS = 4096  # records parsed (and re-dispatched) together while recovering
 
 
@@ -95,12 +102,54 @@ class CommitLog:
         self.msg_id_prefix_hex = self.msg_id_prefix.hex().upper()
         self.append_prop_crc = config.enabled_append_prop_crc
         self.verify_prop_crc = config.verify_prop_crc()
+        self.prop_crc_since: int | None = None  # PROP_CRC_SINCE_FILE; None: not known (yet)
+        self._since_path = config.store_path_root_dir / PROP_CRC_SINCE_FILE
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def load(self) -> bool:
         ok = self.mapped_file_queue.load()
         log.info("load commit log %s", "OK" if ok else "Failed")
+        self._load_prop_crc_since()
         return ok
+
+    # ---- where the whole-record CRC starts (PROP_CRC_SINCE_FILE) ----------------------------------------
+    def _load_prop_crc_since(self) -> None:
+        path = self._since_path
+        self.prop_crc_since = None
+        if not self.append_prop_crc:
+            path.unlink(missing_ok=True)  # what is written now has no CRC: the next start with it marks anew
+            return
+        try:
+            text = path.read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            return
+        except (OSError, UnicodeDecodeError) as e:
+            log.warning("ignoring %s: %s", path, e)
+            return
+        if text.isdigit():
+            self.prop_crc_since = int(text)
+        else:
+            log.warning("ignoring %s: %r is not an offset", path, text[:40])
+
+    def _set_prop_crc_since(self, offset: int) -> None:
+        """Persist the offset (write, fsync, rename, fsync the directory) before a record relies on it."""
+        self.prop_crc_since = offset
+        path = self._since_path
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w", encoding="ascii") as f:
+                f.write(f"{offset}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as e:  # no space: recovery then takes BODYCRC for these records, as for an older log
+            log.error("cannot record %s (%d): %s", path, offset, e)
 
     @property
     def file_size(self) -> int:
@@ -211,6 +260,8 @@ class CommitLog:
                     mf = nxt
                 pos = mf.staged_position
                 phys = mf.file_from_offset + pos
+                if append_crc and self.prop_crc_since is None:
+                    self._set_prop_crc_since(phys)  # once: the first record with the CRC
                 qoff = 0 if no_cq else table.get(key, 0)
                 st.pack_into(mf.wbuf, pos, total, rec.MESSAGE_MAGIC_CODE, crc, queue_id, msg.flag, qoff, phys, sys_flag,
                              msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip, self.store_port,
@@ -360,6 +411,8 @@ class CommitLog:
                 start_pos = pos = mf.staged_position
                 wbuf = mf.wbuf
                 base = mf.file_from_offset
+                if append_crc and self.prop_crc_since is None:
+                    self._set_prop_crc_since(base + start_pos)  # once: the first record with the CRC
                 first_q = qoff = self.topic_queue_table.get(key, 0)
                 ids: list[str] = []
                 id_prefix = self.msg_id_prefix_hex
@@ -461,14 +514,22 @@ class CommitLog:
                    on_batch: Callable[[list[DispatchRequest]], None] | None, pos: int = 0) -> tuple[int, bool]:
         """Scan one file from ``pos``: (valid bytes, reached a clean end of file).
 
-        Notes the last store timestamp seen, which seeds the monotonic store clock after recovery.
+        Records from ``prop_crc_since`` on must carry a matching whole-record CRC; those before it are
+        checked by BODYCRC. Notes the last store timestamp seen, which seeds the monotonic store clock.
         """
         buf = mf.buf
         size = mf.file_size
         delay = self.delay_table_ms
+        since = self.prop_crc_since if self.verify_prop_crc else None
+        split = size if since is None else min(size, max(0, since - mf.file_from_offset))
         while pos < size:
-            reqs, pos, end = rec.scan_records(buf, pos, size, check_crc, delay, RECOVER_RUN_RECORDS,
-                                              self.verify_prop_crc)
+            strict = since is not None and pos >= split
+            limit = size if strict or since is None else split
+            reqs, pos, end = rec.scan_records(buf, pos, limit, check_crc, delay, RECOVER_RUN_RECORDS, strict)
+            if end is rec.ScanEnd.BAD and limit < size:
+                # A record that crosses the marker (a marker off a record boundary): check it the old way.
+                reqs2, pos, end = rec.scan_records(buf, pos, size, check_crc, delay, 1, False)
+                reqs = reqs + reqs2
             if reqs:
                 if on_batch is not None:
                     on_batch(reqs)
@@ -511,6 +572,7 @@ class CommitLog:
         files = self.mapped_file_queue.mapped_files
         if not files:
             self.mapped_file_queue.flushed_where = 0
+            self._clamp_prop_crc_since(0)
             truncate_logics(-1)
             return 0
         index = max(0, len(files) - 3)
@@ -525,6 +587,7 @@ class CommitLog:
         files = self.mapped_file_queue.mapped_files
         if not files:
             self.mapped_file_queue.flushed_where = 0
+            self._clamp_prop_crc_since(0)
             truncate_logics(-1)
             return 0
         start = self._checkpoint_recover_start()
@@ -560,8 +623,9 @@ class CommitLog:
         for i, mf in enumerate(files):
             if mf.file_from_offset <= offset < mf.file_from_offset + mf.file_size:
                 pos = offset - mf.file_from_offset
+                strict = self.verify_prop_crc and self.prop_crc_since is not None and offset >= self.prop_crc_since
                 req = rec.check_message_and_return_size(mf.buf, pos, mf.file_size, cfg.check_crc_on_recover,
-                                                        verify_prop_crc=self.verify_prop_crc)
+                                                        verify_prop_crc=strict)
                 if req.success or self._is_zero_tail(mf, pos):
                     return i, pos
                 log.warning("checkpoint recover offset %d is not a record boundary: using the time rule", offset)
@@ -588,6 +652,7 @@ class CommitLog:
 
     def _finish_recovery(self, process_offset: int, max_phy_offset_of_cq: int,
                          truncate_logics: Callable[[int], None]) -> None:
+        self._clamp_prop_crc_since(process_offset)
         mfq = self.mapped_file_queue
         mfq.flushed_where = process_offset
         mfq.truncate_dirty_files(process_offset)
@@ -596,6 +661,11 @@ class CommitLog:
             log.info("consume queues reach the commit log end (%d >= %d): truncating them there",
                         max_phy_offset_of_cq, process_offset)
             truncate_logics(process_offset)
+
+    def _clamp_prop_crc_since(self, end: int) -> None:
+        """Everything written from the recovered end on carries the CRC: the marker may not lie beyond it."""
+        if self.prop_crc_since is not None and self.prop_crc_since > end:
+            self._set_prop_crc_since(end)
 
     def destroy(self) -> None:
         self.mapped_file_queue.destroy()

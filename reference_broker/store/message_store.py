@@ -30,7 +30,7 @@ from reference_broker.store.clean import (
     RunningFlags,
     disk_partition_space_used_percent,
 )
-from reference_broker.store.commit_log import CommitLog, EncodedBatch, MessageExtBatch
+from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE, CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
 from reference_broker.store.dispatch import DispatchRequest
@@ -312,7 +312,7 @@ class MessageStore(StoreReads):
             cq.destroy()
         self.consume_queue_table.clear()
         self.index_service.destroy()
-        for name in ("abort", "checkpoint"):
+        for name in ("abort", "checkpoint", PROP_CRC_SINCE_FILE):
             try:
                 (self.config.store_path_root_dir / name).unlink()
             except FileNotFoundError:

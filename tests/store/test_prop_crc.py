@@ -16,7 +16,7 @@ import pytest
 from reference_broker.common import message as mc
 from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
-from reference_broker.store.commit_log import CommitLog, MessageExtBatch
+from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE, CommitLog, MessageExtBatch
 from reference_broker.store.config import ROCKETMQ_KEYS, MessageStoreConfig, coerce_value
 from reference_broker.store.record import MessageExtBrokerInner
 from reference_broker.store.status import AppendMessageResult, PutMessageStatus
@@ -156,13 +156,58 @@ def written_log(logs: list[CommitLog], root: Path, n: int = 6, **cfg: object) ->
     return out
 
 
-def test_force_verify_truncates_a_record_without_crc(logs: list[CommitLog], tmp_path: Path) -> None:
-    """Stricter than RocketMQ, which logs "prop crc32 not found" and keeps the record: a tear that zeroes the
-    end of a record takes its CRC with it. So verification is for logs written with the CRC (our default)."""
-    results = written_log(logs, tmp_path, enabled_append_prop_crc=False)
-    strict = open_log(logs, tmp_path, load=True)
-    assert strict.recover_normally(-1, lambda _o: None) == 0
-    assert results[-1].wrote_offset > 0
+def tear_tail(root: Path, result: AppendMessageResult, n: int = 3) -> None:
+    """The record's last ``n`` bytes read back as zeros (a torn page)."""
+    path = root / "commitlog" / f"{result.wrote_offset - result.wrote_offset % FILE:020d}"
+    data = bytearray(path.read_bytes())
+    end = result.wrote_offset % FILE + result.wrote_bytes
+    data[end - n : end] = bytes(n)
+    path.write_bytes(data)
+
+
+def test_turning_the_crc_on_keeps_an_older_log_and_checks_what_follows(logs: list[CommitLog],
+                                                                        tmp_path: Path) -> None:
+    """Records from before the CRC was on are checked by BODYCRC (never truncated for lacking it); from the
+    first record with the CRC on (``propCrcSince``), a record must carry it. RocketMQ 5 instead accepts any
+    record without it, and so a tear that zeroes a record's end."""
+    old = written_log(logs, tmp_path, enabled_append_prop_crc=False)
+    old_end = old[-1].wrote_offset + old[-1].wrote_bytes
+    cl = open_log(logs, tmp_path, load=True)
+    assert cl.prop_crc_since is None and not (tmp_path / PROP_CRC_SINCE_FILE).exists()
+    assert cl.recover_normally(-1, lambda _o: None) == old_end  # nothing truncated
+    new = [put(cl, MessageExtBrokerInner("Topic", f"new-{i}".encode(), properties={"KEYS": f"n{i}"}))
+           for i in range(2)]
+    assert new[0].wrote_offset == old_end
+    assert (tmp_path / PROP_CRC_SINCE_FILE).read_text().strip() == str(old_end) == str(cl.prop_crc_since)
+    cl.shutdown()
+    tear_tail(tmp_path, new[-1])
+    cl = open_log(logs, tmp_path, load=True)
+    assert cl.prop_crc_since == old_end
+    assert cl.recover_normally(-1, lambda _o: None) == new[-1].wrote_offset  # the torn new record goes
+
+
+def test_a_start_with_the_append_off_forgets_the_marker(logs: list[CommitLog], tmp_path: Path) -> None:
+    results = written_log(logs, tmp_path)
+    assert (tmp_path / PROP_CRC_SINCE_FILE).read_text().strip() == "0"
+    off = open_log(logs, tmp_path, load=True, enabled_append_prop_crc=False)
+    assert not (tmp_path / PROP_CRC_SINCE_FILE).exists()
+    end = results[-1].wrote_offset + results[-1].wrote_bytes
+    assert off.recover_normally(-1, lambda _o: None) == end
+    later = put(off, MessageExtBrokerInner("Topic", b"no crc"))
+    off.shutdown()
+    on = open_log(logs, tmp_path, load=True)  # the record without the CRC lies before any new marker
+    assert on.recover_normally(-1, lambda _o: None) == later.wrote_offset + later.wrote_bytes
+
+
+@pytest.mark.parametrize("marker", ["garbage", "17"])
+def test_a_bad_marker_never_truncates_good_records(logs: list[CommitLog], tmp_path: Path, marker: str) -> None:
+    """Unreadable: as if absent (no record needs the CRC). Off a record boundary (17 lies inside the first
+    record): the record across it is checked the old way, the rest strictly."""
+    results = written_log(logs, tmp_path)
+    (tmp_path / PROP_CRC_SINCE_FILE).write_text(marker)
+    cl = open_log(logs, tmp_path, load=True)
+    end = results[-1].wrote_offset + results[-1].wrote_bytes
+    assert cl.recover_normally(-1, lambda _o: None) == end
 
 
 def test_append_without_force_verify_reads_an_older_log(logs: list[CommitLog], tmp_path: Path) -> None:
