@@ -23,7 +23,7 @@ from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.dispatch import DispatchRequest
-from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult
+from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult, fsync_dir
 from reference_broker.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -143,11 +143,7 @@ class CommitLog:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            fsync_dir(path.parent)
         except OSError as e:  # no space: recovery then takes BODYCRC for these records, as for an older log
             log.error("cannot record %s (%d): %s", path, offset, e)
 
