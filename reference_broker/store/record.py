@@ -309,7 +309,8 @@ def prop_crc_ok(buf: memoryview | bytes, pos: int, total: int) -> bool:
     """The record at ``pos`` ends with a whole-record CRC that matches it.
 
     Stricter than RocketMQ 5.x, which accepts a record whose CRC property is missing (with a warning):
-    a tear that zeroes the end of a record removes that property, so here a missing one is damage.
+    a tear that zeroes the end of a record removes that property, so here a missing one is damage. The
+    commit log asks this only of records written with the CRC on (``commit_log.PROP_CRC_SINCE_FILE``).
     """
     t = pos + total - CRC32_RESERVED_LEN
     if t < pos:
