@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from reference_broker.common import message as mc
 from reference_broker.common.message_batch import BatchEntry, encode_batch
@@ -87,3 +89,43 @@ def test_an_encoded_batch_refuses_a_delay_or_a_transaction(logs: list[CommitLog]
     assert cl.put_encoded_batch(tx).status is PutMessageStatus.MESSAGE_ILLEGAL
     assert cl.get_max_offset() == 0
     assert cl.put_encoded_batch(EncodedBatch("B", 0, plain)).status is PutMessageStatus.PUT_OK
+
+
+_VALID = encode_batch([BatchEntry(1, b"abc", {"KEYS": "k", "TAGS": "t"}), BatchEntry(0, b"", {}),
+                       BatchEntry(2, b"x" * 40, {"UNIQ_KEY": "U1"})])
+
+
+@st.composite
+def batch_bodies(draw: st.DrawFn) -> bytes:
+    """Random bytes, or a valid body with a few bytes overwritten, cut or extended."""
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=200))
+    body = bytearray(_VALID)
+    for at, value in draw(st.lists(st.tuples(st.integers(0, len(body) - 1), st.binary(min_size=1, max_size=4)),
+                                   max_size=3)):
+        body[at:at + len(value)] = value
+    cut = draw(st.integers(0, len(body)))
+    return bytes(body[:cut]) + draw(st.binary(max_size=8))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=batch_bodies())
+@example(body=_VALID)
+def test_any_batch_body_is_stored_whole_or_refused_clearly(logs: list[CommitLog], tmp_path: Path,
+                                                           body: bytes) -> None:
+    """Bytes from the network: every entry becomes a record, or none does and the status says why."""
+    if not logs:
+        open_log(logs, tmp_path)
+    cl = logs[0]
+    before = cl.get_max_offset()
+    r = cl.put_encoded_batch(EncodedBatch("B", 0, body, properties_suffix=b"\x02CLUSTER\x01c"))
+    if r.status is PutMessageStatus.PUT_OK:
+        assert r.append is not None
+        raw = cl.read_bytes(r.append.wrote_offset, r.append.wrote_bytes)
+        assert raw is not None
+        msgs = rec.decode_messages(raw)
+        assert len(msgs) == r.append.msg_num
+        assert all(m.properties.get("CLUSTER") == "c" for m in msgs)
+    else:
+        assert r.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED), r
+        assert cl.get_max_offset() == before
