@@ -208,11 +208,8 @@ class CommitLog:
         props_b = msg.properties_bytes
         if props_b is None:
             props_b = msg.encoded_properties()
-        if rec.PROP_CRC_HEAD in props_b:
-            props_b = rec.strip_prop_crc(props_b)
+        props_b = self._stored_properties(props_b)
         append_crc = self.append_prop_crc
-        if append_crc:
-            props_b = rec.reserve_prop_crc(props_b)
         body = msg.body
         if len(props_b) > rec.MAX_PROPERTIES_LENGTH:
             return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -263,10 +260,8 @@ class CommitLog:
                              msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip, self.store_port,
                              msg.reconsume_times, msg.prepared_transaction_offset, len(body), body, len(topic_b),
                              topic_b, len(props_b), props_b)
-                if append_crc:  # rec.write_prop_crc, inlined: the hot path
-                    t = pos + total - rec.CRC32_RESERVED_LEN
-                    wbuf = mf.wbuf
-                    wbuf[t + 9 : t + 19] = (b"%010d" % (raw_crc32(wbuf[pos:t]) & 0x7FFFFFFF))[::-1]
+                if append_crc:
+                    rec.write_prop_crc(mf.wbuf, pos, total)
                 mf.staged_position = pos + total
                 if mf.stage is None:
                     mf.wrote_position = pos + total  # readers see it now; with staging, once committed
