@@ -227,6 +227,13 @@ class SendMessageProcessor:
         assert tc is not None
         return topic, queue_id, sys_flag, tc
 
+    def _born_host(self, peer: str) -> tuple[str, int]:
+        """(host, port) of a connection's peer, split once per peer."""
+        host = self._peers.get(peer)
+        if host is None:
+            host = self._peers[peer] = _split_peer(peer)
+        return host
+
     def _send_one(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys, peer: str) -> Reply:
         target = self._target(cmd, f, k, peer)
         if isinstance(target, RemotingCommand):
@@ -253,9 +260,7 @@ class SendMessageProcessor:
                                    "transactional messages are not supported by this broker yet")
         props_b = props_text.encode() + self._cluster_suffix if props_text else self._cluster_suffix[1:]
         props[PROPERTY_CLUSTER] = self.cluster_name
-        born_host = self._peers.get(peer)
-        if born_host is None:
-            born_host = self._peers[peer] = _split_peer(peer)
+        born_host = self._born_host(peer)
         msg = rec.MessageExtBrokerInner(
             topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag, 0), properties=props,
             sys_flag=sys_flag, born_timestamp=int_of(f, k.born_timestamp, 0), born_host=born_host,
@@ -307,9 +312,7 @@ class SendMessageProcessor:
                                    f"batch request does not support retry group {topic}")
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))
-        born_host = self._peers.get(peer)
-        if born_host is None:
-            born_host = self._peers[peer] = _split_peer(peer)
+        born_host = self._born_host(peer)
         # The body goes to the store as it came; each entry's properties get CLUSTER there
         # (4.9.8: MessageExtBatch keeps the encoded body and MessageExtBatchEncoder writes from it).
         batch = EncodedBatch(topic, queue_id, cmd.body, sys_flag, int_of(f, k.born_timestamp, 0), born_host,

@@ -35,17 +35,21 @@ def test_calls_run_and_threads_grow_only_to_the_maximum() -> None:
     pool.shutdown(wait=True)
 
 
+def wait_idle(pool: ConsumePool, workers: int = 1) -> None:
+    """Until ``workers`` have finished their call and wait for the next (the pool's idle count)."""
+    deadline = time.monotonic() + 5
+    while pool._idle._value < workers:  # threading.Semaphore's count
+        assert time.monotonic() < deadline, "the worker never went idle"
+        time.sleep(0.001)
+
+
 def test_an_idle_worker_takes_the_next_call_instead_of_a_new_thread() -> None:
     pool = ConsumePool(4, "t")
-    done = threading.Event()
-    pool.submit(done.set)
-    assert done.wait(5)
-    time.sleep(0.05)  # the worker is waiting for work again
-    for _ in range(3):
-        again = threading.Event()
-        pool.submit(again.set)
-        assert again.wait(5)
-        time.sleep(0.01)
+    for _ in range(4):
+        done = threading.Event()
+        pool.submit(done.set)
+        assert done.wait(5)
+        wait_idle(pool)
     assert pool.threads == 1
     pool.shutdown(wait=True)
 
