@@ -17,16 +17,12 @@ from reference_broker.store import record as rec
 from reference_broker.store.commit_log import CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.record import MessageExtBrokerInner
 from reference_broker.store.status import PutMessageStatus
-from tests.store.test_prop_crc import assert_whole_record_crc, open_log
+from tests.store.test_prop_crc import assert_whole_record_crc, logs_fixture, open_log
 
 
 @pytest.fixture
 def logs() -> Iterator[list[CommitLog]]:
-    made: list[CommitLog] = []
-    yield made
-    for cl in made:
-        cl.shutdown()
-        cl.checkpoint.shutdown()
+    yield from logs_fixture()
 
 
 def test_an_encoded_batch_stores_what_the_same_messages_store(logs: list[CommitLog], tmp_path: Path) -> None:

@@ -24,13 +24,18 @@ from reference_broker.store.status import AppendMessageResult, PutMessageStatus
 FILE = 64 * 1024
 
 
-@pytest.fixture
-def logs(tmp_path: Path) -> Iterator[list[CommitLog]]:
+def logs_fixture() -> Iterator[list[CommitLog]]:
+    """Body of each module's ``logs`` fixture: the logs ``open_log`` opens, shut down afterwards."""
     made: list[CommitLog] = []
     yield made
     for cl in made:
         cl.shutdown()
         cl.checkpoint.shutdown()
+
+
+@pytest.fixture
+def logs() -> Iterator[list[CommitLog]]:
+    yield from logs_fixture()
 
 
 def open_log(logs: list[CommitLog], root: Path, load: bool = False, **cfg: object) -> CommitLog:
