@@ -147,6 +147,9 @@ class CleanCommitLogService:
     def check_disk(self) -> DiskCheck:
         """isSpaceToDelete's watermark logic; flips the disk-full flag both ways."""
         cfg = self.config
+        # isSpaceToDelete resets cleanImmediately on every check: a reading above 85 % must not make a later
+        # deletion (the 04:00 one, or one at 75-85 %) remove files that have not expired.
+        self.clean_immediately = False
         ratio = self.used_ratio(cfg.store_path_commit_log)
         self.last_ratio = ratio
         if ratio > cfg.disk_space_warning_level_ratio:

@@ -196,6 +196,21 @@ def test_delete_expired_files_by_space(tmp_path: Path, stores: Stores, now: int)
     assert not store.running_flags.is_disk_full()
 
 
+def test_a_past_reading_above_clean_forcibly_ratio_does_not_delete_unexpired_files_later(
+        tmp_path: Path, stores: Stores, now: int) -> None:
+    # isSpaceToDelete clears cleanImmediately on every check: once the disk is back under 85 %, a deletion
+    # triggered by space (75-85 %) removes expired files only.
+    disk = Disk(0.86)
+    store, svc = open_store(stores, tmp_path, disk, now, not_now(now))
+    assert svc.check_disk() is DiskCheck.CLEAN_FORCIBLY
+    assert svc.clean_immediately
+    disk.ratio = 0.80
+    expire(store, 3)
+    assert run_clean(store) == 3
+    assert_counts(store, 3)
+    assert not svc.clean_immediately
+
+
 def test_delete_files_immediately_above_clean_forcibly_ratio(tmp_path: Path, stores: Stores, now: int) -> None:
     disk = Disk(0.86)  # > diskSpaceCleanForciblyRatio: files go whatever their age
     store, _ = open_store(stores, tmp_path, disk, now, not_now(now))
