@@ -12,26 +12,39 @@ log() { echo "[setup] $*"; }
 missing=()
 packages=()
 command -v fio >/dev/null 2>&1 || { missing+=(fio); packages+=(fio); }
-command -v fincore >/dev/null 2>&1 || { missing+=(fincore); packages+=(util-linux); }
+if ! command -v fincore >/dev/null 2>&1; then
+    # Debian 12 moved fincore from util-linux (always installed) to util-linux-extra.
+    missing+=(fincore)
+    packages+=(FINCORE)  # resolved once the package lists are fresh
+fi
 command -v java >/dev/null 2>&1 || { missing+=(java); packages+=(openjdk-17-jre-headless); }
+PY=python3
+command -v python3.11 >/dev/null 2>&1 && PY=python3.11
+# `python3 -m venv` needs ensurepip, which Debian ships separately (python3-venv / python3.11-venv).
+"$PY" -c 'import ensurepip' >/dev/null 2>&1 || { missing+=(ensurepip); packages+=("${PY}-venv"); }
 if ((${#missing[@]})); then
     if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
         log "missing: ${missing[*]}; running: apt-get update -qq"
         apt-get update -qq
+        for i in "${!packages[@]}"; do
+            if [[ "${packages[$i]}" == FINCORE ]]; then
+                packages[$i]=util-linux
+                apt-cache show util-linux-extra >/dev/null 2>&1 && packages[$i]=util-linux-extra
+            fi
+        done
         log "running: apt-get install -y -qq ${packages[*]}"
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" </dev/null
     else
         log "WARNING: ${missing[*]} missing and cannot install (not root or no apt-get);"
-        log "         the fio baselines are skipped and the Spark reports need a Java runtime."
+        log "         the fio baselines are skipped, fincore's page-cache figures are absent, the Spark reports"
+        log "         need a Java runtime, and the venv needs ensurepip."
     fi
 fi
+for tool in fio fincore java; do
+    command -v "$tool" >/dev/null 2>&1 || log "WARNING: $tool is still missing; the figures that need it are skipped."
+done
 
 # ---------------------------------------------------------------- python
-if command -v python3.11 >/dev/null 2>&1; then
-    PY=python3.11
-else
-    PY=python3
-fi
 if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
     echo "[setup] ERROR: Python >= 3.11 is required; '$PY' is $("$PY" --version 2>&1 || echo 'not found')" >&2
     exit 1
