@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.launcher import Topology
+from harness.launcher import Process, Topology, free_port
+
+BARE_TOPIC = "BareBenchmark"
 
 Progress = Callable[[str], None]
 
@@ -61,13 +63,15 @@ def separate_cores() -> tuple[set[int], set[int]] | None:
 
 
 def _producer(topo: Topology, args: list[str], progress: Progress,
-              cores: tuple[set[int], set[int]] | None = None) -> dict[str, Any]:
+              cores: tuple[set[int], set[int]] | None = None, broker_pid: int | None = None) -> dict[str, Any]:
     """One ``bench producer`` run; with ``cores`` the broker and the generator run on separate cores (the
-    broker's affinity is restored afterwards)."""
+    broker's affinity is restored afterwards). ``broker_pid``: the process serving the topic, when it is not
+    the topology's broker (the bare baseline)."""
     cmd = [sys.executable, "-m", "reference_broker", "bench", "producer", "-n", topo.namesrv_addr, "--json",
            "-i", "1000", *args]
     progress("bench producer " + " ".join(args) + (" (broker and generator on separate cores)" if cores else ""))
-    broker_pid = topo.brokers[0].pid
+    if broker_pid is None:
+        broker_pid = topo.brokers[0].pid
     cpu0 = _cpu_s(broker_pid)
     if cores is None:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -151,6 +155,11 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
                     r["consume_with_commits"] = _consumer(
                         topo, ["-t", "Batch", "-g", "bench_drain", "--from-first", "-d", d], progress)
                     r["send_to_consume_1000"] = _send_to_consume(topo, plan, progress)
+                    if cores is not None:
+                        r["single_64_lean_pinned"] = _producer(
+                            topo, ["-t", "Lean", "--lean", "--in-flight", str(plan.in_flight), "-p",
+                                   str(plan.processes), "-s", size, "-d", d], progress, cores)
+                    r.update(_bare_baseline(topo, plan, Path(tmp), progress))
                 out[mode] = r
     a, s = out["ASYNC_FLUSH"], out["SYNC_FLUSH"]
     single_a = a["single_64_in_flight"]["send_tps"]
@@ -184,6 +193,7 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
          a["send_to_consume_1000"]["e2e_p99_ms"] <= 10),
         ("consumption with offset commits", f"{a['consume_with_commits']['tps']:,.0f} msg/s", ">= 50,000 msg/s",
          a["consume_with_commits"]["tps"] >= 50_000),
+        *_baseline_rows(a),
         ("client CPU per message (async sends)",
          f"{a['single_64_in_flight']['client_cpu_us_per_msg']:.1f} us", "reported", None),
         ("client CPU per message (lean load generator)",
@@ -196,6 +206,41 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
          f"{a['batch_32']['broker_cpu_us_per_msg']:.1f} us", "reported", None),
     ]
     return out
+
+
+def _bare_baseline(topo: Topology, plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
+    """The same lean sends against the bare broker (``bench bare-broker``: parse, append a record and a unit,
+    answer), registered with the same name server: the floor of this interpreter on this machine, which the
+    broker issue's prototype figures describe."""
+    port = free_port()
+    bare = Process("bare-broker", [sys.executable, "-m", "reference_broker", "bench", "bare-broker", "-n",
+                                   topo.namesrv_addr, "-p", str(port), "--root", str(tmp / "bare"), "-t", BARE_TOPIC],
+                   tmp / "bare-broker.log", "bare broker boot success")
+    bare.start()
+    d, size = str(plan.duration_s), str(plan.size)
+    try:
+        single = _producer(topo, ["-t", BARE_TOPIC, "--lean", "--in-flight", str(plan.in_flight), "-p",
+                                  str(plan.processes), "-s", size, "-d", d], progress, broker_pid=bare.pid)
+        batch = _producer(topo, ["-t", BARE_TOPIC, "--lean", "-b", "32", "--in-flight", "4", "-p",
+                                 str(plan.processes), "-s", size, "-d", d], progress, broker_pid=bare.pid)
+    finally:
+        bare.stop()
+    return {"bare_single_64_lean": single, "bare_batch_32_lean": batch}
+
+
+def _baseline_rows(a: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    rows: list[tuple[str, str, str, bool | None]] = []
+    if "single_64_lean_pinned" in a:
+        rows.append(("lean single sends, broker and generator on separate cores",
+                     f"{a['single_64_lean_pinned']['send_tps']:,.0f} msg/s", "reported", None))
+    bs, bb = a["bare_single_64_lean"], a["bare_batch_32_lean"]
+    rows += [
+        ("baseline: bare broker, lean single sends", f"{bs['send_tps']:,.0f} msg/s "
+         f"({bs['broker_cpu_us_per_msg']:.1f} us/msg)", "reported", None),
+        ("baseline: bare broker, lean batches of 32", f"{bb['send_tps']:,.0f} msg/s "
+         f"({bb['broker_cpu_us_per_msg']:.1f} us/msg)", "reported", None),
+    ]
+    return rows
 
 
 def _pinned_row(mode: dict[str, Any], target_ms: float) -> list[tuple[str, str, str, bool | None]]:

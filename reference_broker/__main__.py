@@ -174,6 +174,23 @@ def bench_consumer(namesrv_addr: str, topic: str, group: str, threads: int, expr
                f"AVG(B2C) RT(ms): {summary['avg_b2c_ms']:7.3f} p99 send-to-consume(ms): {summary['e2e_p99_ms']:.3f}")
 
 
+@bench.command("bare-broker")
+@_NAMESRV
+@click.option("-p", "--port", type=click.IntRange(1, 65535), required=True, help="Listen port on 127.0.0.1.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for its recycled mapped files (created).")
+@click.option("-t", "--topic", "topics", multiple=True, default=("BareBenchmark",), show_default=True,
+              help="Topic to register (4 queues); repeatable.")
+def bench_bare_broker(namesrv_addr: str, port: int, root: Path, topics: tuple[str, ...]) -> None:
+    """The baseline of the broker benchmark: parse, append a record and a unit, answer; nothing else.
+    Never a store: it recycles its files and keeps nothing."""
+    from reference_broker.bench.bare_broker import serve
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    serve(namesrv_addr, port, root, list(topics), ready=lambda: click.echo("The bare broker boot success", err=True))
+
+
 @main.command("namesrv")
 @click.option("-p", "--port", type=click.IntRange(min=0, max=65535), default=9876, show_default=True,
               help="Listen port (0: any free port).")
