@@ -234,7 +234,7 @@ def namesrv(port: int, host: str, broker_expired_s: float, scan_interval_s: floa
 @click.option("--host", default="0.0.0.0", show_default=True, help="Listen address.")
 def broker(namesrv_addr: str | None, config_file: Path | None, host: str) -> None:
     """Run a broker until SIGINT or SIGTERM (then shut down cleanly: flush, persist, remove abort)."""
-    from reference_broker.broker.broker_config import BrokerConfError, BrokerConfig, load_broker_conf
+    from reference_broker.broker.broker_config import BrokerConfError, BrokerConfig, load_broker_conf, parse_conf_value
     from reference_broker.broker.serve import run_broker
     from reference_broker.store.config import MessageStoreConfig
 
@@ -246,7 +246,10 @@ def broker(namesrv_addr: str | None, config_file: Path | None, host: str) -> Non
     else:
         broker_config, store_config = BrokerConfig(), MessageStoreConfig()
     if namesrv_addr:
-        broker_config.namesrv_addr = namesrv_addr
+        try:  # the same check as namesrvAddr in the file
+            broker_config.namesrv_addr = parse_conf_value("namesrvAddr", namesrv_addr)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="-n") from None
     code = run_broker(broker_config, store_config, host, announce=click.echo)
     if code:
         sys.exit(code)

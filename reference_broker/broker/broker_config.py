@@ -5,16 +5,21 @@
 Unlike MixAll.properties2Object, which silently ignores unknown keys and reads any
 non-"true" boolean as false, an unknown key or a bad value is an error naming the file,
 the line, the key and the reason: a typo in broker.conf should stop the broker, not be
-silently replaced by a default.
+silently replaced by a default. A value of the right type must also mean something: each
+key's range or format is in ``CONF_CHECKS`` (below ``BROKER_KEYS``), applied by
+``parse_conf_value`` to every value wherever it comes from (the file, a command line).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import platform
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from reference_broker.store.config import ROCKETMQ_KEYS, MessageStoreConfig, coerce_value
 
@@ -105,6 +110,169 @@ BROKER_KEYS: dict[str, str] = {
     "enablePropertyFilter": "enable_property_filter",
 }
 
+JAVA_INT_MAX: Final = 2**31 - 1  # int fields of BrokerConfig / MessageStoreConfig
+JAVA_LONG_MAX: Final = 2**63 - 1  # long fields
+
+
+@dataclass(frozen=True)
+class Between:
+    """An integer in ``lo..hi`` (both included); ``why`` is shown with the error."""
+
+    lo: int
+    hi: int = JAVA_INT_MAX
+    why: str = ""
+
+    def __call__(self, value: Any) -> None:
+        if not self.lo <= value <= self.hi:
+            raise ValueError(f"must be {self.lo}..{self.hi}, got {value}" + (f" ({self.why})" if self.why else ""))
+
+
+def _non_empty(value: Any) -> None:
+    if not str(value).strip():
+        raise ValueError("must not be empty")
+
+
+def _ip_address(value: Any) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IPv4 or IPv6 address (it is stored in every message as 4 or 16 "
+                         "bytes; RocketMQ would resolve a host name, this broker does not)") from None
+
+
+def _namesrv_addr(value: Any) -> None:
+    """BrokerStartup checks every ';'-separated address with RemotingUtil.string2SocketAddress (exit -3).
+    Empty items are skipped, as the controller skips them."""
+    addrs = [a.strip() for a in str(value).split(";") if a.strip()]
+    if not addrs:
+        raise ValueError('no address; expected HOST:PORT[;HOST:PORT...], e.g. "127.0.0.1:9876;192.168.0.1:9876"')
+    for addr in addrs:
+        host, sep, port = addr.rpartition(":")
+        if not (sep and host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"{addr!r} is not HOST:PORT with a port 1..65535; expected HOST:PORT[;HOST:PORT...], "
+                             'e.g. "127.0.0.1:9876;192.168.0.1:9876"')
+
+
+_HOUR: Final = re.compile(r"[0-9]+")
+
+
+def _delete_when(value: Any) -> None:
+    """UtilAll.isItTimeToDo: ``when.split(";")``, each item Integer.parseInt'ed and compared with the hour of
+    day. RocketMQ accepts any int there: an item that is not a number throws on every clean run and one
+    that is no hour never matches, so time-based cleaning silently never runs. Java's split drops trailing
+    empty items ("04;" is "04"); parseInt takes no spaces."""
+    items = str(value).split(";")
+    while items and not items[-1]:
+        items.pop()
+    if not items:
+        raise ValueError("no hour; expected hours of the day 00..23 separated by ';', e.g. 04 or 04;16")
+    for item in items:
+        if not _HOUR.fullmatch(item) or int(item) > 23:
+            raise ValueError(f"{item!r} is not an hour of the day 00..23; expected hours separated by ';', "
+                             "e.g. 04 or 04;16 (UtilAll.isItTimeToDo)")
+
+
+def _message_delay_level(value: Any) -> None:
+    # The schedule service's own parser. Imported here: delay_level → topic_config → this module.
+    from reference_broker.broker.delay_level import parse_delay_levels
+
+    try:
+        parse_delay_levels(str(value))
+    except ValueError as e:
+        raise ValueError(str(e).removeprefix("messageDelayLevel: ")) from None
+
+
+def _topic(value: Any) -> None:
+    from reference_broker.broker.topic_config import validate_topic  # imports this module
+
+    problem = validate_topic(str(value))
+    if problem is not None:
+        raise ValueError(problem)
+
+
+# Periods of tasks RocketMQ runs with ScheduledExecutorService.scheduleAtFixedRate, which throws
+# IllegalArgumentException for a period <= 0 (an asyncio or thread loop would spin here).
+_PERIOD_MS: Final = Between(1, why="the period of a scheduled task, in ms")
+# Sleeps, waits and timeouts: Thread.sleep and await throw IllegalArgumentException for a negative time.
+_WAIT_MS: Final = Between(0, why="a time in ms")
+_WAIT_MS_LONG: Final = Between(0, JAVA_LONG_MAX, "a time in ms")
+_PAGES: Final = Between(0, why="pages of 4 KiB; 0: whatever is dirty")
+_SIZE: Final = Between(1, why="a size in bytes")
+_COUNT: Final = Between(1)
+
+# broker.conf key → the check of its value (after it has been read as its field's type). The check raises
+# ValueError with the reason. Type errors, booleans and the enums (flushDiskType, brokerRole: the reason lists
+# the allowed values) are caught when the value is read; every int and str key has an entry here.
+# Upper bounds are the Java field's type unless RocketMQ narrows them.
+CONF_CHECKS: Final[dict[str, Callable[[Any], None]]] = {
+    # BrokerConfig
+    "brokerClusterName": _non_empty,
+    "brokerName": _non_empty,
+    "brokerId": Between(0, JAVA_LONG_MAX, "0 is the master (MixAll.MASTER_ID), a slave is > 0"),
+    # Port 0 (any free port) cannot be used: brokerIP1:listenPort is the store host in every offsetMsgId
+    # and the address registered with the name server.
+    "listenPort": Between(1, 65535, "a fixed TCP port"),
+    "namesrvAddr": _namesrv_addr,
+    "brokerIP1": _ip_address,
+    "brokerPermission": Between(0, 7, "PermName.isValid: READ 4 | WRITE 2 | INHERIT 1"),
+    "defaultTopicQueueNums": Between(1, why="queues of an auto-created topic"),
+    "msgTraceTopicName": _topic,
+    # RocketMQ clamps this into 10 s..60 s where it is used; rejected here, not clamped: a value the broker
+    # would silently replace is as much a mistake as a typo (see the module docstring).
+    "registerNameServerPeriod": Between(10_000, 60_000, "RocketMQ uses 10000..60000 ms whatever is set"),
+    "flushConsumerOffsetInterval": _PERIOD_MS,
+    "sendMessageThreadPoolNums": Between(1, why="ThreadPoolExecutor size"),
+    "sendThreadPoolQueueCapacity": Between(1, why="LinkedBlockingQueue capacity"),
+    "pullThreadPoolQueueCapacity": Between(1, why="LinkedBlockingQueue capacity"),
+    "waitTimeMillsInSendQueue": _WAIT_MS_LONG,
+    "waitTimeMillsInPullQueue": _WAIT_MS_LONG,
+    "waitTimeMillsInHeartbeatQueue": _WAIT_MS_LONG,
+    "waitTimeMillsInTransactionQueue": _WAIT_MS_LONG,
+    "shortPollingTimeMills": _WAIT_MS_LONG,
+    "transactionTimeOut": _WAIT_MS_LONG,
+    "transactionCheckMax": Between(0, why="checks before a half message is discarded"),
+    "transactionCheckInterval": Between(1, JAVA_LONG_MAX, "the period of the transaction check, in ms"),
+    "filterServerNums": Between(0),
+    # MessageStoreConfig
+    "storePathRootDir": _non_empty,
+    "mappedFileSizeCommitLog": _SIZE,
+    # getMappedFileSizeConsumeQueue rounds up to whole 20-byte units, which must still fit an int.
+    "mappedFileSizeConsumeQueue": Between(1, JAVA_INT_MAX // 20 * 20, "a size in bytes, rounded up to 20-byte units"),
+    "maxMessageSize": _SIZE,
+    # Flush and commit intervals may be 0 (RocketMQ's Thread.sleep(0) / waitForRunning(0): flush continuously).
+    "flushIntervalCommitLog": _WAIT_MS,
+    "flushCommitLogLeastPages": _PAGES,
+    "flushCommitLogThoroughInterval": _WAIT_MS,
+    "transientStorePoolSize": Between(1, why="buffers in the pool"),
+    "commitIntervalCommitLog": _WAIT_MS,
+    "commitCommitLogLeastPages": _PAGES,
+    "commitCommitLogThoroughInterval": _WAIT_MS,
+    "flushIntervalConsumeQueue": _WAIT_MS,
+    "flushConsumeQueueLeastPages": _PAGES,
+    "flushConsumeQueueThoroughInterval": _WAIT_MS,
+    # 0 would report FLUSH_DISK_TIMEOUT for nearly every SYNC_FLUSH put.
+    "syncFlushTimeout": Between(1, why="a timeout in ms"),
+    "fileReservedTime": Between(0, why="hours a file is kept; 0: expired at once"),
+    "cleanResourceInterval": _PERIOD_MS,
+    "deleteWhen": _delete_when,
+    # RocketMQ's getter clamps into 10..95; rejected here, not clamped (as registerNameServerPeriod).
+    "diskMaxUsedSpaceRatio": Between(10, 95, "a percentage; RocketMQ uses 10..95 whatever is set"),
+    "deleteCommitLogFilesInterval": _WAIT_MS,
+    "deleteConsumeQueueFilesInterval": _WAIT_MS,
+    "destroyMapedFileIntervalForcibly": _WAIT_MS,
+    "redeleteHangedFileInterval": _WAIT_MS,
+    "maxTransferBytesOnMessageInMemory": _SIZE,
+    "maxTransferCountOnMessageInMemory": _COUNT,
+    "maxTransferBytesOnMessageInDisk": _SIZE,
+    "maxTransferCountOnMessageInDisk": _COUNT,
+    "accessMessageInMemoryMaxRatio": Between(0, 100, "a percentage of physical memory"),
+    "maxHashSlotNum": _COUNT,
+    "maxIndexNum": _COUNT,
+    "messageDelayLevel": _message_delay_level,
+    "osPageCacheBusyTimeOutMills": _WAIT_MS_LONG,
+    "putMsgIndexHightWater": Between(0, why="a dispatch backlog in messages"),
+}
+
 _BOOL_FIELDS = {f.name for f in fields(BrokerConfig) if f.type in ("bool", bool)}
 _INT_FIELDS = {f.name for f in fields(BrokerConfig) if f.type in ("int", int)}
 
@@ -156,6 +324,27 @@ def parse_properties(text: str) -> list[tuple[int, str, str]]:
     return out
 
 
+def parse_conf_value(key: str, raw: str) -> Any:
+    """A broker.conf value (``key`` as RocketMQ spells it) as its field's type, checked by ``CONF_CHECKS``;
+    ValueError with the reason. The one check for a value from the file or from a command line."""
+    if key in BROKER_KEYS:
+        name, coerce = BROKER_KEYS[key], coerce_broker_value
+    elif key in ROCKETMQ_KEYS:
+        name, coerce = ROCKETMQ_KEYS[key], coerce_value
+    else:
+        raise ValueError("unknown key")
+    try:
+        value = coerce(name, raw)
+    except ValueError as e:
+        raise ValueError(str(e).removeprefix(f"{name}: ")) from None  # the store's reasons name the field
+    if not raw.strip():
+        raise ValueError("no value")
+    check = CONF_CHECKS.get(key)
+    if check is not None:
+        check(value)
+    return value
+
+
 def load_broker_conf(path: Path | str) -> tuple[BrokerConfig, MessageStoreConfig]:
     """Read a broker.conf into (BrokerConfig, MessageStoreConfig); BrokerConfError when unusable."""
     path = Path(path)
@@ -169,13 +358,12 @@ def load_broker_conf(path: Path | str) -> tuple[BrokerConfig, MessageStoreConfig
     store = MessageStoreConfig()
     for lineno, key, value in parse_properties(text):
         try:
-            if key in BROKER_KEYS:
-                setattr(broker, BROKER_KEYS[key], coerce_broker_value(BROKER_KEYS[key], value))
-            elif key in ROCKETMQ_KEYS:
-                setattr(store, ROCKETMQ_KEYS[key], coerce_value(ROCKETMQ_KEYS[key], value))
-            else:
-                raise ValueError("unknown key")
+            parsed = parse_conf_value(key, value)
         except ValueError as e:
             raise BrokerConfError(f"{path}:{lineno}: {key}: {e}") from None
+        if key in BROKER_KEYS:
+            setattr(broker, BROKER_KEYS[key], parsed)
+        else:
+            setattr(store, ROCKETMQ_KEYS[key], parsed)
     store.store_host = (broker.broker_ip1, broker.listen_port)
     return broker, store

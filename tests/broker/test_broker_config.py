@@ -1,7 +1,18 @@
+import subprocess
+import sys
+from dataclasses import fields
+
 import pytest
 
-from reference_broker.broker.broker_config import BrokerConfError, BrokerConfig, load_broker_conf
-from reference_broker.store.config import BrokerRole, FlushDiskType
+from reference_broker.broker.broker_config import (
+    BROKER_KEYS,
+    CONF_CHECKS,
+    BrokerConfError,
+    BrokerConfig,
+    load_broker_conf,
+    parse_conf_value,
+)
+from reference_broker.store.config import ROCKETMQ_KEYS, BrokerRole, FlushDiskType, MessageStoreConfig
 
 
 def _conf(tmp_path, text):
@@ -83,3 +94,126 @@ def test_bad_lines_name_file_line_key_reason(tmp_path, text, line, key, reason):
 def test_missing_file(tmp_path):
     with pytest.raises(BrokerConfError, match="not found"):
         load_broker_conf(tmp_path / "nope.conf")
+
+
+# (bad line, words the reason must contain). Each is loaded as line 3 of a file, after a good line and a comment.
+BAD_VALUES = [
+    ("mappedFileSizeCommitLog=-5", "1..2147483647"),
+    ("mappedFileSizeCommitLog=0", "got 0"),
+    ("mappedFileSizeCommitLog=2147483648", "1..2147483647"),  # a Java int
+    ("mappedFileSizeConsumeQueue=0", "20-byte units"),
+    ("maxMessageSize=0", "size in bytes"),
+    ("listenPort=0", "1..65535"),
+    ("listenPort=65536", "1..65535"),
+    ("brokerId=-1", "master"),
+    ("brokerName=", "no value"),
+    ("brokerClusterName=", "no value"),
+    ("storePathRootDir=", "no value"),
+    ("brokerIP1=localhost", "IPv4 or IPv6"),
+    ("namesrvAddr=127.0.0.1", "HOST:PORT"),
+    ("namesrvAddr=127.0.0.1:9876;host:0", "'host:0'"),
+    ("namesrvAddr=:9876", "HOST:PORT"),
+    ("namesrvAddr=;", "no address"),
+    ("brokerPermission=8", "PermName"),
+    ("defaultTopicQueueNums=0", "auto-created topic"),
+    ("msgTraceTopicName=my topic", "illegal characters"),
+    ("registerNameServerPeriod=5000", "10000..60000"),
+    ("flushConsumerOffsetInterval=0", "period"),
+    ("sendThreadPoolQueueCapacity=0", "capacity"),
+    ("waitTimeMillsInSendQueue=-1", "got -1"),
+    ("cleanResourceInterval=0", "period"),
+    ("flushIntervalCommitLog=-1", "time in ms"),
+    ("flushCommitLogLeastPages=-1", "pages"),
+    ("commitCommitLogThoroughInterval=-1", "time in ms"),
+    ("syncFlushTimeout=0", "timeout"),
+    ("fileReservedTime=-1", "hours"),
+    ("deleteWhen=xx", "'xx' is not an hour"),
+    ("deleteWhen=24", "'24' is not an hour"),
+    ("deleteWhen=04;x", "'x' is not an hour"),
+    ("deleteWhen=04; 16", "' 16' is not an hour"),  # Integer.parseInt takes no spaces
+    ("deleteWhen=;", "no hour"),
+    ("deleteWhen=-1", "'-1' is not an hour"),
+    ("diskMaxUsedSpaceRatio=9", "10..95"),
+    ("diskMaxUsedSpaceRatio=96", "10..95"),
+    ("accessMessageInMemoryMaxRatio=101", "0..100"),
+    ("maxTransferCountOnMessageInDisk=0", "got 0"),
+    ("transientStorePoolSize=0", "buffers"),
+    ("messageDelayLevel=1s 5x", "level 2 is '5x'"),
+    ("messageDelayLevel=", "no value"),
+    ("flushDiskType=FAST", "SYNC_FLUSH, ASYNC_FLUSH"),
+    ("brokerRole=MASTER", "ASYNC_MASTER, SYNC_MASTER, SLAVE"),
+]
+
+
+@pytest.mark.parametrize(("line", "reason"), BAD_VALUES, ids=[b for b, _ in BAD_VALUES])
+def test_bad_values_name_file_line_key_reason(tmp_path, line, reason):
+    key = line.partition("=")[0]
+    p = _conf(tmp_path, f"brokerName=b\n# the bad line is next\n{line}\nbrokerId=0\n")
+    with pytest.raises(BrokerConfError) as ei:
+        load_broker_conf(p)
+    msg = str(ei.value)
+    assert msg.startswith(f"{p}:3: {key}: ")
+    said = msg.removeprefix(f"{p}:3: {key}: ")
+    assert reason in said and key not in said  # the reason does not repeat the key
+
+
+GOOD_EDGES = [
+    "listenPort=1", "listenPort=65535", "brokerId=0", "brokerPermission=0", "brokerPermission=7",
+    "registerNameServerPeriod=10000", "registerNameServerPeriod=60000", "namesrvAddr=a:1;b:65535;",
+    "brokerIP1=::1", "mappedFileSizeCommitLog=1", "mappedFileSizeCommitLog=2147483647",
+    "mappedFileSizeConsumeQueue=1", "mappedFileSizeConsumeQueue=2147483640", "flushIntervalCommitLog=0",
+    "flushCommitLogLeastPages=0", "flushConsumeQueueLeastPages=0", "fileReservedTime=0", "deleteWhen=00",
+    "deleteWhen=23", "deleteWhen=04;16", "deleteWhen=4;", "diskMaxUsedSpaceRatio=10", "diskMaxUsedSpaceRatio=95",
+    "accessMessageInMemoryMaxRatio=0", "accessMessageInMemoryMaxRatio=100", "messageDelayLevel=100ms 1d",
+    "waitTimeMillsInSendQueue=0", "transactionCheckMax=0", "brokerRole=SLAVE", "brokerId=1",
+]
+
+
+@pytest.mark.parametrize("line", GOOD_EDGES)
+def test_edge_values_are_accepted(tmp_path, line):
+    key, _, raw = line.partition("=")
+    load_broker_conf(_conf(tmp_path, f"brokerName=b\n{line}\n"))
+    assert parse_conf_value(key, raw) is not None  # the function a command line would use agrees
+
+
+def test_every_int_and_str_key_has_a_check():
+    """Booleans and enums are checked by their type; every other key needs a range or a format."""
+    types = {f.name: type(getattr(BrokerConfig(), f.name)) for f in fields(BrokerConfig)}
+    types |= {f.name: type(getattr(MessageStoreConfig(), f.name)) for f in fields(MessageStoreConfig)}
+    keys = {**BROKER_KEYS, **ROCKETMQ_KEYS}
+    need = {k for k, name in keys.items() if types[name] in (int, str)}
+    assert need - CONF_CHECKS.keys() == set()
+    assert CONF_CHECKS.keys() - keys.keys() == set()
+
+
+def test_command_line_values_use_the_same_checks():
+    assert parse_conf_value("namesrvAddr", "127.0.0.1:9876") == "127.0.0.1:9876"
+    assert parse_conf_value("listenPort", "10911") == 10911
+    with pytest.raises(ValueError, match=r"1\.\.65535"):
+        parse_conf_value("listenPort", "0")
+    with pytest.raises(ValueError, match="unknown key"):
+        parse_conf_value("listenport", "10911")
+
+
+@pytest.mark.e2e
+def test_cli_rejects_a_bad_value_before_creating_anything(tmp_path):
+    store = tmp_path / "store"
+    conf = tmp_path / "bad.conf"
+    conf.write_text(f"storePathRootDir={store}\nbrokerName=b\nmappedFileSizeCommitLog=-5\nlistenPort=10911\n")
+    p = subprocess.run([sys.executable, "-m", "reference_broker", "broker", "-n", "127.0.0.1:1", "-c", str(conf)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "bad.conf:3: mappedFileSizeCommitLog: must be 1..2147483647, got -5" in p.stderr
+    assert not store.exists()
+
+
+@pytest.mark.e2e
+def test_cli_rejects_a_bad_name_server_address_before_creating_anything(tmp_path):
+    store = tmp_path / "store"
+    conf = tmp_path / "good.conf"
+    conf.write_text(f"storePathRootDir={store}\nbrokerName=b\nlistenPort=10911\n")
+    p = subprocess.run([sys.executable, "-m", "reference_broker", "broker", "-n", "127.0.0.1:99999", "-c", str(conf)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2  # click's usage error
+    assert "Invalid value for -n" in p.stderr and "127.0.0.1:99999" in p.stderr
+    assert not store.exists()
