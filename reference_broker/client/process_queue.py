@@ -96,8 +96,9 @@ class ProcessQueue:
             return 0 if first is None or last is None else last - first
 
     @property
-    def msg_size_mib(self) -> float:
-        return self.msg_size / (1024 * 1024)
+    def msg_size_mib(self) -> int:
+        # Whole MiB, as pullMessage's getMsgSize() / (1024 * 1024): a 100 MiB threshold pauses at 101 MiB.
+        return self.msg_size // (1024 * 1024)
 
     def is_empty(self) -> bool:
         return not self._msgs
