@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def test_recover(tmp_path: Path, stores: Stores) -> None:
 
     # 3. The same damage plus an abort file: abnormal recovery truncates to the same place; writes go on.
     # RocketMQ's time rule rescans the file holding the checkpoint's time, so it finds damage in data the
-    # checkpoint calls durable; the checkpoint-offset rule starts after it (see the next test).
+    # checkpoint calls durable; the checkpoint-offset rule starts after it (see the tests below).
     second_last_phy, second_last_cq = damage_last_message(store)
     (tmp_path / "abort").touch()
     store = stores.open(make_config(tmp_path, recover_from_checkpoint_offset=False))
@@ -116,6 +117,170 @@ def test_recover(tmp_path: Path, stores: Stores) -> None:
     res = store.get_message("G", RECOVER_TOPIC, 0, second_last_cq, 1)
     assert res.status is GetMessageStatus.FOUND
     assert rec.decode_message(res.messages[0], check_crc=True).body == b"written again"
+
+
+# ---- the same damage and abort file, default configuration (recoverFromCheckpointOffset) -----------------
+# README "Deliberate differences": abnormal recovery starts at the checkpoint's recover offset (bytes 40/48 of
+# its page: the commit-log offset known flushed, the offset below which consume-queue units are flushed) when
+# it is a record boundary; "the offset rule trusts flushed data". Damage at or past that offset is scanned
+# and truncated as in 4.9.8; damage before it, in data the checkpoint calls flushed, is not scanned and stays.
+
+def set_checkpoint_commit_log_offset(root: Path, offset: int) -> None:
+    """The checkpoint's flushed commit-log offset (byte 40), as if no flush past ``offset`` had been noted."""
+    with open(root / "checkpoint", "r+b") as f:
+        f.seek(40)
+        f.write(struct.pack(">q", offset))
+
+
+def checkpoint_offsets(root: Path) -> tuple[int, int]:
+    """(flushed commit-log offset, consume-queue flushed offset): bytes 40 and 48 of the checkpoint."""
+    physic, logics = struct.unpack_from(">qq", (root / "checkpoint").read_bytes(), 40)
+    return physic, logics
+
+
+def record_on_disk(root: Path, file_size: int, offset: int, size: int) -> bytes:
+    data = (root / "commitlog" / f"{offset - offset % file_size:020d}").read_bytes()
+    return data[offset % file_size : offset % file_size + size]
+
+
+def open_recording_dispatch(stores: Stores, root: Path) -> tuple[MessageStore, list[int]]:
+    """Open with the default configuration; the commit-log offset of every record dispatched is recorded."""
+    cfg = make_config(root)
+    assert cfg.recover_from_checkpoint_offset  # the default
+    store = stores.new(cfg)
+    dispatched: list[int] = []
+    store.dispatch_listeners.append(lambda req: dispatched.append(req.commit_log_offset))
+    assert store.load()
+    store.start()
+    return store, dispatched
+
+
+def test_recover_damaged_last_message_with_abort_default_config_damage_before_checkpoint(
+        tmp_path: Path, stores: Stores) -> None:
+    """testRecover's step 3 with recoverFromCheckpointOffset on (the default) as it stands: the damaged record
+    lies before the checkpoint's flushed offset (a clean shutdown flushed it), so it is trusted and kept."""
+    store = stores.open(make_config(tmp_path))
+    put_recover_msgs(store, 30)
+    second_last_phy, second_last_cq = damage_last_message(store)
+    file_size = store.config.mapped_file_size_commit_log
+    end, cq_flushed = checkpoint_offsets(tmp_path)
+    assert end == cq_flushed > second_last_phy  # the damaged record [second_last_phy, end) is before the offset
+    damaged = record_on_disk(tmp_path, file_size, second_last_phy, end - second_last_phy)
+    (tmp_path / "abort").touch()
+
+    store, dispatched = open_recording_dispatch(stores, tmp_path)
+    assert not store.last_exit_ok
+    assert dispatched == []  # recovery started at the end of the flushed data: nothing re-scanned
+    assert store.get_max_phy_offset() == end  # not truncated
+    assert store.get_max_offset_in_queue(RECOVER_TOPIC, 0) == second_last_cq + 1
+    # Its consume-queue unit stays and the damaged bytes are served as stored; they do not decode.
+    res = store.get_message("G", RECOVER_TOPIC, 0, second_last_cq, 32)
+    assert res.status is GetMessageStatus.FOUND and res.queue_offsets == [second_last_cq]
+    assert res.messages == [damaged]
+    with pytest.raises(rec.RecordError):
+        rec.decode_message(res.messages[0])
+    # New records follow it.
+    nxt = put_ok(store, make_msg("next", topic=RECOVER_TOPIC))
+    assert nxt.append is not None
+    assert (nxt.append.wrote_offset, nxt.append.logics_offset) == (end, second_last_cq + 1)
+
+
+@pytest.mark.parametrize("checkpoint_at", ["second_last_record", "damaged_record"])
+def test_recover_damaged_last_message_with_abort_default_config_damage_past_checkpoint(
+        tmp_path: Path, stores: Stores, checkpoint_at: str) -> None:
+    """The same damage past the checkpoint's flushed offset is truncated, and writes go on, as in 4.9.8.
+
+    ``second_last_record``: the offset is a record boundary before the damage; recovery re-scans from there.
+    ``damaged_record``: the offset is where the damaged record starts, which is not a valid record, so
+    4.9.8's time rule is used instead (re-dispatch from the log's start: every record is within the
+    checkpoint's last 3 s)."""
+    store = stores.open(make_config(tmp_path))
+    results = put_recover_msgs(store, 30)
+    record_size = results[0].append.wrote_bytes if results[0].append else 0
+    second_last_phy, second_last_cq = damage_last_message(store)
+    second_last_start = second_last_phy - record_size  # both records are in the same file
+    flushed_offset = second_last_start if checkpoint_at == "second_last_record" else second_last_phy
+    set_checkpoint_commit_log_offset(tmp_path, flushed_offset)
+    (tmp_path / "abort").touch()
+
+    store, dispatched = open_recording_dispatch(stores, tmp_path)
+    assert not store.last_exit_ok
+    assert store.get_max_phy_offset() == second_last_phy
+    assert store.get_max_offset_in_queue(RECOVER_TOPIC, 0) == second_last_cq
+    if checkpoint_at == "second_last_record":
+        assert dispatched == [second_last_start]  # from the checkpoint's offset to the damage
+    else:
+        assert dispatched[0] == store.get_min_phy_offset() == 0 and dispatched[-1] == second_last_start
+    assert checkpoint_offsets(tmp_path)[0] <= second_last_phy
+
+    again = put_ok(store, make_msg("written again", topic=RECOVER_TOPIC))
+    assert again.append is not None
+    assert (again.append.wrote_offset, again.append.logics_offset) == (second_last_phy, second_last_cq)
+    wait_dispatched(store)
+    res = store.get_message("G", RECOVER_TOPIC, 0, second_last_cq - 1, 2)
+    assert [rec.decode_message(m, check_crc=True).body for m in res.messages] == [
+        f"r{second_last_cq - 1:04d}".encode(), b"written again"]
+
+
+# ---- normal recovery scans the last three files (CommitLog.recoverNormally) ------------------------------
+
+def multi_file_log(stores: Stores, root: Path) -> tuple[list[PutMessageResult], int]:
+    """A cleanly shut-down store whose 40 messages fill 5 or more 1 KiB commit-log files; (put results, files)."""
+    store = stores.open(make_config(root))
+    results = put_recover_msgs(store, 40)
+    files = len(store.commit_log.mapped_file_queue.mapped_files)
+    assert files >= 5
+    store.shutdown()
+    assert store.shutdown_normally
+    return results, files
+
+
+def damage_record(root: Path, result: PutMessageResult) -> bytes:
+    """damageCommitlog on this record; returns the whole damaged file."""
+    assert result.append is not None
+    damage_commit_log(root, 1024, result.append.wrote_offset)
+    return (root / "commitlog" / f"{result.append.wrote_offset - result.append.wrote_offset % 1024:020d}").read_bytes()
+
+
+def test_normal_recovery_leaves_damage_before_the_last_three_files(tmp_path: Path, stores: Stores) -> None:
+    """recoverNormally starts at file size - 3: a damaged record in file 0 is never scanned and stays."""
+    results, files = multi_file_log(stores, tmp_path)
+    in_file_0 = [r for r in results if r.append and r.append.wrote_offset < 1024]
+    victim = in_file_0[2]
+    damaged_file = damage_record(tmp_path, victim)
+    end = results[-1].append.wrote_offset + results[-1].append.wrote_bytes if results[-1].append else 0
+
+    store = stores.open(make_config(tmp_path))
+    assert store.last_exit_ok
+    assert len(store.commit_log.mapped_file_queue.mapped_files) == files
+    assert store.get_max_phy_offset() == end
+    assert store.get_max_offset_in_queue(RECOVER_TOPIC, 0) == 40
+    assert (tmp_path / "commitlog" / f"{0:020d}").read_bytes() == damaged_file  # untouched
+    assert victim.append is not None
+    res = store.get_message("G", RECOVER_TOPIC, 0, victim.append.logics_offset, 1)
+    with pytest.raises(rec.RecordError):
+        rec.decode_message(res.messages[0])  # served as stored
+    res = store.get_message("G", RECOVER_TOPIC, 0, 39, 1)
+    assert [rec.decode_message(m, check_crc=True).body for m in res.messages] == [b"r0039"]
+
+
+def test_normal_recovery_truncates_damage_in_the_third_file_from_the_end(tmp_path: Path, stores: Stores) -> None:
+    results, files = multi_file_log(stores, tmp_path)
+    first_scanned = (files - 3) * 1024
+    in_file = [r for r in results if r.append and first_scanned <= r.append.wrote_offset < first_scanned + 1024]
+    victim = in_file[1]  # a record in the middle of the file
+    assert victim.append is not None
+    damage_record(tmp_path, victim)
+
+    store = stores.open(make_config(tmp_path))
+    assert store.last_exit_ok
+    assert store.get_max_phy_offset() == victim.append.wrote_offset
+    assert store.get_max_offset_in_queue(RECOVER_TOPIC, 0) == victim.append.logics_offset
+    assert len(store.commit_log.mapped_file_queue.mapped_files) == files - 2  # the later files are gone
+    assert sorted(p.name for p in (tmp_path / "commitlog").iterdir()) == [f"{i * 1024:020d}" for i in range(files - 2)]
+    kept = store.get_message("G", RECOVER_TOPIC, 0, victim.append.logics_offset - 1, 32)
+    assert [rec.decode_message(m, check_crc=True).body for m in kept.messages] == [
+        f"r{victim.append.logics_offset - 1:04d}".encode()]
 
 
 def test_abnormal_recovery_rebuilds_a_deleted_consume_queue(tmp_path: Path, stores: Stores) -> None:
