@@ -113,13 +113,20 @@ class ClientManageProcessor:
                 self.broker.spawn(channel.send(req))
 
     def unregister_client(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
+        """unregisterClient: drop this connection from the producer group and the consumer group named in the
+        header. ConsumerManager.unregisterConsumer then tells the group's remaining members (CHANGE) whenever
+        the group is known, unless the group's notifyConsumerIdsChangedEnable is off."""
         b = self.broker
         producer_group = cmd.ext_fields.get("producerGroup")
         consumer_group = cmd.ext_fields.get("consumerGroup")
         if producer_group:
             b.producer_manager.unregister(producer_group, ctx)
-        if consumer_group and b.consumer_manager.unregister(consumer_group, ctx):
-            self.notify_consumer_ids_changed(consumer_group)
+        if consumer_group:
+            sgc = b.subscription_group_manager.find_subscription_group_config(consumer_group)
+            known = consumer_group in b.consumer_manager.table
+            b.consumer_manager.unregister(consumer_group, ctx)
+            if known and (sgc is None or sgc.notify_consumer_ids_changed_enable):
+                self.notify_consumer_ids_changed(consumer_group)
         return create_response(cmd, ResponseCode.SUCCESS)
 
     def on_channel_close(self, ctx: ConnectionContext) -> None:

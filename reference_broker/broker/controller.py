@@ -4,8 +4,12 @@ delay levels, name-server registration and the periodic tasks.
 
 Everything that touches the managers' tables runs on the broker's one event loop; the store's own threads
 (flush, dispatch, cleaning) stay inside the store, and blocking calls (name-server registration) go to the
-loop's executor. Shutdown follows BrokerController.shutdown: stop accepting, answer held pulls, stop delay
-delivery, unregister, persist offsets and configs, then shut the store down (which removes ``abort``).
+loop's executor. Shutdown follows BrokerController.shutdown: stop accepting (no new connection, and no new
+request on an open one), answer held pulls, close the connections, stop delay delivery, unregister, persist
+offsets and configs, then shut the store down (which removes ``abort``).
+
+``start(listen=False)`` assembles the same broker without a socket: no listener and no name-server traffic.
+Processor unit tests use it and call the handlers directly.
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ from reference_broker.broker.topic_config import TopicConfigManager
 from reference_broker.common.crc import crc32
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import create_request, json_dumps
+from reference_broker.remoting.command import RemotingCommand, create_request, json_dumps
 from reference_broker.remoting.errors import RemotingError
-from reference_broker.remoting.server import RemotingServer
+from reference_broker.remoting.server import ConnectionContext, Handler, RemotingServer
 from reference_broker.store.clean import disk_partition_space_used_percent
 from reference_broker.store.config import ROCKETMQ_KEYS, BrokerRole, MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
@@ -48,6 +52,11 @@ SCAN_NOT_ACTIVE_CHANNEL_S = 10.0  # ClientHousekeepingService: every 10 s
 
 class BrokerStartError(RuntimeError):
     pass
+
+
+def _not_served(ctx: ConnectionContext, cmd: RemotingCommand) -> None:
+    """The handler of every code once shutdown has begun: no answer (the connection closes soon after)."""
+    return None
 
 
 class BrokerController:
@@ -78,6 +87,8 @@ class BrokerController:
         self._periodic: list[asyncio.Task[None]] = []
         self.boot_timestamp_ms = 0
         self.registered = False
+        self.listening = False  # set by start(): False when started with listen=False
+        self._codes: list[int] = []  # request codes registered on the server
         self._register_pending = False
         self._stopped = False
 
@@ -90,7 +101,7 @@ class BrokerController:
         """Load configs and the store (BrokerController.initialize); BrokerStartError when unusable."""
         for manager in (self.topic_config_manager, self.consumer_offset_manager, self.subscription_group_manager):
             if not manager.load():
-                raise BrokerStartError(f"cannot load {manager.config_file_path}; see the log")
+                raise BrokerStartError(f"cannot load {manager.config_file_path()}; see the log")
         if not self.store.load():
             raise BrokerStartError("the message store failed to load; see the log")
         sched = ScheduleMessageService(self.store, self.message_store_config.store_path_root_dir)
@@ -98,9 +109,12 @@ class BrokerController:
             raise BrokerStartError("cannot load config/delayOffset.json (nor its .bak); see the log")
         self.schedule_service = sched
 
-    async def start(self) -> None:
+    async def start(self, listen: bool = True) -> None:
+        """Start the store and the services, then listen. With ``listen=False`` nothing listens and the
+        broker neither registers with nor unregisters from name servers (processor unit tests)."""
         loop = self.loop = asyncio.get_running_loop()
         bc = self.broker_config
+        self.listening = listen
         self.store.start()
         self.hold_service = PullRequestHoldService(
             loop, self.store.get_max_offset_in_queue,
@@ -108,26 +122,32 @@ class BrokerController:
         self.store.reput.arriving_listener = self.hold_service.arriving
         self.hold_service.start()
         server = self.server
+        routes: dict[int, Handler] = {}
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
                      RequestCode.CONSUMER_SEND_MSG_BACK):
-            server.register(code, self.send_processor.handle)
-        server.register(RequestCode.PULL_MESSAGE, self.pull_processor.handle)
+            routes[code] = self.send_processor.handle
+        routes[RequestCode.PULL_MESSAGE] = self.pull_processor.handle
         for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                      RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET,
                      RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
-            server.register(code, self.client_processor.handle)
+            routes[code] = self.client_processor.handle
         for code in ADMIN_CODES:
-            server.register(code, self.admin_processor.handle)
+            routes[code] = self.admin_processor.handle
+        for route, handler in routes.items():
+            server.register(route, handler)
+        self._codes = list(routes)
         server.close_hooks.append(self.client_processor.on_channel_close)
         self.topic_config_manager.on_change = self.register_to_namesrv_soon
-        await server.start(self.host, bc.listen_port)
+        if listen:
+            await server.start(self.host, bc.listen_port)
         # Delivery puts messages, which a slave refuses: only a master runs the delay timers.
         if self.schedule_service is not None and self.message_store_config.broker_role is not BrokerRole.SLAVE:
             self.schedule_service.start()
         self.boot_timestamp_ms = time.time_ns() // 1_000_000
-        if bc.namesrv_addr:
+        if listen and bc.namesrv_addr:
             await loop.run_in_executor(None, self.register_all)
-        self._every(bc.get_register_name_server_period_ms() / 1000, self._register_async)
+        if listen:
+            self._every(bc.get_register_name_server_period_ms() / 1000, self._register_async)
         self._every(bc.flush_consumer_offset_interval_ms / 1000, self._persist_offsets)
         self._every(SCAN_NOT_ACTIVE_CHANNEL_S, self._scan_channels)
 
@@ -135,10 +155,11 @@ class BrokerController:
         if self._stopped:
             return
         self._stopped = True
+        self._stop_accepting()
         for task in self._periodic:
             task.cancel()
         if self.hold_service is not None:
-            self.hold_service.shutdown()  # held pulls re-execute and answer now
+            self.hold_service.shutdown()  # held pulls re-execute and answer on their open connections
             await asyncio.sleep(0.05)  # let those answers reach the sockets
         await self.server.stop()
         pending = [t for t in (*self._periodic, *self._tasks) if not t.done()]
@@ -147,16 +168,25 @@ class BrokerController:
         await asyncio.gather(*pending, return_exceptions=True)
         if self.schedule_service is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.schedule_service.shutdown)
-        if self.broker_config.namesrv_addr:
+        if self.listening and self.broker_config.namesrv_addr:
             await asyncio.get_running_loop().run_in_executor(None, self.unregister_all)
         self.store.reput.arriving_listener = None
         for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager):
             try:
                 manager.persist()
             except OSError:
-                log.exception("cannot persist %s", manager.config_file_path)
+                log.exception("cannot persist %s", manager.config_file_path())
         await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
         log.info("broker %s shut down (normally: %s)", self.broker_addr, self.store.shutdown_normally)
+
+    def _stop_accepting(self) -> None:
+        """The first step of shutdown: close the listener, and leave every request that arrives from now on
+        unanswered (its connection is closed shortly after). Requests already running, such as held pulls,
+        still answer on their open connections. (4.9.8 shuts the hold service down before the remoting
+        server; 5.x stops the remoting servers first.)"""
+        for code in self._codes:
+            self.server.register(code, _not_served)
+        self.server.stop_listening()
 
     # ---- periodic work ----------------------------------------------------------------------------------
     def _every(self, period_s: float, fn: Any) -> None:
@@ -194,7 +224,7 @@ class BrokerController:
         """Re-register after a topic change, coalescing a burst of changes into one registration.
         Safe from any thread."""
         loop = self.loop
-        if loop is None or not self.broker_config.namesrv_addr or self._register_pending:
+        if loop is None or not self.listening or not self.broker_config.namesrv_addr or self._register_pending:
             return
         self._register_pending = True
 

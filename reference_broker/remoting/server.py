@@ -245,6 +245,12 @@ class RemotingServer:
         self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
 
+    def stop_listening(self) -> None:
+        """Close the listening sockets now; open connections stay until ``stop`` (a broker's shutdown answers
+        its held requests on them first)."""
+        if self._server is not None:
+            self._server.close()
+
     async def stop(self) -> None:
         """Close the listener and every connection, cancel running handlers and wait for them."""
         server, self._server = self._server, None

@@ -11,7 +11,9 @@ from typing import Any, TypeVar
 
 import click
 
+from reference_broker.common import message as mc
 from reference_broker.remoting.errors import RemotingError
+from reference_broker.store import record as rec
 from reference_broker.tools import admin
 
 T = TypeVar("T")
@@ -103,11 +105,45 @@ def consumer_progress(namesrv_addr: str, group: str, topic: str | None, as_json:
         click.echo(f"Diff Total: {sum(r['diff'] for r in rows)}")
 
 
+def _is_offset_msg_id(msg_id: str) -> bool:
+    """Does the id decode as an offsetMsgId with a usable broker address? A client id (UNIQ_KEY) has the
+    same length and is hex too, but where the port would be it holds the pid and a salt, which rarely
+    make a port."""
+    try:
+        _host, port, offset = rec.decode_message_id(msg_id)
+    except rec.MessageIdError:
+        return False
+    return 0 < port < 65536 and offset >= 0
+
+
+def _view_message(namesrv_addr: str, msg_id: str, topic: str | None) -> dict[str, Any]:
+    """An offsetMsgId is read from the broker inside it; otherwise, or when that fails and a topic is given,
+    the id is looked up as a UNIQ_KEY in the topic's index, as DefaultMQAdminExtImpl.viewMessage(topic,
+    msgId) does (mqadmin 4.9.8 offers that as queryMsgByUniqueKey; its queryMsgById decodes only)."""
+    if _is_offset_msg_id(msg_id):
+        try:
+            return admin.query_msg_by_id(msg_id)
+        except (admin.AdminError, RemotingError):
+            if topic is None:
+                raise
+    elif topic is None:
+        raise admin.AdminError(f"{msg_id!r} is not an offsetMsgId; give -t TOPIC to look it up as a client "
+                               "message id (UNIQ_KEY)")
+    found = [m for m in admin.query_msg_by_key(namesrv_addr, topic, msg_id)
+             if m["properties"].get(mc.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == msg_id]
+    if not found:
+        raise admin.AdminError(f"no message with offsetMsgId or UNIQ_KEY {msg_id} in topic {topic}")
+    return found[0]  # queryMessageByUniqKey: the first match
+
+
 @admin_cli.command("queryMsgById")
-@click.option("-i", "--msg-id", required=True, help="offsetMsgId (the broker address and offset are inside it).")
-def query_msg_by_id(msg_id: str) -> None:
-    """Show a message by its offsetMsgId."""
-    _emit(_run(lambda: admin.query_msg_by_id(msg_id)), True)
+@_namesrv
+@click.option("-i", "--msg-id", required=True,
+              help="offsetMsgId (the broker address and offset are inside it), or a client id (UNIQ_KEY) with -t.")
+@click.option("-t", "--topic", help="The topic to search for a client id (UNIQ_KEY).")
+def query_msg_by_id(namesrv_addr: str, msg_id: str, topic: str | None) -> None:
+    """Show a message by its offsetMsgId, or by its client id (UNIQ_KEY) in a topic."""
+    _emit(_run(lambda: _view_message(namesrv_addr, msg_id.strip(), topic)), True)
 
 
 @admin_cli.command("queryMsgByKey")

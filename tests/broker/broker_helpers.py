@@ -1,4 +1,5 @@
-"""An in-process BrokerController on a tiny real store, for processor tests that call handlers directly."""
+"""An in-process BrokerController on a tiny real store, for processor tests that call handlers directly
+(started with ``listen=False``: no socket is opened)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.launcher import free_port
 from reference_broker.broker.broker_config import BrokerConfig
 from reference_broker.broker.controller import BrokerController
 from reference_broker.common.message import properties_to_bytes
@@ -33,8 +33,14 @@ class FakeConn:
         self.closed = True
 
 
-def make_controller(root: Path, **store: Any) -> BrokerController:
-    bc = BrokerConfig(broker_name="broker-t", listen_port=free_port(), namesrv_addr=None)
+# The port that processor tests' brokers put into offsetMsgIds; nothing listens on it (start(listen=False)).
+UNUSED_PORT = 10911
+
+
+def make_controller(root: Path, port: int = UNUSED_PORT, **store: Any) -> BrokerController:
+    """An initialized controller on a tiny store under ``root``; start it with ``start(listen=False)`` for
+    processor tests (no socket), or give it a free ``port`` and ``start()`` it to serve real connections."""
+    bc = BrokerConfig(broker_name="broker-t", listen_port=port, namesrv_addr=None)
     values: dict[str, Any] = {"store_path_root_dir": root, "mapped_file_size_commit_log": 64 * 1024,
                               "mapped_file_size_consume_queue": 20 * 64, "max_hash_slot_num": 100,
                               "max_index_num": 400}

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from harness.launcher import Topology
+from reference_broker.client.message_id import UniqIdGenerator
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode
 from reference_broker.remoting.command import create_request
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 def admin(topo, *args):
     p = subprocess.run([sys.executable, "-m", "reference_broker", "admin", *args, *(
-        ["-n", topo.namesrv_addr] if args[0] not in ("queryMsgById", "brokerStatus") else [])],
+        ["-n", topo.namesrv_addr] if args[0] != "brokerStatus" else [])],
         capture_output=True, text=True, timeout=60)
     return p
 
@@ -30,10 +31,15 @@ def test_admin_subcommands(tmp_path):
         p = admin(topo, "updateTopic", "-t", "AdminT", "-c", "DefaultCluster", "-r", "2", "-w", "2")
         assert p.returncode == 0, p.stderr
         assert f"create topic to {topo.brokers[0].addr} success." in p.stdout
+        # client ids as a Java producer makes them: 32 hex digits like an offsetMsgId, but the "port" is the
+        # pid and half the salt (≥ 65536 for any non-zero pid), so they do not decode as one
+        uniq = UniqIdGenerator(pid=0x1092)
+        uids = [uniq.create() for _ in range(5)]
         with RemotingClient("127.0.0.1", topo.brokers[0].port) as c:
             ids = []
             for i in range(5):
-                r = c.invoke(send_request("AdminT", b"body%d" % i, queue_id=i % 2, props={"KEYS": f"key{i}"}))
+                r = c.invoke(send_request("AdminT", b"body%d" % i, queue_id=i % 2,
+                                          props={"KEYS": f"key{i}", "UNIQ_KEY": uids[i]}))
                 assert r.code == 0
                 ids.append(r.ext_fields["msgId"])
             c.invoke(create_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
@@ -50,6 +56,16 @@ def test_admin_subcommands(tmp_path):
         assert "Diff Total: 4" in out  # 2 on queue 0, 2 on queue 1 (never consumed: offset -1 counts as 0)
         msg = json.loads(admin(topo, "queryMsgById", "-i", ids[3]).stdout)
         assert msg["body"] == "body3" and msg["keys"] == "key3"
+        # a client id (UNIQ_KEY) falls back to a key query in the topic (DefaultMQAdminExtImpl.viewMessage)
+        p = admin(topo, "queryMsgById", "-i", uids[2], "-t", "AdminT")
+        assert p.returncode == 0, p.stderr
+        msg = json.loads(p.stdout)
+        assert msg["body"] == "body2" and msg["properties"]["UNIQ_KEY"] == uids[2]
+        assert msg["offsetMsgId"] == ids[2]
+        p = admin(topo, "queryMsgById", "-i", uids[2])
+        assert p.returncode != 0 and "not an offsetMsgId" in p.stderr and "UNIQ_KEY" in p.stderr
+        p = admin(topo, "queryMsgById", "-i", uniq.create(), "-t", "AdminT")  # never sent
+        assert p.returncode != 0 and "no message" in p.stderr
         found = json.loads(admin(topo, "queryMsgByKey", "-t", "AdminT", "-k", "key2").stdout)
         assert [m["body"] for m in found] == ["body2"]
         msg = json.loads(admin(topo, "queryMsgByOffset", "-t", "AdminT", "-b", "broker-a", "-i", "1", "-o",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import subprocess
@@ -10,12 +11,12 @@ import time
 
 import pytest
 
-from harness.launcher import Topology
+from harness.launcher import Topology, free_port
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import create_request, json_loads
+from reference_broker.remoting.command import create_request, encode, json_loads
 from reference_broker.store.record import decode_messages
-from tests.broker.broker_helpers import pull_request, send_request
+from tests.broker.broker_helpers import make_controller, pull_request, send_request
 
 pytestmark = pytest.mark.e2e
 
@@ -91,6 +92,9 @@ def test_clean_shutdown_then_restart_keeps_messages_and_offsets(topo):
     assert b.stop() == 0
     assert not (b.store_root / "abort").exists(), "a clean shutdown removes the abort file"
     assert '"Keep@cg"' in (b.store_root / "config" / "consumerOffset.json").read_text()
+    # the broker logs to {storePathRootDir}/logs/broker.log as well as to stderr
+    broker_log = b.store_root / "logs" / "broker.log"
+    assert "shut down (normally: True)" in broker_log.read_text()
     b.start()
     with _client(topo) as c:
         r = c.invoke(create_request(RequestCode.QUERY_CONSUMER_OFFSET, {
@@ -155,6 +159,57 @@ def test_sigterm_answers_held_pulls(topo):
         assert time.monotonic() - t0 < 10
 
 
+def test_shutdown_stops_accepting_before_held_pulls_are_answered(tmp_path):
+    """An in-process broker: once shutdown begins no new connection or request is accepted, while a pull held
+    on a connection opened before is still answered."""
+    port = free_port()
+    controller = make_controller(tmp_path, port=port)
+    loop = asyncio.new_event_loop()
+    seen = {}
+
+    async def scenario():
+        await controller.start()
+        c = RemotingClient("127.0.0.1", port, timeout_s=10)
+        early = socket.create_connection(("127.0.0.1", port))  # open, idle until shutdown has begun
+        try:
+            assert (await loop.run_in_executor(None, c.invoke, send_request("Bye", b"x"))).code == 0
+            held = loop.run_in_executor(None, lambda: c.invoke(pull_request("Bye", 1, 0, suspend_ms=20_000), 30))
+            deadline = loop.time() + 10
+            while controller.hold_service.held_count() == 0 or len(controller.server.connections) < 2:
+                assert loop.time() < deadline, "the pull was not held"
+                await asyncio.sleep(0.01)
+            wake_held_pulls = controller.hold_service.shutdown
+
+            def probe_then_wake():  # runs on the broker's loop when shutdown wakes the held pulls
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                    seen["new connection"] = "accepted"
+                except ConnectionRefusedError:
+                    seen["new connection"] = "refused"
+                early.sendall(encode(send_request("Late", b"late")))  # read by the loop after this returns
+                wake_held_pulls()
+
+            controller.hold_service.shutdown = probe_then_wake
+            await controller.shutdown()
+            resp = await held
+        finally:
+            c.close()
+        early.settimeout(5)
+        try:
+            seen["late reply"] = early.recv(100)
+        finally:
+            early.close()
+        return resp
+
+    try:
+        resp = loop.run_until_complete(asyncio.wait_for(scenario(), 60))
+    finally:
+        loop.close()
+    assert resp.code == ResponseCode.PULL_NOT_FOUND, "the held pull is answered"
+    assert seen["new connection"] == "refused"
+    assert seen["late reply"] == b"", "a request that arrived after shutdown began is not served"
+
+
 def test_bad_config_files_are_reported_with_line_numbers(tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=b\nlistenPort=notaport\n")
@@ -172,15 +227,18 @@ def test_bad_config_files_are_reported_with_line_numbers(tmp_path):
 
 
 def test_garbage_topics_json_stops_the_broker_clearly(tmp_path):
+    # A garbage topics.json alone is not fatal (ConfigManager.load falls back to the .bak, and no .bak is a
+    # fresh start, as in RocketMQ); a garbage .bak as well is.
     store = tmp_path / "store"
     (store / "config").mkdir(parents=True)
     (store / "config" / "topics.json").write_text("{garbage")
+    (store / "config" / "topics.json.bak").write_text("{garbage")
     conf = tmp_path / "broker.conf"
-    conf.write_text(f"brokerName=b\nlistenPort=0\nstorePathRootDir={store}\n")
+    conf.write_text(f"brokerName=b\nlistenPort={free_port()}\nstorePathRootDir={store}\n")
     p = subprocess.run([sys.executable, "-m", "reference_broker", "broker", "-c", str(conf)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1
-    assert "cannot start" in p.stderr
+    assert f"the broker cannot start: cannot load {store / 'config' / 'topics.json'};" in p.stderr
 
 
 def test_delay_levels_fire_in_order_and_survive_a_restart(tmp_path):

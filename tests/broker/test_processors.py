@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
+import socket
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -15,14 +18,27 @@ from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request, json_dumps, json_loads
 from reference_broker.store.record import decode_messages
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
-from tests.broker.broker_helpers import FakeConn, make_controller, pull_request, send_request, wait_dispatched
+from tests.broker.broker_helpers import (
+    UNUSED_PORT,
+    FakeConn,
+    make_controller,
+    pull_request,
+    send_request,
+    wait_dispatched,
+)
+
+
+class _NoSocket:
+    def __init__(self, *args, **kwargs):
+        raise AssertionError("a processor test opened a socket")
 
 
 @pytest.fixture
-def broker(tmp_path):
-    loop = asyncio.new_event_loop()
+def broker(tmp_path, monkeypatch):
+    loop = asyncio.new_event_loop()  # its self-pipe is the one socket pair, made before the guard
     controller = make_controller(tmp_path)
-    loop.run_until_complete(controller.start())
+    monkeypatch.setattr(socket, "socket", _NoSocket)  # until after shutdown (monkeypatch outlives this fixture)
+    loop.run_until_complete(controller.start(listen=False))
 
     def run(coro_fn: Callable[..., Awaitable], *args):
         return loop.run_until_complete(asyncio.wait_for(coro_fn(*args), 20))
@@ -320,3 +336,143 @@ def test_get_broker_config_lists_rocketmq_keys(broker):
     assert conf["flushDiskType"] == "ASYNC_FLUSH"
     assert conf["autoCreateTopicEnable"] == "true"
     assert conf["listenPort"] == str(broker.broker_config.listen_port)
+
+
+# ---- no sockets --------------------------------------------------------------------------------------
+def test_processor_broker_neither_listens_nor_talks_to_name_servers(broker):
+    assert not broker.listening and broker.server.port == 0 and broker.server.connections == []
+    assert broker.broker_config.listen_port == UNUSED_PORT
+    with pytest.raises(AssertionError, match="opened a socket"):
+        socket.socket()  # the fixture's guard is in force, so every test here proves it opened none
+    calls = []
+    broker.register_all = lambda: calls.append("register")
+    broker.unregister_all = lambda: calls.append("unregister")
+    broker.broker_config.namesrv_addr = "127.0.0.1:9876"
+    r = call(broker, broker.admin_processor, create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "NoNs", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}))
+    assert r.code == ResponseCode.SUCCESS
+    broker.run(asyncio.sleep, 0.05)  # a listening broker re-registers 10 ms after a topic change
+    broker.run(broker.shutdown)
+    assert calls == []
+
+
+def test_start_with_listen_opens_a_socket(tmp_path, monkeypatch):
+    """The other side of the guard: the production start() listens, so the guard would catch it."""
+    loop = asyncio.new_event_loop()
+    controller = make_controller(tmp_path)
+    monkeypatch.setattr(socket, "socket", _NoSocket)
+    try:
+        with pytest.raises(AssertionError, match="opened a socket"):
+            loop.run_until_complete(controller.start())
+    finally:
+        loop.run_until_complete(controller.shutdown())
+        loop.close()
+
+
+# ---- subscription groups, unregistering, send-back to the DLQ ---------------------------------------
+def test_update_and_create_subscription_group_is_persisted(broker):
+    ap = broker.admin_processor
+    path = broker.subscription_group_manager.config_file_path()
+    assert path == broker.message_store_config.store_path_root_dir / "config" / "subscriptionGroup.json"
+
+    def update(**fields):
+        body = json_dumps({"groupName": "SG", **fields})
+        return call(broker, ap, create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
+
+    assert update(retryQueueNums=2, retryMaxTimes=5, consumeBroadcastEnable=False).code == ResponseCode.SUCCESS
+    on_disk = json.loads(path.read_text())
+    assert on_disk["subscriptionGroupTable"]["SG"]["retryQueueNums"] == 2
+    assert on_disk["subscriptionGroupTable"]["SG"]["retryMaxTimes"] == 5
+    assert on_disk["subscriptionGroupTable"]["SG"]["consumeBroadcastEnable"] is False
+    created_version = on_disk["dataVersion"]["counter"]
+    assert update(retryMaxTimes=3).code == ResponseCode.SUCCESS  # an update replaces the whole config
+    on_disk = json.loads(path.read_text())
+    assert on_disk["subscriptionGroupTable"]["SG"]["retryMaxTimes"] == 3
+    assert on_disk["subscriptionGroupTable"]["SG"]["retryQueueNums"] == 1
+    assert on_disk["dataVersion"]["counter"] == created_version + 1
+    r = call(broker, ap, create_request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}))
+    assert json_loads(r.body)["subscriptionGroupTable"]["SG"]["retryMaxTimes"] == 3
+    assert broker.subscription_group_manager.find_subscription_group_config("SG").retry_max_times == 3
+    bad = call(broker, ap, create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, b"{not json"))
+    assert bad.code == ResponseCode.SYSTEM_ERROR
+
+
+def _unregister(group, client_id):
+    return create_request(RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "producerGroup": "pg",
+                                                         "consumerGroup": group})
+
+
+def _notified(conn, since):
+    return [c.ext_fields["consumerGroup"] for c in conn.sent[since:]
+            if c.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED]
+
+
+def test_unregister_client_drops_the_registrations_and_notifies_the_rest_of_the_group(broker):
+    cp = broker.client_processor
+    a, b = FakeConn("127.0.0.1:1"), FakeConn("127.0.0.1:2")
+    call(broker, cp, _heartbeat("g1", "A", ["T"]), a)
+    call(broker, cp, _heartbeat("g1", "B", ["T"]), b)
+    broker.run(asyncio.sleep, 0.01)
+    assert set(broker.producer_manager.table["pg"]) == {a, b}
+    a_seen, b_seen = len(a.sent), len(b.sent)
+    assert call(broker, cp, _unregister("g1", "B"), b).code == ResponseCode.SUCCESS
+    broker.run(asyncio.sleep, 0.01)
+    assert set(broker.producer_manager.table["pg"]) == {a}
+    assert broker.consumer_manager.client_ids("g1") == ["A"]
+    assert _notified(a, a_seen) == ["g1"], "the remaining member rebalances"
+    assert len(b.sent) == b_seen, "the client that left is not told"
+    # the last member leaving removes the group
+    assert call(broker, cp, _unregister("g1", "A"), a).code == ResponseCode.SUCCESS
+    assert "g1" not in broker.consumer_manager.table and "pg" not in broker.producer_manager.table
+    r = call(broker, cp, create_request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g1"}))
+    assert r.code == ResponseCode.SYSTEM_ERROR
+
+
+def test_unregister_client_does_not_notify_a_group_with_notification_off(broker):
+    """ConsumerManager.unregisterConsumer's isNotifyConsumerIdsChangedEnable comes from the group's config."""
+    cp = broker.client_processor
+    body = json_dumps({"groupName": "quiet", "notifyConsumerIdsChangedEnable": False})
+    call(broker, broker.admin_processor, create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
+    a, b = FakeConn("127.0.0.1:1"), FakeConn("127.0.0.1:2")
+    call(broker, cp, _heartbeat("quiet", "A", ["T"]), a)
+    call(broker, cp, _heartbeat("quiet", "B", ["T"]), b)
+    assert call(broker, cp, _unregister("quiet", "B"), b).code == ResponseCode.SUCCESS
+    broker.run(asyncio.sleep, 0.01)
+    assert broker.consumer_manager.client_ids("quiet") == ["A"]
+    assert _notified(a, 0) == []
+
+
+def test_send_back_with_delay_level_minus_one_goes_straight_to_the_dlq(broker):
+    r = call(broker, broker.send_processor, send_request("S2", b"poison", props={"UNIQ_KEY": "U2"}))
+    msg = broker.store.look_message_by_msg_id(r.ext_fields["msgId"])
+    back = {"offset": str(msg.commit_log_offset), "group": "g2", "delayLevel": "-1", "originMsgId": "U2",
+            "originTopic": "S2", "unitMode": "false", "maxReconsumeTimes": "16"}
+    r = call(broker, broker.send_processor, create_request(RequestCode.CONSUMER_SEND_MSG_BACK, back))
+    assert r.code == ResponseCode.SUCCESS
+    broker.run(wait_dispatched, broker)
+    res = broker.store.get_message("x", "%DLQ%g2", 0, 0, 10)
+    dlq = decode_messages(b"".join(res.messages))
+    assert [m.body for m in dlq] == [b"poison"], "reconsumeTimes 0 of 16, yet to the DLQ: delayLevel < 0"
+    d = dlq[0]
+    assert d.reconsume_times == 1 and "DELAY" not in d.properties
+    assert d.properties[mc.PROPERTY_RETRY_TOPIC] == "S2" and d.properties[mc.PROPERTY_ORIGIN_MESSAGE_ID] == "U2"
+    assert all(broker.store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", q) == 0 for q in range(18))
+    assert broker.store.get_max_offset_in_queue("%RETRY%g2", 0) == 0
+
+
+# ---- flow control -----------------------------------------------------------------------------------
+def test_send_while_a_put_holds_the_writer_too_long_is_rejected_as_system_busy(broker):
+    """SendMessageProcessor.rejectRequest: isOSPageCacheBusy (a put in the commit-log lock for more than
+    osPageCacheBusyTimeOutMills, 1 s) → SYSTEM_BUSY with NettyRemotingAbstract's remark."""
+    store = broker.store
+    assert not store.is_os_page_cache_busy()
+    store.commit_log.begin_time_in_lock = time.time_ns() // 1_000_000 - 1500  # a put entered the lock 1.5 s ago
+    try:
+        assert store.is_os_page_cache_busy()
+        r = call(broker, broker.send_processor, send_request("PcBusy", b"x"))
+    finally:
+        store.commit_log.begin_time_in_lock = 0
+    assert r.code == ResponseCode.SYSTEM_BUSY
+    assert r.remark == "[REJECTREQUEST]system busy, start flow control for a while"
+    assert store.get_max_offset_in_queue("PcBusy", 0) == 0, "refused, not stored"
+    assert call(broker, broker.send_processor, send_request("PcBusy", b"x")).code == ResponseCode.SUCCESS
