@@ -129,9 +129,8 @@ class SendMessageProcessor:
         """A response at once when the put completes inline (ASYNC_FLUSH), else an awaitable one."""
         peer = getattr(ctx, "peer", "?")
         try:
-            if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
-                return self._send_back(cmd, peer)
-            # Flow control (SendMessageProcessor.rejectRequest, BrokerFastFailure). Both checks rarely fire
+            # Flow control (SendMessageProcessor.rejectRequest, BrokerFastFailure), for every code this
+            # processor serves, consumer send-backs included. Both checks rarely fire
             # here: sends are handled inline on the broker's one event loop, so there is no send thread-pool
             # queue (the 200 ms age counts from when the loop read the frame; overload shows as TCP
             # back-pressure instead), and the loop never sees its own put holding the writer; only a put
@@ -141,6 +140,8 @@ class SendMessageProcessor:
             busy = self._waited_too_long(cmd)
             if busy is not None:
                 return busy
+            if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
+                return self._send_back(cmd, peer)
             fields = cmd.ext_fields
             # parseRequestHeader: SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE carry the V2 letters; a batch with V1
             # names (which Java would reject) is accepted too.

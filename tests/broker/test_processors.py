@@ -466,13 +466,20 @@ def test_send_while_a_put_holds_the_writer_too_long_is_rejected_as_system_busy(b
     osPageCacheBusyTimeOutMills, 1 s) → SYSTEM_BUSY with NettyRemotingAbstract's remark."""
     store = broker.store
     assert not store.is_os_page_cache_busy()
+    sent = call(broker, broker.send_processor, send_request("PcBusy0", b"y", props={"UNIQ_KEY": "U9"}))
+    msg = store.look_message_by_msg_id(sent.ext_fields["msgId"])
+    back = {"offset": str(msg.commit_log_offset), "group": "gb", "delayLevel": "0", "originMsgId": "U9",
+            "originTopic": "PcBusy0", "unitMode": "false", "maxReconsumeTimes": "16"}
     store.commit_log.begin_time_in_lock = time.time_ns() // 1_000_000 - 1500  # a put entered the lock 1.5 s ago
     try:
         assert store.is_os_page_cache_busy()
         r = call(broker, broker.send_processor, send_request("PcBusy", b"x"))
+        # rejectRequest covers every code of the processor: a consumer's send-back too.
+        r_back = call(broker, broker.send_processor, create_request(RequestCode.CONSUMER_SEND_MSG_BACK, back))
     finally:
         store.commit_log.begin_time_in_lock = 0
     assert r.code == ResponseCode.SYSTEM_BUSY
     assert r.remark == "[REJECTREQUEST]system busy, start flow control for a while"
+    assert (r_back.code, r_back.remark) == (r.code, r.remark)
     assert store.get_max_offset_in_queue("PcBusy", 0) == 0, "refused, not stored"
     assert call(broker, broker.send_processor, send_request("PcBusy", b"x")).code == ResponseCode.SUCCESS
