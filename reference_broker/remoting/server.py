@@ -31,9 +31,10 @@ log = logging.getLogger(__name__)
 WRITE_HIGH_WATER_BYTES: Final = 4 * 1024 * 1024
 WRITE_LOW_WATER_BYTES: Final = 1024 * 1024
 
-# A handler answers with a response (or None: no answer), either directly or through an awaitable.
+# A handler answers with a response (or None: no answer), either directly or through an awaitable. A response
+# may also be a whole frame the handler encoded itself (bytes, with the request's opaque): written as it is.
 Handler = Callable[["ConnectionContext", RemotingCommand],
-                   "RemotingCommand | Awaitable[RemotingCommand | None] | None"]
+                   "RemotingCommand | bytes | Awaitable[RemotingCommand | bytes | None] | None"]
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -184,14 +185,14 @@ class _Connection(asyncio.Protocol):
             log.exception("handler for code %d failed on a request from %s", cmd.code, self.ctx.peer)
             self._respond(cmd, create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc)))
             return
-        if result is None or isinstance(result, RemotingCommand):
+        if result is None or isinstance(result, (RemotingCommand, bytes)):
             self._respond(cmd, result)
             return
         task = self._loop.create_task(self._finish(cmd, result))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
+    async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | bytes | None]) -> None:
         try:
             response = await pending
         except Exception as exc:
@@ -199,9 +200,13 @@ class _Connection(asyncio.Protocol):
             response = create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc))
         self._respond(cmd, response)
 
-    def _respond(self, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
+    def _respond(self, cmd: RemotingCommand, response: RemotingCommand | bytes | None) -> None:
         if response is None or cmd.is_oneway:
             return
+        if type(response) is bytes:  # already a frame (e.g. a successful send's answer)
+            self.write(response)
+            return
+        assert isinstance(response, RemotingCommand)
         response.opaque = cmd.opaque
         response.flag |= FLAG_RESPONSE
         try:

@@ -14,6 +14,7 @@ import pytest
 from reference_broker.common import message as mc
 from reference_broker.common.java_hash import string_hash_code
 from reference_broker.common.message_batch import BatchEntry, encode_batch
+from reference_broker.remoting.codec import FrameDecoder
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request, json_dumps, json_loads
 from reference_broker.store.record import decode_messages
@@ -52,7 +53,13 @@ def broker(tmp_path, monkeypatch):
 async def answer(processor, conn, cmd):
     """A handler answers at once or with an awaitable, as the server allows."""
     result = processor.handle(conn, cmd)
-    return await result if inspect.isawaitable(result) else result
+    result = await result if inspect.isawaitable(result) else result
+    if isinstance(result, bytes):  # a frame the processor encoded itself: read it back as a peer would
+        decoder = FrameDecoder()
+        decoder.feed(result)
+        result = decoder.next_frame()
+        assert result is not None and decoder.buffered == 0
+    return result
 
 
 def call(broker, processor, cmd, conn=None):
