@@ -195,13 +195,19 @@ def test_command_line_values_use_the_same_checks():
         parse_conf_value("listenport", "10911")
 
 
+def run_broker_cli(tmp_path, name, extra_lines, namesrv):
+    """``python -m reference_broker broker -n namesrv -c <tmp>/name`` on a fresh store directory: (result, store)."""
+    store = tmp_path / "store"
+    conf = tmp_path / name
+    conf.write_text(f"storePathRootDir={store}\nbrokerName=b\n{extra_lines}listenPort=10911\n")
+    p = subprocess.run([sys.executable, "-m", "reference_broker", "broker", "-n", namesrv, "-c", str(conf)],
+                       capture_output=True, text=True, timeout=60)
+    return p, store
+
+
 @pytest.mark.e2e
 def test_cli_rejects_a_bad_value_before_creating_anything(tmp_path):
-    store = tmp_path / "store"
-    conf = tmp_path / "bad.conf"
-    conf.write_text(f"storePathRootDir={store}\nbrokerName=b\nmappedFileSizeCommitLog=-5\nlistenPort=10911\n")
-    p = subprocess.run([sys.executable, "-m", "reference_broker", "broker", "-n", "127.0.0.1:1", "-c", str(conf)],
-                       capture_output=True, text=True, timeout=60)
+    p, store = run_broker_cli(tmp_path, "bad.conf", "mappedFileSizeCommitLog=-5\n", "127.0.0.1:1")
     assert p.returncode != 0
     assert "bad.conf:3: mappedFileSizeCommitLog: must be 1..2147483647, got -5" in p.stderr
     assert not store.exists()
@@ -209,11 +215,7 @@ def test_cli_rejects_a_bad_value_before_creating_anything(tmp_path):
 
 @pytest.mark.e2e
 def test_cli_rejects_a_bad_name_server_address_before_creating_anything(tmp_path):
-    store = tmp_path / "store"
-    conf = tmp_path / "good.conf"
-    conf.write_text(f"storePathRootDir={store}\nbrokerName=b\nlistenPort=10911\n")
-    p = subprocess.run([sys.executable, "-m", "reference_broker", "broker", "-n", "127.0.0.1:99999", "-c", str(conf)],
-                       capture_output=True, text=True, timeout=60)
+    p, store = run_broker_cli(tmp_path, "good.conf", "", "127.0.0.1:99999")
     assert p.returncode == 2  # click's usage error
     assert "Invalid value for -n" in p.stderr and "127.0.0.1:99999" in p.stderr
     assert not store.exists()

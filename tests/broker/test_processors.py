@@ -263,12 +263,18 @@ def test_lock_batch_is_exclusive(broker):
     assert lock("B") == [mq]
 
 
-def test_send_back_goes_to_retry_then_dlq(broker):
-    r = call(broker, broker.send_processor, send_request("S", b"payload", props={"UNIQ_KEY": "U1"}))
+def stored_then_sent_back(broker, topic, body, uniq, group, delay_level):
+    """Store a message, then the CONSUMER_SEND_MSG_BACK request a consumer of ``group`` would send for it."""
+    r = call(broker, broker.send_processor, send_request(topic, body, props={"UNIQ_KEY": uniq}))
     msg = broker.store.look_message_by_msg_id(r.ext_fields["msgId"])
-    back = {"offset": str(msg.commit_log_offset), "group": "g", "delayLevel": "0", "originMsgId": "U1",
-            "originTopic": "S", "unitMode": "false", "maxReconsumeTimes": "16"}
-    r = call(broker, broker.send_processor, create_request(RequestCode.CONSUMER_SEND_MSG_BACK, back))
+    return create_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "offset": str(msg.commit_log_offset), "group": group, "delayLevel": str(delay_level), "originMsgId": uniq,
+        "originTopic": topic, "unitMode": "false", "maxReconsumeTimes": "16"})
+
+
+def test_send_back_goes_to_retry_then_dlq(broker):
+    back = stored_then_sent_back(broker, "S", b"payload", "U1", "g", 0)
+    r = call(broker, broker.send_processor, back)
     assert r.code == ResponseCode.SUCCESS
     broker.run(wait_dispatched, broker)
     # delay level 3 + reconsumeTimes(0) = 3 → SCHEDULE_TOPIC_XXXX queue 2, real topic %RETRY%g
@@ -281,7 +287,7 @@ def test_send_back_goes_to_retry_then_dlq(broker):
     assert s.properties[mc.PROPERTY_ORIGIN_MESSAGE_ID] == "U1"
     assert s.reconsume_times == 1
     # past maxReconsumeTimes: straight to %DLQ%g (no DELAY left on it), readable (perm 6, 4.9.2+)
-    back_dlq = {**back, "offset": str(s.commit_log_offset), "maxReconsumeTimes": "1"}
+    back_dlq = {**back.ext_fields, "offset": str(s.commit_log_offset), "maxReconsumeTimes": "1"}
     r = call(broker, broker.send_processor, create_request(RequestCode.CONSUMER_SEND_MSG_BACK, back_dlq))
     assert r.code == ResponseCode.SUCCESS
     broker.run(wait_dispatched, broker)
@@ -450,11 +456,7 @@ def test_unregister_client_does_not_notify_a_group_with_notification_off(broker)
 
 
 def test_send_back_with_delay_level_minus_one_goes_straight_to_the_dlq(broker):
-    r = call(broker, broker.send_processor, send_request("S2", b"poison", props={"UNIQ_KEY": "U2"}))
-    msg = broker.store.look_message_by_msg_id(r.ext_fields["msgId"])
-    back = {"offset": str(msg.commit_log_offset), "group": "g2", "delayLevel": "-1", "originMsgId": "U2",
-            "originTopic": "S2", "unitMode": "false", "maxReconsumeTimes": "16"}
-    r = call(broker, broker.send_processor, create_request(RequestCode.CONSUMER_SEND_MSG_BACK, back))
+    r = call(broker, broker.send_processor, stored_then_sent_back(broker, "S2", b"poison", "U2", "g2", -1))
     assert r.code == ResponseCode.SUCCESS
     broker.run(wait_dispatched, broker)
     res = broker.store.get_message("x", "%DLQ%g2", 0, 0, 10)
@@ -473,16 +475,13 @@ def test_send_while_a_put_holds_the_writer_too_long_is_rejected_as_system_busy(b
     osPageCacheBusyTimeOutMills, 1 s) → SYSTEM_BUSY with NettyRemotingAbstract's remark."""
     store = broker.store
     assert not store.is_os_page_cache_busy()
-    sent = call(broker, broker.send_processor, send_request("PcBusy0", b"y", props={"UNIQ_KEY": "U9"}))
-    msg = store.look_message_by_msg_id(sent.ext_fields["msgId"])
-    back = {"offset": str(msg.commit_log_offset), "group": "gb", "delayLevel": "0", "originMsgId": "U9",
-            "originTopic": "PcBusy0", "unitMode": "false", "maxReconsumeTimes": "16"}
+    back = stored_then_sent_back(broker, "PcBusy0", b"y", "U9", "gb", 0)
     store.commit_log.begin_time_in_lock = time.time_ns() // 1_000_000 - 1500  # a put entered the lock 1.5 s ago
     try:
         assert store.is_os_page_cache_busy()
         r = call(broker, broker.send_processor, send_request("PcBusy", b"x"))
         # rejectRequest covers every code of the processor: a consumer's send-back too.
-        r_back = call(broker, broker.send_processor, create_request(RequestCode.CONSUMER_SEND_MSG_BACK, back))
+        r_back = call(broker, broker.send_processor, back)
     finally:
         store.commit_log.begin_time_in_lock = 0
     assert r.code == ResponseCode.SYSTEM_BUSY
