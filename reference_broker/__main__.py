@@ -160,15 +160,17 @@ def bench_producer(namesrv_addr: str, topic: str, threads: int, size: int, key_e
 @click.option("--from-first", is_flag=True, help="A new group starts at the first offset.")
 @click.option("-d", "--duration", type=click.FloatRange(min=0.1, max=86_400), default=30.0, show_default=True)
 @click.option("-i", "--report-interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option("-p", "--processes", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Consumer processes in the group (they share the queues); their counts and samples are merged.")
 @click.option("--json", "as_json", is_flag=True)
 def bench_consumer(namesrv_addr: str, topic: str, group: str, threads: int, expression: str, from_first: bool,
-                   duration: float, report_interval: float, as_json: bool) -> None:
+                   duration: float, report_interval: float, processes: int, as_json: bool) -> None:
     """Consume and print the Consumer tool's line: TPS, born-to-consume and store-to-consume times."""
-    from reference_broker.bench.client_bench import ConsumerOptions, run_consumer
+    from reference_broker.bench.client_bench import ConsumerOptions, run_consumers
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     opts = ConsumerOptions(namesrv_addr, topic, group, threads, expression, from_first, duration, report_interval)
-    summary = run_consumer(opts, (lambda line: click.echo(line, err=True)) if as_json else click.echo)
+    summary = run_consumers(opts, processes, (lambda line: click.echo(line, err=True)) if as_json else click.echo)
     click.echo(json.dumps(summary, indent=2) if as_json else
                f"[Complete] Consumed: {summary['consumed']} TPS: {int(summary['tps'])} "
                f"AVG(B2C) RT(ms): {summary['avg_b2c_ms']:7.3f} p99 send-to-consume(ms): {summary['e2e_p99_ms']:.3f}")

@@ -310,6 +310,57 @@ class ConsumerOptions:
 
 def run_consumer(opts: ConsumerOptions, out: Callable[[str], None] = print) -> dict[str, Any]:
     """A push consumer printing the Consumer tool's line (B2C = born to consume, S2C = store to consume)."""
+    return merge_consumer_summaries([_consume(opts, out)])
+
+
+def run_consumers(opts: ConsumerOptions, processes: int, out: Callable[[str], None] = print) -> dict[str, Any]:
+    """``processes`` push consumers of one group (clustering: they share the queues), each in its own process, so
+    one interpreter's consume CPU does not bound the figure; their counts and samples merged."""
+    if processes <= 1:
+        return run_consumer(opts, out)
+    ctx = mp.get_context("spawn")
+    pipes, procs = [], []
+    for _ in range(processes):
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_consumer_child, args=(opts, child), daemon=True)
+        p.start()
+        child.close()
+        pipes.append(parent)
+        procs.append(p)
+    parts = []
+    for parent, p in zip(pipes, procs, strict=True):
+        try:
+            parts.append(parent.recv())
+        except EOFError:
+            out(f"consumer process {p.pid} ended without a summary (exit code {p.exitcode})")
+        p.join(10)
+    return merge_consumer_summaries(parts)
+
+
+def _consumer_child(opts: ConsumerOptions, conn: Any) -> None:
+    part = _consume(opts, out=lambda line: print(f"[{os.getpid()}] {line}", file=sys.stderr, flush=True))
+    part["e2e_samples_us"] = part["e2e_samples_us"].tobytes()
+    conn.send(part)
+    conn.close()
+
+
+def merge_consumer_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One summary for consumers that ran side by side: counts summed over the longest run, samples merged."""
+    ordered = _merged(parts, "e2e_samples_us")
+    n = sum(p["n"] for p in parts)
+    elapsed = max((p["elapsed_s"] for p in parts), default=0.0)
+    cpu = sum(p["cpu_s"] for p in parts)
+    return {"consumed": n, "tps": n / elapsed if elapsed else 0.0, "elapsed_s": elapsed, "processes": len(parts),
+            "avg_b2c_ms": sum(p["b2c_total"] for p in parts) / n if n else 0.0,
+            "avg_s2c_ms": sum(p["s2c_total"] for p in parts) / n if n else 0.0,
+            "max_b2c_ms": max((p["b2c_max"] for p in parts), default=0),
+            "max_s2c_ms": max((p["s2c_max"] for p in parts), default=0),
+            **{f"e2e_p{str(q).replace('.0', '').replace('.', '')}_ms": percentile(ordered, q) for q in PERCENTILES},
+            "client_cpu_us_per_msg": cpu / n * 1e6 if n else None}
+
+
+def _consume(opts: ConsumerOptions, out: Callable[[str], None]) -> dict[str, Any]:
+    """One consumer's run: its raw counts, CPU seconds and send-to-consume samples."""
     lock = threading.Lock()
     stats = {"n": 0, "b2c_total": 0, "s2c_total": 0, "b2c_max": 0, "s2c_max": 0}
     window = dict(stats)
@@ -360,12 +411,5 @@ def run_consumer(opts: ConsumerOptions, out: Callable[[str], None] = print) -> d
         pass
     elapsed = time.monotonic() - t0
     consumer.shutdown()
-    cpu = time.process_time() - cpu0
-    ordered = sorted(e2e_samples)
-    n = stats["n"]
-    return {"consumed": n, "tps": n / elapsed if elapsed else 0.0, "elapsed_s": elapsed,
-            "avg_b2c_ms": stats["b2c_total"] / n if n else 0.0, "avg_s2c_ms": stats["s2c_total"] / n if n else 0.0,
-            "max_b2c_ms": stats["b2c_max"], "max_s2c_ms": stats["s2c_max"],
-            **{f"e2e_p{str(q).replace('.0', '').replace('.', '')}_ms": percentile(ordered, q) for q in PERCENTILES},
-            "client_cpu_us_per_msg": cpu / n * 1e6 if n else None}
+    return {**stats, "elapsed_s": elapsed, "cpu_s": time.process_time() - cpu0, "e2e_samples_us": e2e_samples}
 

@@ -10,7 +10,7 @@ from array import array
 import pytest
 
 from harness.launcher import Topology
-from reference_broker.bench.client_bench import merge_producer_summaries, percentile
+from reference_broker.bench.client_bench import merge_consumer_summaries, merge_producer_summaries, percentile
 
 
 def test_percentile_is_nearest_rank():
@@ -31,6 +31,18 @@ def test_merge_sums_counts_and_merges_samples_exactly():
     assert m["send_tps"] == 2.0  # 4 messages over the longest elapsed time
     assert m["max_rt_ms"] == 5.0 and m["p50_ms"] == 2.0 and m["p99_ms"] == 5.0
     assert m["client_cpu_us_per_msg"] == pytest.approx(500.0)
+
+
+def test_consumer_merge_sums_counts_over_the_longest_run_and_merges_samples():
+    a = {"n": 3, "b2c_total": 30, "s2c_total": 15, "b2c_max": 20, "s2c_max": 9, "elapsed_s": 2.0, "cpu_s": 0.003,
+         "e2e_samples_us": array("I", [1000, 2000, 3000])}
+    b = {"n": 1, "b2c_total": 10, "s2c_total": 5, "b2c_max": 10, "s2c_max": 12, "elapsed_s": 1.0, "cpu_s": 0.001,
+         "e2e_samples_us": array("I", [9000]).tobytes()}  # as a child process sends it
+    m = merge_consumer_summaries([a, b])
+    assert (m["consumed"], m["processes"], m["tps"]) == (4, 2, 2.0)
+    assert (m["avg_b2c_ms"], m["avg_s2c_ms"], m["max_b2c_ms"], m["max_s2c_ms"]) == (10.0, 5.0, 20, 12)
+    assert (m["e2e_p50_ms"], m["e2e_p99_ms"]) == (2.0, 9.0)
+    assert m["client_cpu_us_per_msg"] == pytest.approx(1000.0)
 
 
 @pytest.mark.e2e
@@ -57,3 +69,10 @@ def test_producer_then_consumer(tmp_path):
         cs = json.loads(c.stdout)
         assert cs["consumed"] >= 360, cs
         assert "AVG(B2C) RT(ms)" in c.stderr
+        # Two consumer processes of a new group share the queues and, together, consume the whole backlog.
+        c = subprocess.run([sys.executable, "-m", "reference_broker", "bench", "consumer", "-n", topo.namesrv_addr,
+                            "-t", "BenchT", "-g", "bench_two", "--from-first", "-p", "2", "-d", "8", "-i", "1",
+                            "--json"], capture_output=True, text=True, timeout=120)
+        assert c.returncode == 0, c.stderr
+        cs = json.loads(c.stdout)
+        assert cs["processes"] == 2 and cs["consumed"] >= 360, cs
