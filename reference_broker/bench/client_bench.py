@@ -264,13 +264,19 @@ def merge_producer_summaries(parts: list[dict[str, Any]], batch_size: int) -> di
 def run_producers(opts: ProducerOptions, processes: int, out: Callable[[str], None] = print) -> dict[str, Any]:
     if processes <= 1:
         return merge_producer_summaries([run_producer(opts, out)], opts.batch_size)
+    return merge_producer_summaries(_in_processes(_child, opts, processes, "producer", out), opts.batch_size)
+
+
+def _in_processes(child: Callable[[Any, Any], None], opts: Any, processes: int, what: str,
+                  out: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Run ``child(opts, pipe)`` in ``processes`` spawned processes at once; the parts they sent back."""
     ctx = mp.get_context("spawn")
     pipes, procs = [], []
     for _ in range(processes):
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_child, args=(opts, child), daemon=True)
+        parent, end = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=child, args=(opts, end), daemon=True)
         p.start()
-        child.close()
+        end.close()
         pipes.append(parent)
         procs.append(p)
     parts = []
@@ -278,9 +284,9 @@ def run_producers(opts: ProducerOptions, processes: int, out: Callable[[str], No
         try:
             parts.append(parent.recv())
         except EOFError:
-            out(f"producer process {p.pid} ended without a summary (exit code {p.exitcode})")
+            out(f"{what} process {p.pid} ended without a summary (exit code {p.exitcode})")
         p.join(10)
-    return merge_producer_summaries(parts, opts.batch_size)
+    return parts
 
 
 def complete_line(s: dict[str, Any]) -> str:
@@ -318,23 +324,7 @@ def run_consumers(opts: ConsumerOptions, processes: int, out: Callable[[str], No
     one interpreter's consume CPU does not bound the figure; their counts and samples merged."""
     if processes <= 1:
         return run_consumer(opts, out)
-    ctx = mp.get_context("spawn")
-    pipes, procs = [], []
-    for _ in range(processes):
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_consumer_child, args=(opts, child), daemon=True)
-        p.start()
-        child.close()
-        pipes.append(parent)
-        procs.append(p)
-    parts = []
-    for parent, p in zip(pipes, procs, strict=True):
-        try:
-            parts.append(parent.recv())
-        except EOFError:
-            out(f"consumer process {p.pid} ended without a summary (exit code {p.exitcode})")
-        p.join(10)
-    return merge_consumer_summaries(parts)
+    return merge_consumer_summaries(_in_processes(_consumer_child, opts, processes, "consumer", out))
 
 
 def _consumer_child(opts: ConsumerOptions, conn: Any) -> None:
