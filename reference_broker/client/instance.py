@@ -196,8 +196,11 @@ class MQClientInstance:
         """Try the current name server, then the others in turn (NettyRemotingClient.getAndCreateNameserverChannel)."""
         addrs = self._namesrv_addrs
         last: MQClientError | None = None
+        # Read once: another thread failing over meanwhile moves the index, and re-reading it here would try the
+        # same dead server twice and never the live one.
+        start = self._namesrv_index
         for i in range(len(addrs)):
-            index = (self._namesrv_index + i) % len(addrs)
+            index = (start + i) % len(addrs)
             try:
                 response = self.invoke(addrs[index], cmd, timeout_s)
             except MQClientError as exc:
