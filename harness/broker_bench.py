@@ -62,14 +62,15 @@ def separate_cores() -> tuple[set[int], set[int]] | None:
     return {cpus[-1]}, set(cpus[:-1])
 
 
-def _producer(topo: Topology, args: list[str], progress: Progress,
+def _run_tool(tool: str, count_key: str, topo: Topology, args: list[str], progress: Progress,
               cores: tuple[set[int], set[int]] | None = None, broker_pid: int | None = None) -> dict[str, Any]:
-    """One ``bench producer`` run; with ``cores`` the broker and the generator run on separate cores (the
-    broker's affinity is restored afterwards). ``broker_pid``: the process serving the topic, when it is not
+    """One ``bench producer|consumer`` run, with the serving broker's CPU per message (``count_key``) over it: with
+    the client's, what bounds a 2-core machine. With ``cores`` the broker and the client run on separate cores
+    (the broker's affinity is restored afterwards). ``broker_pid``: the process serving the topic, when it is not
     the topology's broker (the bare baseline)."""
-    cmd = [sys.executable, "-m", "reference_broker", "bench", "producer", "-n", topo.namesrv_addr, "--json",
+    cmd = [sys.executable, "-m", "reference_broker", "bench", tool, "-n", topo.namesrv_addr, "--json",
            "-i", "1000", *args]
-    progress("bench producer " + " ".join(args) + (" (broker and generator on separate cores)" if cores else ""))
+    progress(f"bench {tool} " + " ".join(args) + (" (broker and generator on separate cores)" if cores else ""))
     if broker_pid is None:
         broker_pid = topo.brokers[0].pid
     cpu0 = _cpu_s(broker_pid)
@@ -85,27 +86,26 @@ def _producer(topo: Topology, args: list[str], progress: Progress,
         finally:
             _set_affinity(broker_pid, everything)
     if p.returncode != 0:
-        raise RuntimeError(f"bench producer failed ({p.returncode}): {p.stderr[-2000:]}")
+        raise RuntimeError(f"bench {tool} failed ({p.returncode}): {p.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(p.stdout)
-    # The broker's CPU per message over the same run: with the client's, what bounds a 2-core machine.
-    msgs = result.get("messages") or 0
-    result["broker_cpu_us_per_msg"] = (_cpu_s(broker_pid) - cpu0) / msgs * 1e6 if msgs else None
+    n = result.get(count_key) or 0
+    result["broker_cpu_us_per_msg"] = (_cpu_s(broker_pid) - cpu0) / n * 1e6 if n else None
     return result
+
+
+def _producer(topo: Topology, args: list[str], progress: Progress,
+              cores: tuple[set[int], set[int]] | None = None, broker_pid: int | None = None) -> dict[str, Any]:
+    return _run_tool("producer", "messages", topo, args, progress, cores, broker_pid)
 
 
 def _consumer(topo: Topology, args: list[str], progress: Progress) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "reference_broker", "bench", "consumer", "-n", topo.namesrv_addr, "--json",
-           "-i", "1000", *args]
-    progress("bench consumer " + " ".join(args))
-    broker_pid = topo.brokers[0].pid
-    cpu0 = _cpu_s(broker_pid)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        raise RuntimeError(f"bench consumer failed ({p.returncode}): {p.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(p.stdout)
-    n = result.get("consumed") or 0
-    result["broker_cpu_us_per_msg"] = (_cpu_s(broker_pid) - cpu0) / n * 1e6 if n else None
-    return result
+    return _run_tool("consumer", "consumed", topo, args, progress)
+
+
+def _lean(plan: Plan, topic: str, *extra: str) -> list[str]:
+    """A lean-generator run of ``plan``: ``--in-flight`` per process and the rest in ``extra``."""
+    return ["-t", topic, "--lean", "-p", str(plan.processes), "-s", str(plan.size), "-d", str(plan.duration_s),
+            *extra]
 
 
 def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dict[str, Any]:
@@ -121,9 +121,8 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
                 r["single_64_in_flight"] = _producer(
                     topo, ["-t", "Single", "-y", "--in-flight", str(plan.in_flight), "-p", str(plan.processes),
                            "-s", size, "-d", d], progress)
-                r["single_64_lean"] = _producer(
-                    topo, ["-t", "Lean", "--lean", "--in-flight", str(plan.in_flight), "-p", str(plan.processes),
-                           "-s", size, "-d", d], progress)
+                lean_singles = _lean(plan, "Lean", "--in-flight", str(plan.in_flight))
+                r["single_64_lean"] = _producer(topo, lean_singles, progress)
                 r["one_in_flight"] = _producer(topo, ["-t", "One", "-w", "1", "-s", size, "-d", d], progress)
                 # The same round trip from the lean generator: the broker's own latency, without the client
                 # library's Python and thread hand-offs (reported side by side, the issue asks that the client
@@ -137,25 +136,21 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
                 # The same open-loop test with the lean generator, at half its own maximum: the client
                 # library's ~40 µs per message and its threads add their own tail on a 2-core machine.
                 half_lean = r["single_64_lean"]["send_tps"] / 2
-                r["half_rate_lean"] = _producer(
-                    topo, ["-t", "HalfLean", "--lean", "-r", f"{half_lean / plan.processes:.0f}", "--in-flight",
-                           "1024", "-p", str(plan.processes), "-s", size, "-d", d], progress)
+                half_lean_args = _lean(plan, "HalfLean", "-r", f"{half_lean / plan.processes:.0f}",
+                                       "--in-flight", "1024")
+                r["half_rate_lean"] = _producer(topo, half_lean_args, progress)
                 # Once more with the broker alone on one core and the generator on the other: what the tail
                 # owes to sharing two cores with the load (CFS time slices of several ms), rather than to
                 # the broker itself.
                 cores = separate_cores()
                 if cores is not None:
-                    r["half_rate_lean_pinned"] = _producer(
-                        topo, ["-t", "HalfLean", "--lean", "-r", f"{half_lean / plan.processes:.0f}",
-                               "--in-flight", "1024", "-p", str(plan.processes), "-s", size, "-d", d],
-                        progress, cores)
+                    r["half_rate_lean_pinned"] = _producer(topo, half_lean_args, progress, cores)
                 if mode == "ASYNC_FLUSH":
                     r["batch_32"] = _producer(
                         topo, ["-t", "Batch", "-b", "32", "-w", "4", "-p", str(plan.processes), "-s", size, "-d", d],
                         progress)
-                    r["batch_32_lean"] = _producer(
-                        topo, ["-t", "LeanBatch", "--lean", "-b", "32", "--in-flight", "4", "-p", str(plan.processes),
-                               "-s", size, "-d", d], progress)
+                    r["batch_32_lean"] = _producer(topo, _lean(plan, "LeanBatch", "-b", "32", "--in-flight", "4"),
+                                                   progress)
                     # Consumers in as many processes as the producers, so one interpreter's consume CPU (~20 µs
                     # per message) does not bound the broker's figure.
                     r["consume_with_commits"] = _consumer(
@@ -163,9 +158,7 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dic
                                "-d", d], progress)
                     r["send_to_consume_1000"] = _send_to_consume(topo, plan, progress)
                     if cores is not None:
-                        r["single_64_lean_pinned"] = _producer(
-                            topo, ["-t", "Lean", "--lean", "--in-flight", str(plan.in_flight), "-p",
-                                   str(plan.processes), "-s", size, "-d", d], progress, cores)
+                        r["single_64_lean_pinned"] = _producer(topo, lean_singles, progress, cores)
                     r.update(_bare_baseline(topo, plan, Path(tmp), progress))
                 out[mode] = r
     a, s = out["ASYNC_FLUSH"], out["SYNC_FLUSH"]
@@ -227,12 +220,11 @@ def _bare_baseline(topo: Topology, plan: Plan, tmp: Path, progress: Progress) ->
                                    topo.namesrv_addr, "-p", str(port), "--root", str(tmp / "bare"), "-t", BARE_TOPIC],
                    tmp / "bare-broker.log", "bare broker boot success")
     bare.start()
-    d, size = str(plan.duration_s), str(plan.size)
     try:
-        single = _producer(topo, ["-t", BARE_TOPIC, "--lean", "--in-flight", str(plan.in_flight), "-p",
-                                  str(plan.processes), "-s", size, "-d", d], progress, broker_pid=bare.pid)
-        batch = _producer(topo, ["-t", BARE_TOPIC, "--lean", "-b", "32", "--in-flight", "4", "-p",
-                                 str(plan.processes), "-s", size, "-d", d], progress, broker_pid=bare.pid)
+        single = _producer(topo, _lean(plan, BARE_TOPIC, "--in-flight", str(plan.in_flight)), progress,
+                           broker_pid=bare.pid)
+        batch = _producer(topo, _lean(plan, BARE_TOPIC, "-b", "32", "--in-flight", "4"), progress,
+                          broker_pid=bare.pid)
     finally:
         bare.stop()
     return {"bare_single_64_lean": single, "bare_batch_32_lean": batch}
