@@ -17,7 +17,6 @@ Never use it to store anything.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import mmap
 import os
@@ -30,12 +29,10 @@ from typing import Final, cast
 
 import orjson
 
+from reference_broker.broker.controller import register_broker
 from reference_broker.common.crc import crc32
 from reference_broker.common.message_batch import BatchDecodeError, decode_batch_entries
-from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import create_request
-from reference_broker.remoting.errors import RemotingError
 from reference_broker.remoting.server import new_event_loop
 from reference_broker.store import record as rec
 
@@ -65,6 +62,16 @@ def _mapped(path: Path, size: int) -> mmap.mmap:
     return mm
 
 
+class _Queue:
+    """One consume queue: its recycled mapping and the offset of its next unit."""
+
+    __slots__ = ("mm", "next_offset")
+
+    def __init__(self, mm: mmap.mmap) -> None:
+        self.mm = mm
+        self.next_offset = 0
+
+
 class BareStore:
     """One recycled commit-log mapping and one consume-queue mapping per (topic, queue)."""
 
@@ -78,49 +85,44 @@ class BareStore:
         self.offset = 0  # commit-log offset of the next record (grows past the mapping's size)
         self.store_ip = rec.host_bytes(store_host[0])
         self.store_port = store_host[1]
-        self.queues: dict[tuple[bytes, int], list[object]] = {}  # (topic, queue id) -> [mmap, next unit, offset]
+        self.queues: dict[tuple[bytes, int], _Queue] = {}
         self.last_ts = 0
 
-    def _queue(self, topic_b: bytes, queue_id: int) -> list[object]:
+    def _queue(self, topic_b: bytes, queue_id: int) -> _Queue:
         q = self.queues.get((topic_b, queue_id))
         if q is None:
             name = f"cq-{topic_b.hex()}-{queue_id}"
-            q = self.queues[(topic_b, queue_id)] = [_mapped(self.root / name, CQ_FILE_UNITS * CQ_UNIT.size), 0, 0]
+            q = self.queues[(topic_b, queue_id)] = _Queue(_mapped(self.root / name, CQ_FILE_UNITS * CQ_UNIT.size))
         return q
 
     def append(self, topic_b: bytes, queue_id: int, flag: int, body: bytes, props_b: bytes, sys_flag: int,
                born_ts: int, born_host: tuple[bytes, int], body_crc: int) -> tuple[int, int]:
         """Append one record and its unit; (commit-log offset, queue offset)."""
         born_ip, born_port = born_host
-        total = rec.record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16,
-                                  len(self.store_ip) == 16)
+        st = rec.record_struct(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(self.store_ip) == 16)
+        total = st.size
         if self.pos + total > self.log_size:
             self.pos = 0  # recycled: a baseline keeps nothing
         q = self._queue(topic_b, queue_id)
-        cq, unit, queue_offset = q
-        assert isinstance(cq, mmap.mmap) and isinstance(unit, int) and isinstance(queue_offset, int)
+        queue_offset = q.next_offset
         now = time.time_ns() // 1_000_000
         ts = self.last_ts = now if now > self.last_ts else self.last_ts
         offset = self.offset
-        st = rec.record_struct(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(self.store_ip) == 16)
         st.pack_into(self.log_view, self.pos, total, rec.MESSAGE_MAGIC_CODE, body_crc, queue_id, flag,
                      queue_offset, offset, sys_flag, born_ts, born_ip, born_port, ts, self.store_ip,
                      self.store_port, 0, 0, len(body), body, len(topic_b), topic_b, len(props_b), props_b)
-        CQ_UNIT.pack_into(cq, unit * CQ_UNIT.size, offset, total, 0)
-        q[1] = unit + 1 if unit + 1 < CQ_FILE_UNITS else 0
-        q[2] = queue_offset + 1
+        CQ_UNIT.pack_into(q.mm, queue_offset % CQ_FILE_UNITS * CQ_UNIT.size, offset, total, 0)
+        q.next_offset = queue_offset + 1
         self.pos += total
         self.offset = offset + total
         return offset, queue_offset
 
 
-def _response(opaque: int, code: int, ext: dict[str, str] | None = None, remark: str | None = None) -> bytes:
+def _response(opaque: int, code: int, ext: dict[str, str] | None = None) -> bytes:
     header: dict[str, object] = {"code": code, "flag": 1, "language": "PYTHON", "opaque": opaque, "version": 0,
                                  "serializeTypeCurrentRPC": "JSON"}
     if ext:
         header["extFields"] = ext
-    if remark:
-        header["remark"] = remark
     h = orjson.dumps(header)
     return FRAME_HEAD.pack(4 + len(h), len(h)) + h
 
@@ -204,25 +206,13 @@ class _Connection(asyncio.Protocol):
 
 def register(namesrv_addrs: list[str], broker_addr: str, broker_name: str, cluster: str,
              topics: list[str]) -> bool:
-    """REGISTER_BROKER with ``topics`` (4 queues each, read and write) on every name server."""
+    """The broker's REGISTER_BROKER with ``topics`` (4 queues each, read and write); True if any name server
+    accepted it."""
     table = {t: {"order": False, "perm": 6, "readQueueNums": QUEUES_PER_TOPIC, "topicFilterType": "SINGLE_TAG",
                  "topicName": t, "topicSysFlag": 0, "writeQueueNums": QUEUES_PER_TOPIC} for t in topics}
-    body = json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table,
-                                                       "dataVersion": {"counter": 1, "timestamp": 0}},
-                       "filterServerList": []}).encode()
     header = {"brokerAddr": broker_addr, "brokerId": "0", "brokerName": broker_name, "clusterName": cluster,
-              "haServerAddr": broker_addr, "compressed": "false", "bodyCrc32": str(crc32(body))}
-    ok = True
-    for addr in namesrv_addrs:
-        host, _, port = addr.rpartition(":")
-        try:
-            with RemotingClient(host, int(port), timeout_s=3.0) as client:
-                resp = client.invoke(create_request(RequestCode.REGISTER_BROKER, header, body))
-            ok = ok and resp.code == ResponseCode.SUCCESS
-        except (RemotingError, ValueError) as exc:
-            log.warning("register to %s failed: %s", addr, exc)
-            ok = False
-    return ok
+              "haServerAddr": broker_addr, "compressed": "false"}
+    return register_broker(namesrv_addrs, header, table, {"counter": 1, "timestamp": 0})
 
 
 def serve(namesrv: str, port: int, root: Path, topics: list[str], log_size: int = 512 * 1024 * 1024,

@@ -59,6 +59,29 @@ def _not_served(ctx: ConnectionContext, cmd: RemotingCommand) -> None:
     return None
 
 
+def register_broker(namesrv_addrs: list[str], header: dict[str, str], topic_config_table: dict[str, Any],
+                    data_version: dict[str, int]) -> bool:
+    """REGISTER_BROKER (RegisterBrokerBody: the topic table, no filter servers) on every name server; True if
+    any accepted it. ``header`` is RegisterBrokerRequestHeader's fields; bodyCrc32 is added here."""
+    body = json_dumps({"topicConfigSerializeWrapper": {"topicConfigTable": topic_config_table,
+                                                       "dataVersion": data_version},
+                       "filterServerList": []})
+    header = {**header, "bodyCrc32": str(crc32(body))}
+    ok = False
+    for addr in namesrv_addrs:
+        host, _, port = addr.rpartition(":")
+        try:
+            with RemotingClient(host, int(port), timeout_s=3.0) as client:
+                resp = client.invoke(create_request(RequestCode.REGISTER_BROKER, header, body))
+            if resp.code == ResponseCode.SUCCESS:
+                ok = True
+            else:
+                log.warning("register broker to name server %s failed: code %d %s", addr, resp.code, resp.remark)
+        except (RemotingError, ValueError) as exc:
+            log.warning("register broker to name server %s failed: %s", addr, exc)
+    return ok
+
+
 class BrokerController:
     def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, host: str = "0.0.0.0") -> None:
         if broker_config.listen_port <= 0:
@@ -253,23 +276,7 @@ class BrokerController:
             obj = tc.to_json()
             obj["perm"] = tc.perm & self.broker_config.broker_permission
             table[name] = obj
-        body = json_dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table,
-                                                           "dataVersion": tcm.data_version.to_json()},
-                           "filterServerList": []})
-        header = self._register_header()
-        header["bodyCrc32"] = str(crc32(body))
-        ok = False
-        for addr in self._namesrv_addrs():
-            host, _, port = addr.rpartition(":")
-            try:
-                with RemotingClient(host, int(port), timeout_s=3.0) as client:
-                    resp = client.invoke(create_request(RequestCode.REGISTER_BROKER, header, body))
-                if resp.code == ResponseCode.SUCCESS:
-                    ok = True
-                else:
-                    log.warning("register broker to name server %s failed: code %d %s", addr, resp.code, resp.remark)
-            except (RemotingError, ValueError) as exc:
-                log.warning("register broker to name server %s failed: %s", addr, exc)
+        ok = register_broker(self._namesrv_addrs(), self._register_header(), table, tcm.data_version.to_json())
         self.registered = self.registered or ok
 
     def unregister_all(self) -> None:
