@@ -155,11 +155,11 @@ class SendMessageProcessor:
         peer = getattr(ctx, "peer", "?")
         try:
             # Flow control (SendMessageProcessor.rejectRequest, BrokerFastFailure), for every code this
-            # processor serves, consumer send-backs included. Both checks rarely fire
-            # here: sends are handled inline on the broker's one event loop, so there is no send thread-pool
-            # queue (the 200 ms age counts from when the loop read the frame; overload shows as TCP
-            # back-pressure instead), and the loop never sees its own put holding the writer; only a put
-            # from another thread (delay delivery) can be seen holding it for > osPageCacheBusyTimeOutMills.
+            # processor serves, consumer send-backs included. Both checks rarely fire here: sends are handled
+            # inline on the broker's one event loop, so there is no send thread-pool queue (the 200 ms age
+            # counts from when the loop read the frame; overload shows as TCP back-pressure instead), and the
+            # loop never sees its own put holding the writer; only a put from another thread (delay delivery)
+            # can be seen holding it for > osPageCacheBusyTimeOutMills.
             if self.store.is_os_page_cache_busy():
                 return create_response(cmd, ResponseCode.SYSTEM_BUSY, REJECT_REMARK)
             busy = self._waited_too_long(cmd)
