@@ -12,7 +12,7 @@ from reference_broker.broker.subscription_group import group_from_json, group_to
 from reference_broker.broker.topic_config import TopicConfig, validate_topic
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
-from reference_broker.remoting.headers import BadRequest, field, int_field
+from reference_broker.remoting.headers import BadRequest, bad_names, field, int_field
 from reference_broker.remoting.server import ConnectionContext
 
 if TYPE_CHECKING:
@@ -57,6 +57,9 @@ class AdminProcessor:
             return create_response(cmd, ResponseCode.SUCCESS, body=tcm.encode().encode())
         if code == RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
             cfg = group_from_json(_json(cmd.body))
+            bad = bad_names(cmd, group=cfg.group_name)
+            if bad is not None:
+                return bad
             b.subscription_group_manager.update_subscription_group_config(cfg)
             return create_response(cmd, ResponseCode.SUCCESS)
         if code == RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG:

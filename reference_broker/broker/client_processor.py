@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from reference_broker.broker.client_manager import ClientChannelInfo, MessageQueueKey, SubscriptionData
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request, create_response, json_dumps, json_loads
-from reference_broker.remoting.headers import BadRequest, field, int_field
+from reference_broker.remoting.headers import BadRequest, bad_names, field, int_field
 from reference_broker.remoting.server import ConnectionContext
 
 if TYPE_CHECKING:
@@ -180,9 +180,14 @@ class ClientManageProcessor:
         return store.check_in_disk_by_commit_offset(phy, store.get_max_phy_offset())
 
     def update_consumer_offset(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
+        group = field(cmd, "consumerGroup")
+        topic = field(cmd, "topic")
+        # Not checked by 4.9.8: the names become a "topic@group" key of consumerOffset.json.
+        bad = bad_names(cmd, topic, group)
+        if bad is not None:
+            return bad
         self.broker.consumer_offset_manager.commit_offset(
-            ctx.peer, field(cmd, "consumerGroup"), field(cmd, "topic"), int_field(cmd, "queueId"),
-            int_field(cmd, "commitOffset"))
+            ctx.peer, group, topic, int_field(cmd, "queueId"), int_field(cmd, "commitOffset"))
         return create_response(cmd, ResponseCode.SUCCESS)
 
     # ---- orderly locks -------------------------------------------------------------------------------

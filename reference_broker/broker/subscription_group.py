@@ -23,6 +23,7 @@ from typing import Any
 from reference_broker.broker.broker_config import BrokerConfig
 from reference_broker.broker.config_manager import ConfigManager
 from reference_broker.broker.topic_config import DataVersion, dump_json
+from reference_broker.common.names import validate_group
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,10 @@ class SubscriptionGroupManager(ConfigManager):
         """The group's config, auto-created with defaults when autoCreateSubscriptionGroup
         (or the group is a CID_RMQ_SYS_ one); None when unknown and not auto-created."""
         cfg = self.subscription_group_table.get(group)
+        if cfg is None and validate_group(group) is not None:
+            # Not in 4.9.8, which auto-creates any name: a group that cannot be one becomes neither a config
+            # nor, through %RETRY%/%DLQ%, a consume-queue directory (see common/names.py).
+            return None
         if cfg is None and (self.broker_config.auto_create_subscription_group or is_sys_consumer_group(group)):
             cfg = SubscriptionGroupConfig(group)
             self.subscription_group_table[group] = cfg

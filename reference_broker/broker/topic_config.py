@@ -23,6 +23,7 @@ from typing import Any
 
 from reference_broker.broker.broker_config import BrokerConfig
 from reference_broker.broker.config_manager import ConfigManager
+from reference_broker.common import names
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,6 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 DLQ_NUMS_PER_GROUP = 1
 SCHEDULE_TOPIC_QUEUE_NUM = 18  # ScheduleMessageService max delay level
-TOPIC_MAX_LENGTH = 127
-VALID_PATTERN_STR = "^[%|a-zA-Z0-9_-]+$"
-_VALID_CHARS = frozenset("%|_-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 SYSTEM_TOPICS = frozenset(
     {
@@ -99,24 +97,15 @@ def perm_to_string(perm: int) -> str:
     )
 
 
-def is_topic_or_group_illegal(name: str) -> bool:
-    return any(ch not in _VALID_CHARS for ch in name)
-
-
 def validate_topic(topic: str, for_creation: bool = False) -> str | None:
     """TopicValidator.validateTopic: None when valid, else RocketMQ's remark text.
 
     ``for_creation`` adds the client-side rule (Validators.checkTopic) that a user topic may
     not be the auto-create key topic TBW102."""
-    if not topic.strip():
-        return "The specified topic is blank."
-    if is_topic_or_group_illegal(topic):
-        return f"The specified topic contains illegal characters, allowing only {VALID_PATTERN_STR}"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return "The specified topic is longer than topic max length."
-    if for_creation and topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
+    problem = names.validate_topic(topic)
+    if problem is None and for_creation and topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
         return f"The topic[{topic}] is conflict with AUTO_CREATE_TOPIC_KEY_TOPIC."
-    return None
+    return problem
 
 
 def is_system_topic(topic: str) -> bool:

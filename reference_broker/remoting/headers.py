@@ -35,7 +35,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from reference_broker.remoting.command import RemotingCommand
+from reference_broker.common.names import validate_group, validate_topic
+from reference_broker.remoting.codes import ResponseCode
+from reference_broker.remoting.command import RemotingCommand, create_response
 
 # SendMessageRequestHeaderV2.createSendMessageRequestHeaderV1: single-letter keys keep the hot header small.
 SEND_V2_KEYS: Final = {
@@ -102,6 +104,17 @@ def str_of(fields: dict[str, str], name: str) -> str:
     return value
 
 
+# Header fields declared Integer/int in 4.9.8's *RequestHeader classes (the V2 letters included); every other
+# number is a Long. decodeCommandCustomHeader's Integer.parseInt / Long.parseLong reject what does not fit,
+# and so do we, before a value reaches a record's fixed-width field.
+INT32_FIELDS: Final = frozenset({
+    "queueId", "sysFlag", "flag", "reconsumeTimes", "maxReconsumeTimes", "defaultTopicQueueNums", "delayLevel",
+    "maxMsgNums", "maxNum", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "d", "e", "f", "h", "j",
+    "l"})
+_I32: Final = 1 << 31
+_I64: Final = 1 << 63
+
+
 def int_of(fields: dict[str, str], name: str, default: int | None = None) -> int:
     value = fields.get(name)
     if value is None:
@@ -109,9 +122,14 @@ def int_of(fields: dict[str, str], name: str, default: int | None = None) -> int
             return default
         raise BadRequest(f"the custom field <{name}> is null")
     try:
-        return int(value)
+        n = int(value)
     except ValueError:
         raise BadRequest(f"the custom field <{name}> is not a number: {value!r}") from None
+    bound = _I32 if name in INT32_FIELDS else _I64
+    if not -bound <= n < bound:
+        raise BadRequest(f"the custom field <{name}> is out of range for a {'int' if bound == _I32 else 'long'}: "
+                         f"{value[:40]}")
+    return n
 
 
 def field(cmd: RemotingCommand, name: str) -> str:
@@ -127,3 +145,12 @@ def bool_field(cmd: RemotingCommand, name: str, default: bool = False) -> bool:
     if value is None:
         return default
     return value.lower() == "true"  # Boolean.parseBoolean: anything else is false
+
+
+def bad_names(cmd: RemotingCommand, topic: str | None = None, group: str | None = None) -> RemotingCommand | None:
+    """SYSTEM_ERROR with the validator's remark when a topic or group from a header cannot be a name
+    (common/names.py; msgCheck answers a bad topic so), else None. Checked wherever a name would be stored."""
+    problem = validate_topic(topic) if topic is not None else None
+    if problem is None and group is not None:
+        problem = validate_group(group)
+    return None if problem is None else create_response(cmd, ResponseCode.SYSTEM_ERROR, problem)

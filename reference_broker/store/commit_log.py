@@ -15,10 +15,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from reference_broker.common import message as mc
 from reference_broker.common.crc import raw_crc32
 from reference_broker.common.message_batch import BatchDecodeError, decode_batch_entries
+from reference_broker.common.names import is_path_safe
 from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
@@ -62,6 +64,32 @@ def _illegal_batch() -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
 
 
+_I32: Final = 1 << 31
+_I64: Final = 1 << 63
+
+
+def header_problem(queue_id: int, flag: int, sys_flag: int, born_ts: int, reconsume: int, prepared_offset: int
+                   ) -> str | None:
+    """Why a record's fixed fields cannot hold these values, or None. Checked before the put lock, so nothing
+    is written for a refused message (4.9.8 never sees such values: its header decoder rejects them)."""
+    if (0 <= queue_id < _I32 and -_I32 <= flag < _I32 and -_I32 <= sys_flag < _I32 and -_I64 <= born_ts < _I64
+            and -_I32 <= reconsume < _I32 and -_I64 <= prepared_offset < _I64):
+        return None
+    for name, value, low, high in (("queueId", queue_id, 0, _I32), ("flag", flag, -_I32, _I32),
+                                   ("sysFlag", sys_flag, -_I32, _I32), ("bornTimestamp", born_ts, -_I64, _I64),
+                                   ("reconsumeTimes", reconsume, -_I32, _I32),
+                                   ("preparedTransactionOffset", prepared_offset, -_I64, _I64)):
+        if not low <= value < high:
+            return f"{name} {value} out of range [{low}, {high - 1}]"
+    return None  # pragma: no cover (the first test covers every field)
+
+
+def _refused(status: PutMessageStatus, remark: str) -> PutMessageResult:
+    result = PutMessageResult(status, AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
+    result.remark = remark
+    return result
+
+
 # Not a RocketMQ file: the commit-log offset from which every record carries the whole-record CRC (written at
 # the first put with enabledAppendPropCRC on; removed by a start with it off). Recovery requires the CRC from
 # there on and takes BODYCRC before it, so a log written without the CRC (an older store, or the append
@@ -90,6 +118,7 @@ class CommitLog:
         self.checkpoint = checkpoint
         self.mapped_file_queue = MappedFileQueue(config.store_path_commit_log, config.mapped_file_size_commit_log)
         self.topic_queue_table: dict[str, int] = {}  # "topic-queueId" → next queue offset
+        self._safe_topics: set[str] = set()  # topics _topic_problem passed
         self.put_lock = threading.Lock()
         self.begin_time_in_lock = 0  # ms; non-zero while a put holds the lock (isOSPageCacheBusy)
         self._last_store_ts = 0
@@ -188,6 +217,17 @@ class CommitLog:
         msg.topic = mc.SCHEDULE_TOPIC
         msg.queue_id = level - 1
 
+    def _topic_problem(self, topic: str) -> str | None:
+        """A topic the consume queues cannot use as a directory name is refused here, whatever the caller
+        checked (a topic that passed once is remembered: one set lookup per put)."""
+        if topic in self._safe_topics:
+            return None
+        if not is_path_safe(topic):
+            return f"topic {topic!r} cannot name a consume-queue directory"
+        if len(self._safe_topics) < 100_000:
+            self._safe_topics.add(topic)
+        return None
+
     def _check_sizes(self, topic_b: bytes, props_b: bytes, body: bytes) -> AppendMessageStatus | None:
         if len(props_b) > rec.MAX_PROPERTIES_LENGTH:
             return AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED
@@ -217,6 +257,11 @@ class CommitLog:
         if len(topic_b) > rec.MAX_TOPIC_LENGTH or len(body) > self.config.max_message_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
+        queue_id = msg.queue_id
+        bad = self._topic_problem(topic) or header_problem(queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
+                                                           msg.reconsume_times, msg.prepared_transaction_offset)
+        if bad is not None:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         born_ip = rec.host_bytes(msg.born_host[0])
         store_ip = self.store_ip
         born_v6 = len(born_ip) == 16
@@ -235,7 +280,6 @@ class CommitLog:
         crc = raw_crc32(body) & 0x7FFFFFFF
         tran = sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
         no_cq = tran == mc.TRANSACTION_PREPARED_TYPE or tran == mc.TRANSACTION_ROLLBACK_TYPE
-        queue_id = msg.queue_id
         key = f"{topic}-{queue_id}"
         table = self.topic_queue_table
         mfq = self.mapped_file_queue
@@ -310,6 +354,9 @@ class CommitLog:
         """Append a batch whole into one file (CommitLog.asyncPutMessages); msgIds comma-joined."""
         if not batch.messages:
             return _illegal_batch()
+        bad = self._topic_problem(batch.topic) or header_problem(batch.queue_id, 0, 0, 0, 0, 0)
+        if bad is not None:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         topic_b = batch.topic.encode("utf-8")
         store_v6 = len(self.store_ip) == 16
         prepared: list[_BatchRecord] = []
@@ -330,9 +377,11 @@ class CommitLog:
         try:
             entries = decode_batch_entries(batch.body)
         except BatchDecodeError as exc:
-            bad = _illegal_batch()
-            bad.remark = f"bad batch body: {exc}"
-            return bad
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+        bad = self._topic_problem(batch.topic) or header_problem(batch.queue_id, 0, batch.sys_flag,
+                                                                 batch.born_timestamp, 0, 0)
+        if bad is not None:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         topic_b = batch.topic.encode("utf-8")
         store_v6 = len(self.store_ip) == 16
         born_ip = rec.host_bytes(batch.born_host[0])
@@ -355,6 +404,9 @@ class CommitLog:
         """One record of a batch, everything but what the put lock decides; or why the batch is refused."""
         if _has_delay(encoded) or mc.transaction_value(sys_flag) != mc.TRANSACTION_NOT_TYPE:
             return _illegal_batch()  # batches carry neither delays nor transactions (CommitLog.asyncPutMessages)
+        bad_header = header_problem(0, flag, sys_flag, born_ts, reconsume, prepared_offset)
+        if bad_header is not None:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad_header)
         props_b = self._stored_properties(encoded)
         bad = self._check_sizes(topic_b, props_b, body)
         if bad is not None:

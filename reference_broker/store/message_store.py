@@ -111,6 +111,7 @@ class MessageStore(StoreReads):
         self.clean_consume_queue = CleanConsumeQueueService(self.commit_log, self.iter_consume_queues,
                                                             self.index_service.delete_expired_file)
         self.dispatch_listeners: list[Callable[[DispatchRequest], None]] = []
+        self.dispatch_error_count = 0  # records a dispatcher could not take (skipped; see _dispatch_failed)
         self.last_exit_ok = True
         self.shutdown_normally: bool | None = None
         self._lock_fd: int | None = None
@@ -364,27 +365,49 @@ class MessageStore(StoreReads):
         flags = self.running_flags
         last_ts = -1
         for (topic, queue_id), run in by_queue.items():
-            queues = table.get(topic)
-            cq = queues.get(queue_id) if queues is not None else None
-            if cq is None:
-                cq = self.find_consume_queue(topic, queue_id)
-                assert cq is not None
-            if len(run) == 1 and flags.is_cq_writeable() and cq.append_unit(run[0]):
-                ts = run[0].store_timestamp  # one unit of this queue in the run: the many-queues case
-            else:
-                ts = self._put_cq_positions(cq, run)
+            try:
+                queues = table.get(topic)
+                cq = queues.get(queue_id) if queues is not None else None
+                if cq is None:
+                    cq = self.find_consume_queue(topic, queue_id)
+                    assert cq is not None
+                if len(run) == 1 and flags.is_cq_writeable() and cq.append_unit(run[0]):
+                    ts = run[0].store_timestamp  # one unit of this queue in the run: the many-queues case
+                else:
+                    ts = self._put_cq_positions(cq, run)
+            except Exception as e:  # boundary: one queue's records must not stop the others
+                self._dispatch_failed(f"consume queue {topic!r}:{queue_id}", run, e)
+                continue
             if ts > last_ts:
                 last_ts = ts
         if last_ts >= 0:
             self.checkpoint.dispatched_logics_timestamp = last_ts
         if self.config.message_index_enable:
-            self.index_service.build_index_batch(reqs)
+            try:
+                self.index_service.build_index_batch(reqs)
+            except Exception as e:  # boundary: the index must not stop the consume queues
+                self._dispatch_failed("index", reqs, e)
             if self.index_service.index_file_error and not flags.flag & RunningFlags.WRITE_INDEX_FILE_ERROR:
                 log.error("index files cannot be built: the store stops accepting writes")
                 flags.make_index_file_error()
         for listener in self.dispatch_listeners:
             for req in reqs:
-                listener(req)
+                try:
+                    listener(req)
+                except Exception as e:  # boundary: a listener's bug must not stop dispatch
+                    self._dispatch_failed(f"listener {listener!r}", [req], e)
+
+    def _dispatch_failed(self, what: str, reqs: list[DispatchRequest], exc: BaseException) -> None:
+        """A run of records one dispatcher could not take: skipped for that dispatcher, counted, logged.
+
+        4.9.8's ReputMessageService retries the same record forever (doReput does not advance past a
+        dispatcher's exception), so one record whose topic cannot be a directory stops dispatch for every
+        topic. Here the others go on; ``dispatchErrorCount`` in the runtime info counts what was skipped.
+        """
+        self.dispatch_error_count += len(reqs)
+        log.error("dispatch to %s failed for %d record(s) from commit-log offset %d (%s: %s); skipped, "
+                  "%d skipped so far", what, len(reqs), reqs[0].commit_log_offset, type(exc).__name__, exc,
+                  self.dispatch_error_count)
 
     def _put_cq_positions(self, cq: ConsumeQueue, run: list[DispatchRequest]) -> int:
         """One queue's units of a run: contiguous units are appended in one write; anything else (a new
@@ -577,6 +600,7 @@ class MessageStore(StoreReads):
             "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
             "putMessageCount": str(self._put_count),
             "dispatchedCount": str(self.reput.dispatched_count),
+            "dispatchErrorCount": str(self.dispatch_error_count),
             "diskFull": str(self.running_flags.is_disk_full()).lower(),
             "writeable": str(self.running_flags.is_writeable()).lower(),
             "pageCacheLockTimeMills": str(int(time.time() * 1000) - cl.begin_time_in_lock

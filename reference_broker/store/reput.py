@@ -20,6 +20,7 @@ from reference_broker.store.dispatch import DispatchRequest
 log = logging.getLogger(__name__)
 
 DISPATCH_RUN_RECORDS = 4096  # records parsed and dispatched together (bounds memory per run)
+STUCK_RETRIES = 100  # ~1 s of 10 ms retries at one offset before it is skipped (see _skip_stuck)
 ArrivingListener = Callable[[str, int, int, int, int], None]  # topic, queue id, cq offset + 1, tags, store ts
 
 
@@ -32,6 +33,7 @@ class ReputMessageService:
         self.reput_from_offset = 0
         self.arriving_listener: ArrivingListener | None = None
         self.dispatched_count = 0
+        self.stuck_skips = 0
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.idle_sleep_s = 0.001  # ReputMessageService sleeps 1 ms per loop
@@ -92,13 +94,30 @@ class ReputMessageService:
         return progressed
 
     def _run(self) -> None:
+        failed_at, failures = -1, 0
         while not self._stopped.is_set():
             try:
                 if not self.do_reput():
                     time.sleep(self.idle_sleep_s)
-            except Exception:
-                log.exception("reput failed")
+                failures = 0
+            except Exception:  # boundary: the dispatch thread must outlive any one failure
+                log.exception("reput failed at commit-log offset %d", self.reput_from_offset)
+                failures = failures + 1 if failed_at == self.reput_from_offset else 1
+                failed_at = self.reput_from_offset
+                if failures >= STUCK_RETRIES:
+                    self._skip_stuck()
+                    failures = 0
                 time.sleep(0.01)
+
+    def _skip_stuck(self) -> None:
+        """Leave an offset that failed STUCK_RETRIES times in a row for the next file, so that dispatch of
+        every later record goes on. 4.9.8 retries forever; the dispatchers themselves already skip what they
+        cannot take (MessageStore.do_dispatch), so this is the last line against a bug in the reading."""
+        at = self.reput_from_offset
+        self.reput_from_offset = self.commit_log.roll_next_file(at)
+        self.stuck_skips += 1
+        log.error("reput: offset %d failed %d times in a row; skipped %d bytes to the next file",
+                  at, STUCK_RETRIES, self.reput_from_offset - at)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
