@@ -126,16 +126,6 @@ _V1: Final = _Keys("topic", "queueId", "sysFlag", "defaultTopic", "defaultTopicQ
 _V2: Final = _Keys(*(SEND_V1_KEYS[name] for name in _V1))
 
 
-def _parse_properties(text: str) -> dict[str, str]:
-    """MessageDecoder.string2messageProperties on the header's str (no bytes round trip)."""
-    out = {}
-    for item in text.split("\x02"):
-        key, sep, value = item.partition("\x01")
-        if sep:
-            out[key] = value
-    return out
-
-
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -273,7 +263,7 @@ class SendMessageProcessor:
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))  # randomQueueId
         props_text = f.get(k.properties) or ""
-        props = _parse_properties(props_text) if props_text else {}
+        props = mc.string_to_properties(props_text) if props_text else {}
         reconsume_times = int_of(f, k.reconsume_times, 0)
         if topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):  # handleRetryAndDLQ
             redirected = self._retry_to_dlq(topic, reconsume_times, int_of(f, k.max_reconsume_times, -1))
@@ -289,8 +279,19 @@ class SendMessageProcessor:
             # Deliberate gap: half messages and check-back are on the roadmap (DESIGN §8), not built yet.
             return create_response(cmd, ResponseCode.NO_PERMISSION,
                                    "transactional messages are not supported by this broker yet")
-        props_b = props_text.encode() + self._cluster_suffix if props_text else self._cluster_suffix[1:]
+        # 4.9.8 parses the header's properties and re-encodes the map with CLUSTER added. A text that is
+        # already what that encoding writes (every client's) is stored as it came, CLUSTER appended; anything
+        # else (empty names or values, a name twice, CLUSTER itself, stray separators) is re-encoded from the
+        # map, so the stored pairs are 4.9.8's. Deliberate difference: the pairs keep the client's order where
+        # 4.9.8 writes HashMap order.
+        keep_text = not props_text or (PROPERTY_CLUSTER not in props and mc.is_canonical(props_text, props))
         props[PROPERTY_CLUSTER] = self.cluster_name
+        if not keep_text:
+            props_b = mc.properties_to_bytes(props)
+        elif props_text:
+            props_b = props_text.encode("utf-8", "replace") + self._cluster_suffix
+        else:
+            props_b = self._cluster_suffix[1:]
         born_host = self._born_host(peer)
         msg = rec.MessageExtBrokerInner(
             topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag, 0), properties=props,

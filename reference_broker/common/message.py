@@ -67,21 +67,36 @@ def properties_to_bytes(props: dict[str, str] | None) -> bytes:
     """Encode properties the 4.9.8 way (no trailing separator)."""
     if not props:
         return b""
-    return "\x02".join(f"{k}\x01{v}" for k, v in props.items()).encode("utf-8")
+    # "replace": a lone surrogate (possible in a JSON header) becomes "?", as Java's getBytes(UTF_8) writes it
+    return "\x02".join(f"{k}\x01{v}" for k, v in props.items()).encode("utf-8", "replace")
+
+
+def string_to_properties(text: str) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties (4.9.8): each piece between separators splits at its first
+    ``\\x01``; a piece without one, with an empty name or with an empty value is dropped; a later name wins."""
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        k, _, v = item.partition(NAME_VALUE_SEPARATOR)
+        if k and v:
+            out[k] = v
+    return out
 
 
 def bytes_to_properties(raw: bytes | memoryview) -> dict[str, str]:
-    """Decode a properties blob; tolerant of a trailing separator and of pairs without a value."""
-    out: dict[str, str] = {}
-    if not raw:
-        return out
-    # One decode, then split: the separators are ASCII, so they end any broken UTF-8 sequence either way and
-    # the pairs come out as if each were decoded alone (a third cheaper for a pulled message's properties).
-    for item in str(raw, "utf-8", "replace").split(PROPERTY_SEPARATOR):
-        k, sep, v = item.partition(NAME_VALUE_SEPARATOR)
-        if sep:
-            out[k] = v
-    return out
+    """Decode a properties blob as ``string_to_properties`` (tolerant of a trailing separator).
+
+    One decode, then split: the separators are ASCII, so they end any broken UTF-8 sequence either way and
+    the pairs come out as if each were decoded alone (a third cheaper for a pulled message's properties).
+    Invalid UTF-8 becomes U+FFFD, as Java's new String(bytes, UTF_8) does."""
+    return string_to_properties(str(raw, "utf-8", "replace")) if raw else {}
+
+
+def is_canonical(text: str, props: dict[str, str]) -> bool:
+    """Whether ``text`` is exactly what messageProperties2String writes for ``props`` (parsed from it), up to
+    the order of the pairs: n pairs, n - 1 separators, every piece a pair, no name twice. Then a broker may
+    store the text as it came instead of re-encoding the map (4.9.8 always re-encodes a single message's)."""
+    n = len(props)
+    return text.count(NAME_VALUE_SEPARATOR) == n and text.count(PROPERTY_SEPARATOR) == n - 1
 
 
 def property_from_bytes(raw: bytes, name: bytes) -> bytes | None:

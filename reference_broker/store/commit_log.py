@@ -390,7 +390,8 @@ class CommitLog:
         prepared: list[_BatchRecord] = []
         for flag, body, props, crc in entries:
             if suffix:
-                props = props + suffix if props else suffix[1:]
+                # MessageExtBatchEncoder: a separator only when the entry's properties do not end with one
+                props = props + suffix if props and props[-1] != 2 else props + suffix[1:]
             r = prepare(topic_b, body, props, batch.sys_flag, born_ip, store_v6, flag, batch.born_timestamp,
                         batch.born_host[1], 0, 0, crc)
             if isinstance(r, PutMessageResult):

@@ -19,8 +19,11 @@ def test_properties_round_trip_without_trailing_separator() -> None:
 
 
 def test_properties_round_trip_non_ascii_and_empty() -> None:
-    props = {"KEYS": "ключ 键", "note": "  leading and trailing spaces  ", "EMPTY": ""}
+    props = {"KEYS": "ключ 键", "note": "  leading and trailing spaces  "}
     assert bytes_to_properties(properties_to_bytes(props)) == props
+    # string2messageProperties drops a pair with an empty value or an empty name (seen on RocketMQ 4.9.8: a
+    # sent "x\x01\x02\x01y" is stored as CLUSTER alone)
+    assert bytes_to_properties(properties_to_bytes({**props, "EMPTY": "", "": "v"})) == props
     assert properties_to_bytes({}) == b""
     assert properties_to_bytes(None) == b""
     assert bytes_to_properties(b"") == {}
@@ -79,8 +82,8 @@ def _pairwise_reference(raw: bytes) -> dict[str, str]:
     """Each pair split from the bytes and decoded alone (how bytes_to_properties once worked)."""
     out: dict[str, str] = {}
     for item in raw.split(b"\x02"):
-        k, sep, v = item.partition(b"\x01")
-        if sep:
+        k, _, v = item.partition(b"\x01")
+        if k and v:
             out[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
     return out
 
@@ -95,3 +98,19 @@ def test_decoding_the_blob_once_equals_decoding_each_pair(raw: bytes) -> None:
     """bytes_to_properties decodes once and splits; broken UTF-8 next to a separator must not change a pair."""
     assert bytes_to_properties(raw) == _pairwise_reference(raw)
     assert bytes_to_properties(memoryview(raw)) == _pairwise_reference(raw)
+
+
+@pytest.mark.parametrize("text,canonical", [
+    ("KEYS\x01k1\x02TAGS\x01t", True), ("k\x01v", True), ("KEYS\x01k1\x02TAGS\x01t\x02", False),
+    ("a\x01b\x02a\x01c", False), ("noseparator", False), ("x\x01\x02\x01y", False), ("\x02", False),
+    ("k\x01v\x01w", False)])
+def test_is_canonical_says_whether_the_text_is_the_maps_encoding(text: str, canonical: bool) -> None:
+    props = mc.string_to_properties(text)
+    assert mc.is_canonical(text, props) is canonical
+    if canonical:
+        assert properties_to_bytes(props) == text.encode()
+
+
+def test_invalid_utf8_decodes_to_replacement_characters() -> None:
+    assert bytes_to_properties(b"KEYS\x01k\xff\xfe1\x02TAGS\x01t\xc3") == {"KEYS": "k\ufffd\ufffd1",
+                                                                          "TAGS": "t\ufffd"}
