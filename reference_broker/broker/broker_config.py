@@ -345,15 +345,33 @@ def parse_conf_value(key: str, raw: str) -> Any:
     return value
 
 
+def _conf_text(path: Path, data: bytes) -> str:
+    """The file as text: UTF-8, with a leading byte-order mark dropped (an editor's, never part of a key);
+    a line that is not UTF-8 is reported with its number. (4.9.8's Properties.load reads ISO-8859-1, so a
+    BOM there silently becomes part of the first key and that setting is ignored.)"""
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        for lineno, line in enumerate(data.split(b"\n"), 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BrokerConfError(f"{path}:{lineno}: not UTF-8 (byte 0x{line[e.start]:02x} at column "
+                                      f"{e.start + 1})") from None
+        raise  # pragma: no cover (a whole that fails has a line that fails)
+
+
 def load_broker_conf(path: Path | str) -> tuple[BrokerConfig, MessageStoreConfig]:
     """Read a broker.conf into (BrokerConfig, MessageStoreConfig); BrokerConfError when unusable."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise BrokerConfError(f"{path}: broker config file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise BrokerConfError(f"{path}: cannot read broker config file: {e}") from None
+    text = _conf_text(path, data)
     broker = BrokerConfig()
     store = MessageStoreConfig()
     for lineno, key, value in parse_properties(text):

@@ -219,3 +219,29 @@ def test_cli_rejects_a_bad_name_server_address_before_creating_anything(tmp_path
     assert p.returncode == 2  # click's usage error
     assert "Invalid value for -n" in p.stderr and "127.0.0.1:99999" in p.stderr
     assert not store.exists()
+
+
+def test_a_line_that_is_not_utf8_is_reported_with_its_number(tmp_path):
+    conf = tmp_path / "latin1.conf"
+    conf.write_bytes(b"brokerName=b\n# comment\nbrokerClusterName=caf\xe9\n")
+    with pytest.raises(BrokerConfError, match=r"latin1.conf:3: not UTF-8 \(byte 0xe9 at column 22\)"):
+        load_broker_conf(conf)
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_key(tmp_path):
+    conf = tmp_path / "bom.conf"
+    conf.write_bytes(b"\xef\xbb\xbfbrokerName=with-bom\nlistenPort=10915\n")
+    broker, _ = load_broker_conf(conf)
+    assert broker.broker_name == "with-bom"
+
+
+@pytest.mark.e2e
+def test_cli_names_the_line_that_is_not_utf8(tmp_path):
+    store = tmp_path / "store"
+    conf = tmp_path / "bad.conf"
+    conf.write_bytes(f"storePathRootDir={store}\nbrokerName=b\xff\n".encode("latin-1"))
+    p = subprocess.run([sys.executable, "-m", "reference_broker", "broker", "-n", "127.0.0.1:1", "-c", str(conf)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "bad.conf:2: not UTF-8" in p.stderr
+    assert not store.exists()
