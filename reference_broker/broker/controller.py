@@ -113,6 +113,7 @@ class BrokerController:
         self.listening = False  # set by start(): False when started with listen=False
         self._codes: list[int] = []  # request codes registered on the server
         self._register_pending = False
+        self._register_again = False
         self._stopped = False
 
     @property
@@ -194,9 +195,11 @@ class BrokerController:
         if self.listening and self.broker_config.namesrv_addr:
             await asyncio.get_running_loop().run_in_executor(None, self.unregister_all)
         self.store.reput.arriving_listener = None
+        # Each manager's writer thread stops, then the final state is written here: a change requested just
+        # before shutdown (a heartbeat's new groups) reaches the disk before the broker exits.
         for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager):
             try:
-                manager.persist()
+                await asyncio.get_running_loop().run_in_executor(None, manager.shutdown_persist)
             except OSError:
                 log.exception("cannot persist %s", manager.config_file_path())
         await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
@@ -227,7 +230,7 @@ class BrokerController:
         self._periodic.append(self.loop.create_task(loop()))
 
     def _persist_offsets(self) -> None:
-        self.consumer_offset_manager.persist()
+        self.consumer_offset_manager.persist_soon()  # encoded and written on its writer thread, not the loop
 
     def _scan_channels(self) -> None:
         self.client_processor.scan_not_active()
@@ -247,14 +250,25 @@ class BrokerController:
         """Re-register after a topic change, coalescing a burst of changes into one registration.
         Safe from any thread."""
         loop = self.loop
-        if loop is None or not self.listening or not self.broker_config.namesrv_addr or self._register_pending:
+        if loop is None or not self.listening or not self.broker_config.namesrv_addr:
+            return
+        if self._register_pending:
+            self._register_again = True  # the registration under way may have read the table already
             return
         self._register_pending = True
 
         async def later() -> None:
-            await asyncio.sleep(0.01)
-            self._register_pending = False
-            await self._register_async()
+            # One registration at a time, repeated while changes keep arriving: a heartbeat creating 1,000
+            # retry topics costs a few registrations of the whole table, not one per topic.
+            try:
+                while True:
+                    await asyncio.sleep(0.01)
+                    self._register_again = False
+                    await self._register_async()
+                    if not self._register_again:
+                        return
+            finally:
+                self._register_pending = False
 
         loop.call_soon_threadsafe(lambda: self.spawn(later()))
 
