@@ -2,11 +2,13 @@
 the configuration managers, the client registries, the processors on one remoting server, long polling,
 delay levels, name-server registration and the periodic tasks.
 
-Everything that touches the managers' tables runs on the broker's one event loop; the store's own threads
-(flush, dispatch, cleaning) stay inside the store, and blocking calls (name-server registration) go to the
-loop's executor. Shutdown follows BrokerController.shutdown: stop accepting (no new connection, and no new
-request on an open one), answer held pulls, close the connections, stop delay delivery, unregister, persist
-offsets and configs, then shut the store down (which removes ``abort``).
+Everything that changes the managers' tables runs on the broker's one event loop; the store's own threads
+(flush, dispatch, cleaning) stay inside the store, blocking calls (name-server registration) go to the
+loop's executor, and each config file is encoded and written by its manager's writer thread, once per burst
+of changes (config_persister.py), never inline on the loop. Shutdown follows BrokerController.shutdown:
+stop accepting (no new connection, and no new request on an open one), answer held pulls, close the
+connections, stop delay delivery, unregister, stop the config writers and persist offsets and configs, then
+shut the store down (which removes ``abort``).
 
 ``start(listen=False)`` assembles the same broker without a socket: no listener and no name-server traffic.
 Processor unit tests use it and call the handlers directly.
