@@ -6,8 +6,10 @@ lookups by key and by offset, runtime info, all consumer and delay offsets.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from reference_broker.broker.persisted_reply import config_marks, reply_when_persisted
 from reference_broker.broker.subscription_group import group_from_json, group_to_json
 from reference_broker.broker.topic_config import TopicConfig, validate_topic
 from reference_broker.remoting.codes import RequestCode, ResponseCode
@@ -34,9 +36,13 @@ class AdminProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | None:
+    def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        managers = (self.broker.topic_config_manager, self.broker.subscription_group_manager)
+        marks = config_marks(managers)
         try:
-            return self.process(cmd)
+            # An update answers once the file is written, as AdminBrokerProcessor does, but the write happens
+            # on the manager's writer thread: a large table never stalls the loop.
+            return reply_when_persisted(self.process(cmd), managers, marks)
         except (BadRequest, KeyError, ValueError, TypeError) as exc:
             log.warning("bad request (code %d) from %s: %s", cmd.code, ctx.peer, exc)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")

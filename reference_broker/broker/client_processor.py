@@ -6,11 +6,17 @@ lockBatchMQ/unlockBatchMQ, 4.9.8), and the NOTIFY_CONSUMER_IDS_CHANGED (40) requ
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
-from reference_broker.broker.client_manager import ClientChannelInfo, MessageQueueKey, SubscriptionData
+from reference_broker.broker.client_manager import ClientChannelInfo, MessageQueueKey
+from reference_broker.broker.config_manager import ConfigManager
+from reference_broker.broker.heartbeat import ConsumerData, HeartbeatData, HeartbeatLimits, parse_heartbeat
+from reference_broker.broker.persisted_reply import config_marks, reply_when_persisted
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request, create_response, json_dumps, json_loads
 from reference_broker.remoting.headers import BadRequest, bad_names, field, int_field
@@ -20,6 +26,10 @@ if TYPE_CHECKING:
     from reference_broker.broker.controller import BrokerController
 
 log = logging.getLogger(__name__)
+
+# Consumer groups a heartbeat registers per pass of the event loop: a slice costs a few milliseconds, so other
+# connections wait at most that long behind even the largest heartbeat. Our choice (RocketMQ uses a thread).
+HEARTBEAT_SLICE: Final = 50
 
 
 @runtime_checkable
@@ -51,8 +61,9 @@ def _json_body(cmd: RemotingCommand) -> dict[str, Any]:
 class ClientManageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        self.heartbeat_limits = HeartbeatLimits()
 
-    def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | None:
+    def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         try:
             code = cmd.code
             if code == RequestCode.HEART_BEAT:
@@ -76,33 +87,56 @@ class ClientManageProcessor:
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
 
     # ---- heartbeat ---------------------------------------------------------------------------------
-    def heart_beat(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
+    def heart_beat(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """ClientManageProcessor.heartBeat. A heartbeat with more than one slice of consumer groups is served
+        slice by slice, yielding to the loop in between (RocketMQ serves heartbeats on their own executor so
+        they never hold up sends; here they share the loop). One that created groups or retry topics answers
+        once they are on disk (see persisted_reply.py)."""
         b = self.broker
-        data = _json_body(cmd)
-        client_id = str(data.get("clientID") or "")
-        if not client_id:
-            raise BadRequest("heartbeat without clientID")
+        data = parse_heartbeat(_json_body(cmd), self.heartbeat_limits)
+        managers = (b.subscription_group_manager, b.topic_config_manager)
+        marks = config_marks(managers)
+        ctx.attributes["client_id"] = data.client_id
         now = _now_ms()
-        info = ClientChannelInfo(ctx, client_id, cmd.language, cmd.version, now)
-        ctx.attributes["client_id"] = client_id
-        for cdata in data.get("consumerDataSet") or []:
-            group = str(cdata["groupName"])
-            sgc = b.subscription_group_manager.find_subscription_group_config(group)
-            model = str(cdata.get("messageModel") or "CLUSTERING")
+        if len(data.consumers) <= HEARTBEAT_SLICE:
+            self._register_consumers(ctx, cmd, data.client_id, data.consumers, now)
+            self._register_producers(ctx, cmd, data, now)
+            return reply_when_persisted(create_response(cmd, ResponseCode.SUCCESS), managers, marks)
+        return self._heart_beat_sliced(ctx, cmd, data, now, managers, marks)
+
+    async def _heart_beat_sliced(self, ctx: ConnectionContext, cmd: RemotingCommand, data: HeartbeatData, now: int,
+                                 managers: tuple[ConfigManager, ...], marks: tuple[int, ...]) -> RemotingCommand:
+        consumers = data.consumers
+        for start in range(0, len(consumers), HEARTBEAT_SLICE):
+            if start:
+                await asyncio.sleep(0)  # let other connections' requests in
+                if ctx.closed:  # its registrations were dropped on close; do not register it again
+                    return create_response(cmd, ResponseCode.SYSTEM_ERROR, "connection closed")
+            self._register_consumers(ctx, cmd, data.client_id, consumers[start:start + HEARTBEAT_SLICE], now)
+        self._register_producers(ctx, cmd, data, now)
+        reply = reply_when_persisted(create_response(cmd, ResponseCode.SUCCESS), managers, marks)
+        return await reply if inspect.isawaitable(reply) else reply
+
+    def _register_consumers(self, ctx: ConnectionContext, cmd: RemotingCommand, client_id: str,
+                            consumers: list[ConsumerData], now: int) -> None:
+        b = self.broker
+        for c in consumers:
+            sgc = b.subscription_group_manager.find_subscription_group_config(c.group)
             if sgc is not None:
                 # ClientManageProcessor: a clustering group gets its retry topic at its first heartbeat.
-                b.topic_config_manager.create_retry_topic(group, sgc.retry_queue_nums)
-            subs = [SubscriptionData.from_json(s) for s in cdata.get("subscriptionDataSet") or []]
-            changed = b.consumer_manager.register(group, ClientChannelInfo(ctx, client_id, cmd.language,
-                                                                           cmd.version, now),
-                                                  str(cdata.get("consumeType") or "CONSUME_PASSIVELY"), model,
-                                                  str(cdata.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
-                                                  subs, now)
+                b.topic_config_manager.create_retry_topic(c.group, sgc.retry_queue_nums)
+            changed = b.consumer_manager.register(c.group, ClientChannelInfo(ctx, client_id, cmd.language,
+                                                                             cmd.version, now),
+                                                  c.consume_type, c.message_model, c.consume_from_where,
+                                                  c.subscriptions, now)
             if changed and (sgc is None or sgc.notify_consumer_ids_changed_enable):
-                self.notify_consumer_ids_changed(group)
-        for pdata in data.get("producerDataSet") or []:
-            b.producer_manager.register(str(pdata["groupName"]), info)
-        return create_response(cmd, ResponseCode.SUCCESS)
+                self.notify_consumer_ids_changed(c.group)
+
+    def _register_producers(self, ctx: ConnectionContext, cmd: RemotingCommand, data: HeartbeatData,
+                            now: int) -> None:
+        info = ClientChannelInfo(ctx, data.client_id, cmd.language, cmd.version, now)
+        for group in data.producer_groups:
+            self.broker.producer_manager.register(group, info)
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         """Broker2Client.notifyConsumerIdsChanged: a oneway request to every member of the group."""

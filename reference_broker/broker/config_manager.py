@@ -9,18 +9,30 @@ subscriptionGroup.json:
 - ``load`` (ConfigManager.load/loadBak): a missing or empty main file, or one that fails
   to decode, falls back to ``<file>.bak``. A missing/empty ``.bak`` is a fresh start
   (True, as RocketMQ). A ``.bak`` that fails to decode → False, ``last_error`` says why.
+- ``persist_soon``: changes made while serving requests only ask for a write; a CoalescingPersister thread
+  writes the latest state once per burst, off the event loop (see config_persister.py for why this differs
+  from RocketMQ's inline persist). ``encode`` therefore runs on that thread while the loop changes the
+  table: each subclass copies its table first (one C-level dict copy, atomic under the GIL) and encodes the
+  copy, so no lock is held while encoding; a change racing with the copy requests another write anyway.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Final
 
+from reference_broker.broker.config_persister import CoalescingPersister
 from reference_broker.store.mapped_file import fsync_dir
 
 log = logging.getLogger(__name__)
+
+# How long a request that changed a config waits for it to reach the disk before it answers anyway (the
+# RocketMQ client's heartbeat timeout is 3 s; a failing write is logged and retried, as RocketMQ logs it).
+PERSIST_WAIT_S: Final = 2.0
 
 
 def file_to_string(path: Path) -> str | None:
@@ -56,6 +68,8 @@ class ConfigManager(ABC):
 
     def __init__(self) -> None:
         self.last_error: str | None = None
+        self._write_lock = threading.Lock()  # the writer thread and a shutdown persist share file.tmp
+        self._persister: CoalescingPersister | None = None
 
     @abstractmethod
     def config_file_path(self) -> Path: ...
@@ -99,4 +113,46 @@ class ConfigManager(ABC):
         return True
 
     def persist(self) -> None:
-        string_to_file(self.encode(pretty=True), self.config_file_path())
+        """Write the current state now, on the calling thread (MixAll.string2File)."""
+        with self._write_lock:
+            string_to_file(self.encode(pretty=True), self.config_file_path())
+
+    @property
+    def persister(self) -> CoalescingPersister:
+        if self._persister is None:
+            self._persister = CoalescingPersister(self.persist, self.config_file_path().name)
+        return self._persister
+
+    def persist_soon(self) -> int:
+        """Ask the writer thread to persist the current state; the request's generation, to wait on."""
+        return self.persister.request()
+
+    @property
+    def persist_generation(self) -> int:
+        """The latest write request's generation (0: none yet)."""
+        return 0 if self._persister is None else self._persister.requested
+
+    async def persisted(self, timeout_s: float = PERSIST_WAIT_S) -> bool:
+        """Await (off the loop's time) the write of every change requested so far; False on timeout."""
+        if self._persister is None:
+            return True
+        p = self._persister
+        ok = await p.written_async(p.requested, timeout_s)
+        if not ok:
+            log.warning("%s not on disk after %.1f s (%s); answering anyway, the write is retried",
+                        self.config_file_path(), timeout_s, p.last_error or "slow disk")
+        return ok
+
+    def wait_persisted(self, timeout_s: float = PERSIST_WAIT_S) -> bool:
+        """Block until every change requested so far is on disk (tests, tools); False on timeout."""
+        p = self._persister
+        return p is None or p.wait_written(p.requested, timeout_s)
+
+    def shutdown_persist(self) -> None:
+        """Stop the writer thread, then write the final state on this thread (broker shutdown)."""
+        generation = self.persist_generation
+        if self._persister is not None:
+            self._persister.close()
+        self.persist()
+        if self._persister is not None:
+            self._persister.mark_written(generation)

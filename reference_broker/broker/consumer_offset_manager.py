@@ -44,7 +44,9 @@ class ConsumerOffsetManager(ConfigManager):
         return self.store_root / "config" / "consumerOffset.json"
 
     def encode(self, pretty: bool = False) -> str:
-        table = {key: {str(q): off for q, off in sorted(m.items())} for key, m in self.offset_table.items()}
+        # copies: the writer thread encodes while the loop commits offsets (see config_manager.py)
+        table = {key: {str(q): off for q, off in sorted(dict(m).items())}
+                 for key, m in list(self.offset_table.items())}
         return dump_json({"offsetTable": table}, pretty)
 
     def decode(self, text: str) -> None:

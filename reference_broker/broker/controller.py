@@ -2,11 +2,13 @@
 the configuration managers, the client registries, the processors on one remoting server, long polling,
 delay levels, name-server registration and the periodic tasks.
 
-Everything that touches the managers' tables runs on the broker's one event loop; the store's own threads
-(flush, dispatch, cleaning) stay inside the store, and blocking calls (name-server registration) go to the
-loop's executor. Shutdown follows BrokerController.shutdown: stop accepting (no new connection, and no new
-request on an open one), answer held pulls, close the connections, stop delay delivery, unregister, persist
-offsets and configs, then shut the store down (which removes ``abort``).
+Everything that changes the managers' tables runs on the broker's one event loop; the store's own threads
+(flush, dispatch, cleaning) stay inside the store, blocking calls (name-server registration) go to the
+loop's executor, and each config file is encoded and written by its manager's writer thread, once per burst
+of changes (config_persister.py), never inline on the loop. Shutdown follows BrokerController.shutdown:
+stop accepting (no new connection, and no new request on an open one), answer held pulls, close the
+connections, stop delay delivery, unregister, stop the config writers and persist offsets and configs, then
+shut the store down (which removes ``abort``).
 
 ``start(listen=False)`` assembles the same broker without a socket: no listener and no name-server traffic.
 Processor unit tests use it and call the handlers directly.
@@ -113,6 +115,7 @@ class BrokerController:
         self.listening = False  # set by start(): False when started with listen=False
         self._codes: list[int] = []  # request codes registered on the server
         self._register_pending = False
+        self._register_again = False
         self._stopped = False
 
     @property
@@ -194,9 +197,11 @@ class BrokerController:
         if self.listening and self.broker_config.namesrv_addr:
             await asyncio.get_running_loop().run_in_executor(None, self.unregister_all)
         self.store.reput.arriving_listener = None
+        # Each manager's writer thread stops, then the final state is written here: a change requested just
+        # before shutdown (a heartbeat's new groups) reaches the disk before the broker exits.
         for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager):
             try:
-                manager.persist()
+                await asyncio.get_running_loop().run_in_executor(None, manager.shutdown_persist)
             except OSError:
                 log.exception("cannot persist %s", manager.config_file_path())
         await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
@@ -227,7 +232,7 @@ class BrokerController:
         self._periodic.append(self.loop.create_task(loop()))
 
     def _persist_offsets(self) -> None:
-        self.consumer_offset_manager.persist()
+        self.consumer_offset_manager.persist_soon()  # encoded and written on its writer thread, not the loop
 
     def _scan_channels(self) -> None:
         self.client_processor.scan_not_active()
@@ -247,14 +252,25 @@ class BrokerController:
         """Re-register after a topic change, coalescing a burst of changes into one registration.
         Safe from any thread."""
         loop = self.loop
-        if loop is None or not self.listening or not self.broker_config.namesrv_addr or self._register_pending:
+        if loop is None or not self.listening or not self.broker_config.namesrv_addr:
+            return
+        if self._register_pending:
+            self._register_again = True  # the registration under way may have read the table already
             return
         self._register_pending = True
 
         async def later() -> None:
-            await asyncio.sleep(0.01)
-            self._register_pending = False
-            await self._register_async()
+            # One registration at a time, repeated while changes keep arriving: a heartbeat creating 1,000
+            # retry topics costs a few registrations of the whole table, not one per topic.
+            try:
+                while True:
+                    await asyncio.sleep(0.01)
+                    self._register_again = False
+                    await self._register_async()
+                    if not self._register_again:
+                        return
+            finally:
+                self._register_pending = False
 
         loop.call_soon_threadsafe(lambda: self.spawn(later()))
 

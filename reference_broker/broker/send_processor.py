@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from reference_broker.broker import topic_config as tcm
+from reference_broker.broker.persisted_reply import reply_when_persisted
 from reference_broker.broker.topic_config import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.common import message as mc
 from reference_broker.remoting.codes import RequestCode, ResponseCode, SerializeType
@@ -131,6 +132,7 @@ class SendMessageProcessor:
         self.broker = broker
         self.store = broker.store
         self.topics = broker.topic_config_manager
+        self.groups = broker.subscription_group_manager
         self.cluster_name = broker.broker_config.broker_cluster_name
         self._cluster_suffix = f"\x02{PROPERTY_CLUSTER}\x01{self.cluster_name}".encode()
         self._sync_flush = self.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
@@ -141,7 +143,16 @@ class SendMessageProcessor:
 
     # ---- entry ------------------------------------------------------------------------------------
     def handle(self, ctx: object, cmd: RemotingCommand) -> Reply:
-        """A response at once when the put completes inline (ASYNC_FLUSH), else an awaitable one."""
+        """A response at once when the put completes inline (ASYNC_FLUSH), else an awaitable one. A send that
+        auto-created a topic or group answers once topics.json / subscriptionGroup.json hold it, as
+        createTopicInSendMessageMethod persists before the send goes on (the write is off the loop)."""
+        topics_mark, groups_mark = self.topics.persist_generation, self.groups.persist_generation
+        reply = self._handle(ctx, cmd)
+        if self.topics.persist_generation == topics_mark and self.groups.persist_generation == groups_mark:
+            return reply
+        return reply_when_persisted(reply, (self.topics, self.groups), (topics_mark, groups_mark))
+
+    def _handle(self, ctx: object, cmd: RemotingCommand) -> Reply:
         peer = getattr(ctx, "peer", "?")
         try:
             # Flow control (SendMessageProcessor.rejectRequest, BrokerFastFailure), for every code this

@@ -109,7 +109,9 @@ class SubscriptionGroupManager(ConfigManager):
         return dump_json(
             {
                 "dataVersion": self.data_version.to_json(),
-                "subscriptionGroupTable": {k: group_to_json(v) for k, v in self.subscription_group_table.items()},
+                # a copy: the writer thread encodes while the loop may add groups (see config_manager.py)
+                "subscriptionGroupTable": {k: group_to_json(v)
+                                           for k, v in dict(self.subscription_group_table).items()},
             },
             pretty,
         )
@@ -131,7 +133,7 @@ class SubscriptionGroupManager(ConfigManager):
         log.info("%s subscription group config, old: %s new: %s", "update" if old else "create new", old, cfg)
         self.subscription_group_table[cfg.group_name] = cfg
         self.data_version.next_version()
-        self.persist()
+        self.persist_soon()
 
     def find_subscription_group_config(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, auto-created with defaults when autoCreateSubscriptionGroup
@@ -146,12 +148,12 @@ class SubscriptionGroupManager(ConfigManager):
             self.subscription_group_table[group] = cfg
             log.info("auto create a subscription group, %s", cfg)
             self.data_version.next_version()
-            self.persist()
+            self.persist_soon()
         return cfg
 
     def delete_subscription_group_config(self, group: str) -> SubscriptionGroupConfig | None:
         old = self.subscription_group_table.pop(group, None)
         if old is not None:
             self.data_version.next_version()
-            self.persist()
+            self.persist_soon()
         return old

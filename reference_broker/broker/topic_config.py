@@ -245,7 +245,8 @@ class TopicConfigManager(ConfigManager):
         return dump_json(
             {
                 "dataVersion": self.data_version.to_json(),
-                "topicConfigTable": {k: v.to_json() for k, v in self.topic_config_table.items()},
+                # a copy: the writer thread encodes while the loop may add topics (see config_manager.py)
+                "topicConfigTable": {k: v.to_json() for k, v in dict(self.topic_config_table).items()},
             },
             pretty,
         )
@@ -280,7 +281,7 @@ class TopicConfigManager(ConfigManager):
     # ---------------------------------------------------------------- changes
     def _changed(self) -> None:
         self.data_version.next_version()
-        self.persist()
+        self.persist_soon()  # off the loop, coalesced (TopicConfigManager persists inline; see config_persister.py)
         if self.on_change is not None:  # the broker re-registers with the name servers (registerBrokerAll)
             self.on_change()
 

@@ -79,6 +79,20 @@ def test_send_v1_and_v2_store_and_answer_with_offsets(broker):
     assert tc is not None and tc.write_queue_nums == 4, "auto-created from TBW102 with the producer's 4 queues"
 
 
+def test_a_send_that_auto_creates_its_topic_answers_once_topics_json_holds_it(broker):
+    # createTopicInSendMessageMethod persists before the send goes on; ours is written by the writer thread
+    # and the send's answer waits for it, so an acknowledged message's topic survives a crash.
+    tcm = broker.topic_config_manager
+    tcm.persister._write = lambda: (time.sleep(0.3), tcm.persist())  # a slow disk
+    r = call(broker, broker.send_processor, send_request("AutoCreated", b"x"))
+    assert r.code == ResponseCode.SUCCESS
+    topics = json.loads(broker.topic_config_manager.config_file_path().read_text())["topicConfigTable"]
+    assert "AutoCreated" in topics
+    writes = broker.topic_config_manager.persister.writes
+    assert call(broker, broker.send_processor, send_request("AutoCreated", b"y")).code == ResponseCode.SUCCESS
+    assert broker.topic_config_manager.persister.writes == writes  # a send that creates nothing writes nothing
+
+
 def test_send_checks_map_to_rocketmq_codes(broker):
     sp = broker.send_processor
     assert call(broker, sp, send_request("bad topic!", b"x")).code == ResponseCode.SYSTEM_ERROR

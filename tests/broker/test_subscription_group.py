@@ -17,6 +17,7 @@ def test_auto_create_and_persist(tmp_path):
     c = m.find_subscription_group_config("G")
     assert c == SubscriptionGroupConfig("G") and m.data_version.counter == v0 + 1
     assert m.find_subscription_group_config("G") is c and m.data_version.counter == v0 + 1
+    assert m.wait_persisted()  # changes are written by the manager's writer thread
     obj = json.loads((tmp_path / "config" / "subscriptionGroup.json").read_text())
     assert obj["subscriptionGroupTable"]["G"] == {
         "brokerId": 0,
@@ -42,11 +43,13 @@ def test_no_auto_create_when_disabled(tmp_path):
 def test_round_trip_update_delete(tmp_path):
     m = SubscriptionGroupManager(tmp_path)
     m.update_subscription_group_config(SubscriptionGroupConfig("G", retry_queue_nums=0, retry_max_times=3))
+    assert m.wait_persisted()  # changes are written by the manager's writer thread
     m2 = SubscriptionGroupManager(tmp_path, BrokerConfig(auto_create_subscription_group=False))
     assert m2.load()
     g = m2.find_subscription_group_config("G")
     assert g is not None and (g.retry_queue_nums, g.retry_max_times) == (0, 3)
     assert m2.delete_subscription_group_config("G") is not None
+    assert m2.wait_persisted()
     m3 = SubscriptionGroupManager(tmp_path, BrokerConfig(auto_create_subscription_group=False))
     assert m3.load() and m3.find_subscription_group_config("G") is None
 
@@ -54,7 +57,9 @@ def test_round_trip_update_delete(tmp_path):
 def test_bad_group_field_falls_back(tmp_path):
     m = SubscriptionGroupManager(tmp_path)
     m.find_subscription_group_config("A")
+    assert m.wait_persisted()
     m.find_subscription_group_config("B")
+    assert m.wait_persisted()
     path = tmp_path / "config" / "subscriptionGroup.json"
     path.write_text('{"subscriptionGroupTable": {"X": {"groupName": "X", "consumeEnable": 1}}}')
     m2 = SubscriptionGroupManager(tmp_path)

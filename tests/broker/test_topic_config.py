@@ -80,6 +80,7 @@ def test_auto_create_from_tbw102(tmp_path):
     # existing topic returned unchanged, no version bump
     assert m.create_topic_in_send_message_method("New", "TBW102", "h", 2, 0) is tc
     assert m.data_version.counter == v0 + 2
+    assert m.wait_persisted()  # changes are written by the manager's writer thread
     persisted = json.loads((tmp_path / "config" / "topics.json").read_text())
     assert persisted["topicConfigTable"]["New"] == {
         "order": False,
@@ -125,11 +126,13 @@ def test_round_trip_and_delete(tmp_path):
     m = _mgr(tmp_path)
     m.update_topic_config(TopicConfig("T", 3, 5, 6, "MULTI_TAG", 1, True))
     counter = m.data_version.counter
+    assert m.wait_persisted()  # changes are written by the manager's writer thread
     m2 = _mgr(tmp_path)
     assert m2.load()
     assert m2.topic_config_table["T"] == TopicConfig("T", 3, 5, 6, "MULTI_TAG", 1, True)
     assert m2.data_version.counter == counter and m2.is_order_topic("T")
     m2.delete_topic_config("T")
+    assert m2.wait_persisted()
     m3 = _mgr(tmp_path)
     assert m3.load() and "T" not in m3.topic_config_table
     m3.update_order_topic_config(set())
@@ -139,7 +142,9 @@ def test_round_trip_and_delete(tmp_path):
 def test_corrupt_topics_json_falls_back_to_bak(tmp_path):
     m = _mgr(tmp_path)
     m.update_topic_config(TopicConfig("A"))
+    assert m.wait_persisted()
     m.update_topic_config(TopicConfig("B"))
+    assert m.wait_persisted()
     path = tmp_path / "config" / "topics.json"
     path.write_text('{"topicConfigTable": {"C": {"topicName": "C", "perm": "rw"}}}')
     m2 = _mgr(tmp_path)
