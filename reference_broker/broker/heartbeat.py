@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from reference_broker.broker.client_manager import SubscriptionData
+from reference_broker.common.names import validate_group, validate_topic
 from reference_broker.remoting.headers import BadRequest
 
 MAX_CONSUMER_DATA_PER_HEARTBEAT: Final = 1000
@@ -78,22 +79,35 @@ def _check_bounds(consumers: list[Any], producers: list[Any], limits: HeartbeatL
                                     f"this broker accepts at most {limits.max_subscriptions_per_consumer}")
 
 
+def _group_name(obj: Any, where: str) -> str:
+    """The entry's groupName, checked as the client checks it (Validators.checkGroup): a consumer group
+    becomes a subscription group, a %RETRY% topic and a directory (common/names.py). 4.9.8 checks none."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("groupName"), str):
+        raise BadRequest(f"each {where} entry needs a string groupName")
+    group = obj["groupName"]
+    problem = validate_group(group)
+    if problem is not None:
+        raise BadRequest(problem)
+    return str(group)
+
+
 def _consumer(obj: Any) -> ConsumerData:
-    if not isinstance(obj, dict) or not isinstance(obj.get("groupName"), str) or not obj["groupName"]:
-        raise BadRequest("each consumerDataSet entry needs a non-empty string groupName")
+    group = _group_name(obj, "consumerDataSet")
     subs = obj.get("subscriptionDataSet") or []
     if not isinstance(subs, list):
         raise BadRequest("subscriptionDataSet must be a list")
-    return ConsumerData(obj["groupName"], str(obj.get("consumeType") or "CONSUME_PASSIVELY"),
+    subscriptions = [SubscriptionData.from_json(s) for s in subs]
+    for sub in subscriptions:
+        problem = validate_topic(sub.topic)
+        if problem is not None:
+            raise BadRequest(problem)
+    return ConsumerData(group, str(obj.get("consumeType") or "CONSUME_PASSIVELY"),
                         str(obj.get("messageModel") or "CLUSTERING"),
-                        str(obj.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
-                        [SubscriptionData.from_json(s) for s in subs])
+                        str(obj.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"), subscriptions)
 
 
 def _producer_group(obj: Any) -> str:
-    if not isinstance(obj, dict) or not isinstance(obj.get("groupName"), str) or not obj["groupName"]:
-        raise BadRequest("each producerDataSet entry needs a non-empty string groupName")
-    return str(obj["groupName"])
+    return _group_name(obj, "producerDataSet")
 
 
 def parse_heartbeat(obj: dict[str, Any], limits: HeartbeatLimits | None = None) -> HeartbeatData:

@@ -76,6 +76,14 @@ def test_bad_consumer_group_in_send_back_is_refused_and_dispatch_goes_on(tmp_pat
             r = c.invoke(pull_request("HOSTILE_A", 0, 0, group="a\0b"))
             assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
             assert c.invoke(send_request("a\0b", b"x")).code == ResponseCode.SYSTEM_ERROR
+            for consumers, producers in (([{"groupName": "a\0b"}], []), ([], [{"groupName": "p/../q"}]),
+                                         ([{"groupName": "ok_group", "subscriptionDataSet": [
+                                             {"topic": "t\0", "subString": "*"}]}], [])):
+                r = c.invoke(create_request(RequestCode.HEART_BEAT, {}, json_dumps({
+                    "clientID": "hostile@1", "consumerDataSet": consumers, "producerDataSet": producers})))
+                assert r.code == ResponseCode.SYSTEM_ERROR, (consumers, producers, r.remark)
+            r = c.invoke(create_request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}))
+            assert b"ok_group" not in r.body  # a refused heartbeat registers nothing
         assert broker.stop() == 0
         assert not (broker.store_root / "abort").exists()
         broker.start()  # the store restarts
