@@ -329,8 +329,8 @@ def check_store(root: Path, options: CheckOptions | None = None) -> CheckReport:
         _check_consume_queues(root, log, report)
         _check_index(root, log, report, opts)
         _check_checkpoint(root, log, report)
-    except PermissionError as e:
-        report.add(ProblemKind.UNREADABLE, str(e.filename or root), -1, f"cannot read: {e.strerror}")
+    except OSError as e:  # permissions, an I/O error: nothing can be judged
+        report.add(ProblemKind.UNREADABLE, str(e.filename or root), -1, f"cannot read: {e.strerror or e}")
     finally:
         log.close()
     report.seconds = time.monotonic() - t0

@@ -100,3 +100,4 @@ def test_empty_store_directory_is_clean_and_no_commitlog_is_not_a_store(tmp_path
     (tmp_path / "commitlog").mkdir()
     assert check_store(tmp_path).outcome is Outcome.CLEAN
     assert check_store(tmp_path / "commitlog").outcome is Outcome.NOT_A_STORE
+
