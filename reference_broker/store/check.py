@@ -47,12 +47,13 @@ from typing import Final
 import numpy as np
 
 from reference_broker.common import message as mc
+from reference_broker.common.java_hash import hash_codes
 from reference_broker.store import record as rec
 from reference_broker.store.check_report import CheckReport, ProblemKind
 from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT
 from reference_broker.store.dispatch import DispatchRequest
-from reference_broker.store.index_file import HEADER_SIZE, INDEX_SIZE, index_key_hash
+from reference_broker.store.index_file import HEADER_SIZE, INDEX_SIZE
 
 _ZERO_CHUNK: Final = 1 << 20
 _ZEROS: Final = bytes(_ZERO_CHUNK)
@@ -69,6 +70,9 @@ _DISPATCHED: Final = (mc.TRANSACTION_NOT_TYPE, mc.TRANSACTION_COMMIT_TYPE)  # Co
 # RocketMQ's default index layout keeps maxIndexNum = 4 x maxHashSlotNum (5,000,000 / 20,000,000), and so do
 # this project's test and chaos settings: a length alone then names the layout.
 _INDEX_NUM_PER_SLOT: Final = 4
+_INDEX_CHUNK: Final = 8192  # index entries checked together
+_INDEX_RUN: Final = 32  # records parsed per run while looking for the ones entries name
+_INT_MIN: Final = -(2**31)
 
 
 @dataclass(frozen=True)
@@ -300,13 +304,23 @@ class _Log:
             topic = bytes(buf[p + 2:p + 2 + int.from_bytes(buf[p:p + 2], "big")])
         return total, qid, qoff, topic
 
-    def request_at(self, phy: int) -> DispatchRequest | None:
+    def requests_from(self, phy: int, wanted: set[int], max_records: int) -> dict[int, DispatchRequest]:
+        """The records among ``wanted`` found parsing up to ``max_records`` consecutive records from ``phy``
+        (``scan_records``' fast path: index entries name runs of neighbouring records)."""
         loc = self._locate(phy)
         if loc is None:
-            return None
+            return {}
         buf, pos = loc
-        q = rec.check_message_and_return_size(buf, pos, len(buf), False)
-        return q if q.success and q.msg_size > 0 and q.commit_log_offset == phy else None
+        reqs, _end, _why = rec.scan_records(buf, pos, len(buf), False, None, max_records, False)
+        out = {}
+        at = phy
+        for q in reqs:
+            if q.commit_log_offset != at:
+                break
+            if at in wanted:
+                out[at] = q
+            at += q.msg_size
+        return out
 
 
 def check_store(root: Path, options: CheckOptions | None = None) -> CheckReport:
@@ -471,11 +485,11 @@ def _index_layout(size: int, opts: CheckOptions) -> tuple[int, int] | None:
     return slots, slots * _INDEX_NUM_PER_SLOT
 
 
-def _record_key_hashes(q: DispatchRequest) -> set[int]:
-    """The hashes IndexService.buildIndex files this record under: topic#UNIQ_KEY and topic#each KEYS token."""
+def _record_keys(q: DispatchRequest) -> list[str]:
+    """What IndexService.buildIndex files a record under (after ``topic#``): UNIQ_KEY and each KEYS token."""
     keys = [q.uniq_key] if q.uniq_key is not None else []
     keys += [k for k in q.keys.split(mc.KEY_SEPARATOR) if k]
-    return {index_key_hash(f"{q.topic}#{k}") for k in keys}
+    return keys
 
 
 def _check_index(root: Path, log: _Log, r: CheckReport, opts: CheckOptions) -> None:
@@ -526,36 +540,68 @@ def _check_index_file(p: Path, rel: str, log: _Log, r: CheckReport, opts: CheckO
             for n in numbers[(prev < 0) | (prev >= numbers)][: r.max_per_kind].tolist():
                 r.add(ProblemKind.INDEX_FILE, rel, entries_at + n * INDEX_SIZE + 16,
                       f"entry {n}: chain link {int(prev[n - 1])} is not an older entry")
-            hashes = ents["hash"].tolist()
-            phys = ents["phy"].tolist()
+            hashes = ents["hash"].astype(np.int64)
+            phys = ents["phy"].astype(np.int64)
         finally:
             del slots, ents
     _check_index_entries(rel, entries_at, hashes, phys, log, r)
 
 
-def _check_index_entries(rel: str, entries_at: int, hashes: list[int], phys: list[int], log: _Log,
+def _check_index_entries(rel: str, entries_at: int, hashes: np.ndarray, phys: np.ndarray, log: _Log,
                          r: CheckReport) -> None:
-    cached_phy = -1
-    cached: set[int] | str = set()
+    """Each entry's hash against the keys of the record it names, a chunk of entries at a time: the records are
+    parsed in runs, their ``topic#key`` strings hashed together (``hash_codes``) as IndexService builds them,
+    and the entries matched against them with array operations."""
     counts = r.counts
-    for n, (h, phy) in enumerate(zip(hashes, phys, strict=True), start=1):
-        pos = entries_at + n * INDEX_SIZE
-        if phy < log.min_offset:
-            counts["index_entries_expired"] += 1
+    numbers = np.arange(1, len(phys) + 1, dtype=np.int64)
+    expired = phys < log.min_offset
+    past = ~expired & (phys >= log.end)
+    counts["index_entries_expired"] += int(expired.sum())
+    counts["index_entries"] += int((~expired).sum())
+    for n, phy in zip(numbers[past][: r.max_per_kind].tolist(), phys[past][: r.max_per_kind].tolist(), strict=True):
+        _past_end(r, ProblemKind.INDEX_ENTRY, rel, entries_at + n * INDEX_SIZE,
+                  f"entry {n}: offset {phy} is past the end of the log's data {log.end}")
+    if r.clean_stop:
+        r.totals[ProblemKind.INDEX_ENTRY] += max(0, int(past.sum()) - r.max_per_kind)
+    live = ~expired & ~past
+    for lo in range(0, len(phys), _INDEX_CHUNK):
+        sel = live[lo:lo + _INDEX_CHUNK]
+        e_phy, e_hash, e_num = phys[lo:lo + _INDEX_CHUNK][sel], hashes[lo:lo + _INDEX_CHUNK][sel], \
+            numbers[lo:lo + _INDEX_CHUNK][sel]
+        if not len(e_phy):
             continue
-        counts["index_entries"] += 1
-        if phy >= log.end:
-            _past_end(r, ProblemKind.INDEX_ENTRY, rel, pos, f"entry {n}: offset {phy} is past the end of the log's "
-                                                           f"data {log.end}")
-            continue
-        if phy != cached_phy:
-            cached_phy = phy
-            q = log.request_at(phy)
-            cached = "no record starts there" if q is None else _record_key_hashes(q) or "the record has no keys"
-        if isinstance(cached, str):
-            r.add(ProblemKind.INDEX_ENTRY, rel, pos, f"entry {n}: names offset {phy}, but {cached}")
-        elif h not in cached:
-            r.add(ProblemKind.INDEX_ENTRY, rel, pos, f"entry {n}: hash {h} matches no topic#key of the record at {phy}")
+        wanted_sorted = np.unique(e_phy).tolist()
+        wanted = set(wanted_sorted)
+        reqs: dict[int, DispatchRequest] = {}
+        for phy in wanted_sorted:
+            if phy not in reqs:
+                reqs.update(log.requests_from(phy, wanted, _INDEX_RUN))
+        strings: list[str] = []
+        owners: list[int] = []
+        for phy in sorted(reqs):
+            q = reqs[phy]
+            for k in _record_keys(q):
+                strings.append(f"{q.topic}#{k}")
+                owners.append(phy)
+        k_phy = np.array(owners, dtype=np.int64)
+        k_hash = np.abs(np.array(hash_codes(strings), dtype=np.int64))
+        k_hash[k_hash == -_INT_MIN] = 0  # IndexFile.indexKeyHashMethod: abs, and 0 for Integer.MIN_VALUE
+        first = np.searchsorted(k_phy, e_phy, "left")
+        stop = np.searchsorted(k_phy, e_phy, "right")
+        found = np.zeros(len(e_phy), dtype=bool)
+        for d in range(int((stop - first).max(initial=0))):  # a record's keys lie side by side
+            at = first + d
+            inside = at < stop
+            found[inside] |= k_hash[at[inside]] == e_hash[inside]
+        for i in np.flatnonzero(~found).tolist():
+            n, phy, h = int(e_num[i]), int(e_phy[i]), int(e_hash[i])
+            pos = entries_at + n * INDEX_SIZE
+            if first[i] == stop[i]:
+                why = "no record starts there" if phy not in reqs else "the record there has no keys"
+                r.add(ProblemKind.INDEX_ENTRY, rel, pos, f"entry {n}: names offset {phy}, but {why}")
+            else:
+                r.add(ProblemKind.INDEX_ENTRY, rel, pos, f"entry {n}: hash {h} matches no topic#key of the record "
+                                                         f"at {phy}")
 
 
 # ---- checkpoint -----------------------------------------------------------------------------------------------
