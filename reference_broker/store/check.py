@@ -27,8 +27,12 @@ What it checks (each problem is reported with its file, offset and reason; see `
 
 An ``abort`` file means the broker did not stop cleanly: reported as a warning, and the checks that only
 hold after a clean stop (consume queues and index complete up to the end of the log, nothing past it,
-logicsMsgTimestamp) become warnings. ``quarantine/`` (bytes recovery cut, kept for inspection), ``config/``
-and the ``lock`` file are not store data and are ignored.
+logicsMsgTimestamp) become warnings. Only ``commitlog/``, ``consumequeue/``, ``index/``, ``checkpoint``,
+``abort`` and ``propCrcSince`` are read: ``quarantine/`` (bytes recovery cut, kept for inspection),
+``config/``, ``logs/`` and the ``lock`` file are not store data and are ignored.
+
+Not checked: consume-queue tag codes, and whether every keyed record has its index entries (RocketMQ itself
+does not promise that after a crash: IndexService.load drops files past the checkpoint).
 """
 
 from __future__ import annotations
