@@ -37,13 +37,8 @@ does not promise that after a crash: IndexService.load drops files past the chec
 
 from __future__ import annotations
 
-import mmap
-import os
 import struct
 import time
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -52,25 +47,18 @@ import numpy as np
 
 from reference_broker.common import message as mc
 from reference_broker.common.java_hash import hash_codes
-from reference_broker.store import record as rec
+from reference_broker.store.check_log import CommitLogView, check_names, first_nonzero, mapped, offset_files
 from reference_broker.store.check_report import CheckReport, ProblemKind
-from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT
 from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.index_file import HEADER_SIZE, INDEX_SIZE
 
-_ZERO_CHUNK: Final = 1 << 20
-_ZEROS: Final = bytes(_ZERO_CHUNK)
-_REC_HEAD: Final = struct.Struct(">iiiiiqqi")  # TOTAL MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
 _INDEX_HEADER: Final = struct.Struct(">qqqqii")
 _ENTRY_DTYPE: Final = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 _CKPT: Final = struct.Struct(">qqq")
 _CKPT_OFFSETS: Final = struct.Struct(">qq")
 _CKPT_OFFSETS_AT: Final = 40
 _PRE_BLANK_SIZE: Final = 0x7FFFFFFF  # ConsumeQueue.fillPreBlank: (0, Integer.MAX_VALUE, 0)
-_RUN: Final = 4096
-_TRAN_MASK: Final = mc.TRANSACTION_ROLLBACK_TYPE
-_DISPATCHED: Final = (mc.TRANSACTION_NOT_TYPE, mc.TRANSACTION_COMMIT_TYPE)  # CommitLogDispatcherBuildConsumeQueue
 # RocketMQ's default index layout keeps maxIndexNum = 4 x maxHashSlotNum (5,000,000 / 20,000,000), and so do
 # this project's test and chaos settings: a length alone then names the layout.
 _INDEX_NUM_PER_SLOT: Final = 4
@@ -86,256 +74,6 @@ class CheckOptions:
     max_per_kind: int = 50
 
 
-def _is_offset_name(name: str) -> bool:
-    return len(name) == 20 and name.isdigit()
-
-
-@contextmanager
-def _mapped(path: Path) -> Iterator[mmap.mmap | None]:
-    """The file mapped read-only (None when it is empty): never opened for writing."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
-    finally:
-        os.close(fd)
-    try:
-        yield mm
-    finally:
-        if mm is not None:
-            mm.close()
-
-
-def _first_nonzero(mm: mmap.mmap, start: int, end: int) -> int:
-    """Offset of the first non-zero byte in [start, end), or -1."""
-    pos = start
-    while pos < end:
-        n = min(_ZERO_CHUNK, end - pos)
-        chunk = mm[pos:pos + n]
-        if chunk != _ZEROS[:n]:
-            return pos + len(chunk) - len(chunk.lstrip(b"\0"))
-        pos += n
-    return -1
-
-
-def _offset_files(d: Path, report: CheckReport, what: str) -> list[Path]:
-    """The 20-digit files of a directory in offset order; anything else is noted and skipped."""
-    out = []
-    for p in sorted(d.iterdir()):
-        if p.is_file() and _is_offset_name(p.name):
-            out.append(p)
-        elif not p.name.endswith(".tmp"):
-            report.warn(f"{what}: ignored {p.name} (not a 20-digit offset file)")
-    return out
-
-
-def _check_names(files: list[Path], root: Path, report: CheckReport, kind: ProblemKind) -> int:
-    """One size for all, names that are start offsets, each the previous plus the size; returns the size."""
-    sizes = [p.stat().st_size for p in files]
-    size = Counter(s for s in sizes if s > 0).most_common(1)[0][0] if any(sizes) else 0
-    prev: int | None = None
-    for p, s in zip(files, sizes, strict=True):
-        rel = str(p.relative_to(root))
-        start = int(p.name)
-        if s != size:
-            report.add(kind, rel, -1, f"length {s} differs from the other files' {size}")
-        if size and prev is None and start % size:
-            report.add(kind, rel, -1, f"start offset {start} is not a multiple of the file size {size}")
-        if prev is not None and size and start != prev + size:
-            if start > prev + size:
-                report.add(kind, rel, -1, f"files missing before it: expected {prev + size:020d} after "
-                                          f"{prev:020d} (file size {size})")
-            else:
-                report.add(kind, rel, -1, f"overlaps the previous file {prev:020d} (file size {size})")
-        prev = start
-    return size
-
-
-class _Log:
-    """The commit log, mapped read-only, scanned once; then asked for the record at an offset."""
-
-    def __init__(self, root: Path, report: CheckReport) -> None:
-        self.root = root
-        self.report = report
-        self.maps: dict[int, tuple[mmap.mmap, memoryview, str]] = {}  # start offset -> (map, view, rel path)
-        self.starts: list[int] = []
-        self.file_size = 0
-        self.min_offset = 0
-        self.end = 0  # end of the data: one past the last record
-        self.max_store_ts = 0
-        self.queues: dict[tuple[str, int], tuple[int, int]] = {}  # last dispatched record: (queue offset, phy)
-        self.since: int | None = None
-        self._ended_at: int | None = None  # where zeros began, if data ended before the last file
-
-    def drop_pages(self) -> None:
-        """Unmap the pages read so far (MADV_DONTNEED on a read-only mapping: they stay in the page cache, and a
-        later read maps them again). Between phases only: each queue's units and each index file's entries
-        reach across the whole log, and mapping its pages again for every queue would cost more than it saves.
-        The pages are clean file pages the kernel reclaims at will; the check's own memory is a few tens of MB."""
-        for mm, _, _ in self.maps.values():
-            mm.madvise(mmap.MADV_DONTNEED)
-
-    def close(self) -> None:
-        for mm, mv, _ in self.maps.values():
-            mv.release()
-            mm.close()
-        self.maps.clear()
-
-    def load(self) -> None:
-        r = self.report
-        d = self.root / "commitlog"
-        files = _offset_files(d, r, "commitlog")
-        r.counts["commitlog_files"] = len(files)
-        since = self.root / PROP_CRC_SINCE_FILE
-        if since.is_file():
-            text = since.read_text(encoding="ascii", errors="replace").strip()
-            if text.isdigit():
-                self.since = int(text)
-            else:
-                r.warn(f"{PROP_CRC_SINCE_FILE}: {text[:40]!r} is not an offset: ignored")
-        if not files:
-            return
-        self.file_size = _check_names(files, self.root, r, ProblemKind.LOG_FILES)
-        self.min_offset = int(files[0].name)
-        self.end = self.min_offset
-        for p in files:
-            rel = str(p.relative_to(self.root))
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                size = os.fstat(fd).st_size
-                if not size:
-                    continue
-                mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
-            mm.madvise(mmap.MADV_SEQUENTIAL)
-            start = int(p.name)
-            self.maps[start] = (mm, memoryview(mm), rel)
-            self.starts.append(start)
-            self._scan_file(start)
-            mm.madvise(mmap.MADV_RANDOM)  # later reads (units, index entries) hop about
-            mm.madvise(mmap.MADV_DONTNEED)  # see drop_pages
-
-    def _scan_file(self, start: int) -> None:
-        mm, buf, rel = self.maps[start]
-        r = self.report
-        size = len(buf)
-        if self._ended_at is not None:
-            nz = _first_nonzero(mm, 0, size)
-            if nz < 0:
-                return  # pre-allocated ahead of the writer (AllocateMappedFileService): all zeros
-            r.add(ProblemKind.LOG_FILES, rel, nz, f"holds data, but the log's data ended at {self._ended_at} "
-                                                  "(zeros in the middle of the log)")
-            self._ended_at = None
-        pos = 0
-        while pos < size:
-            reqs, end_pos, why = rec.scan_records(buf, pos, size, True, None, _RUN, False)
-            self._take(reqs, buf, start, pos, rel)
-            pos = end_pos
-            if why is rec.ScanEnd.LIMIT:
-                continue
-            if why is rec.ScanEnd.BLANK:
-                self.end = start + size  # the rest of the file is the blank's padding
-                return
-            if size - pos >= 4 and mm[pos:pos + 4] == b"\0\0\0\0":
-                self.end = start + pos
-                self._ended_at = start + pos
-                nz = _first_nonzero(mm, pos, size)
-                if nz >= 0:
-                    r.add(ProblemKind.LOG_TAIL, rel, nz, f"non-zero bytes after the end of the data at {pos}")
-                return
-            try:
-                rec.decode_message(buf, pos, size, check_crc=True)
-                reason = "record does not decode (topic or properties)"
-            except rec.RecordError as e:
-                reason = str(e)
-            r.add(ProblemKind.LOG_RECORD, rel, pos, reason)
-            try:  # a record whose fields still add up (a flipped byte in its body): step over it
-                pos += rec.decode_message(buf, pos, size).store_size
-            except (rec.RecordError, UnicodeDecodeError, ValueError):
-                r.warn(f"{rel}: the rest of the file after {pos} cannot be parsed and was not checked")
-                self.end = max(self.end, start + pos)
-                return
-        self.end = start + size
-
-    def _take(self, reqs: list[DispatchRequest], buf: memoryview, base: int, pos: int, rel: str) -> None:
-        r = self.report
-        since = self.since
-        head = rec.PROP_CRC_HEAD
-        queues = self.queues
-        max_ts = self.max_store_ts
-        for q in reqs:
-            at = base + pos
-            total = q.msg_size
-            if q.commit_log_offset != at:
-                r.add(ProblemKind.LOG_RECORD, rel, pos, f"PHYSICALOFFSET {q.commit_log_offset} does not name where "
-                                                        f"the record lies ({at})")
-            t = pos + total - rec.CRC32_RESERVED_LEN
-            if t > pos and buf[t:t + len(head)] == head:
-                if not rec.prop_crc_ok(buf, pos, total):
-                    r.add(ProblemKind.LOG_RECORD, rel, pos, "whole-record CRC (__CRC32#) mismatch")
-            elif since is not None and at >= since:
-                r.add(ProblemKind.LOG_RECORD, rel, pos, f"whole-record CRC (__CRC32#) missing; every record from "
-                                                        f"{PROP_CRC_SINCE_FILE} {since} on carries one")
-            if q.store_timestamp > max_ts:
-                max_ts = q.store_timestamp
-            if q.sys_flag & _TRAN_MASK in _DISPATCHED:
-                queues[(q.topic, q.queue_id)] = (q.consume_queue_offset, at)
-            pos += total
-        self.max_store_ts = max_ts
-        r.counts["commitlog_records"] += len(reqs)
-        r.counts["commitlog_bytes"] += sum(q.msg_size for q in reqs)
-
-    def _locate(self, phy: int) -> tuple[memoryview, int] | None:
-        if not self.file_size or phy < 0:
-            return None
-        start = phy - phy % self.file_size
-        m = self.maps.get(start)
-        if m is None:
-            return None
-        return m[1], phy - start
-
-    def header_at(self, phy: int) -> tuple[int, int, int, bytes] | str:
-        """(total size, queue id, queue offset, topic bytes) of the record at ``phy``, or why there is none."""
-        loc = self._locate(phy)
-        if loc is None:
-            return "no commit-log file holds that offset"
-        buf, pos = loc
-        if pos + rec.FIXED_PART_V4 > len(buf):
-            return "no record fits there"
-        total, magic, _crc, qid, _flag, qoff, phys, sys_flag = _REC_HEAD.unpack_from(buf, pos)
-        if magic not in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2) or phys != phy:
-            return "no record starts there"
-        hdr = rec.HEADERS[(bool(sys_flag & mc.BORNHOST_V6_FLAG), bool(sys_flag & mc.STOREHOSTADDRESS_V6_FLAG))]
-        (body_len,) = rec.INT.unpack_from(buf, pos + hdr.size - 4)
-        p = pos + hdr.size + body_len
-        if body_len < 0 or p + 2 > min(len(buf), pos + total):
-            return "the record there does not decode"
-        if magic == rec.MESSAGE_MAGIC_CODE:
-            topic = bytes(buf[p + 1:p + 1 + buf[p]])
-        else:
-            topic = bytes(buf[p + 2:p + 2 + int.from_bytes(buf[p:p + 2], "big")])
-        return total, qid, qoff, topic
-
-    def requests_from(self, phy: int, wanted: set[int], max_records: int) -> dict[int, DispatchRequest]:
-        """The records among ``wanted`` found parsing up to ``max_records`` consecutive records from ``phy``
-        (``scan_records``' fast path: index entries name runs of neighbouring records)."""
-        loc = self._locate(phy)
-        if loc is None:
-            return {}
-        buf, pos = loc
-        reqs, _end, _why = rec.scan_records(buf, pos, len(buf), False, None, max_records, False)
-        out = {}
-        at = phy
-        for q in reqs:
-            if q.commit_log_offset != at:
-                break
-            if at in wanted:
-                out[at] = q
-            at += q.msg_size
-        return out
-
-
 def check_store(root: Path, options: CheckOptions | None = None) -> CheckReport:
     """Check the store at ``root`` (storePathRootDir) without modifying it."""
     opts = options or CheckOptions()
@@ -349,7 +87,7 @@ def check_store(root: Path, options: CheckOptions | None = None) -> CheckReport:
         report.warn("abort file present: the broker was not cleanly stopped (recovery will run at its next start)")
         report.relaxed += ["consume queues complete up to the end of the log", "units and index entries past the "
                            "end of the log", "logicsMsgTimestamp not past the data"]
-    log = _Log(root, report)
+    log = CommitLogView(root, report)
     try:
         log.load()
         report.log_bytes = sum(len(v) for _, v, _ in log.maps.values())
@@ -367,7 +105,7 @@ def check_store(root: Path, options: CheckOptions | None = None) -> CheckReport:
 # ---- consume queues ------------------------------------------------------------------------------------------
 
 
-def _check_consume_queues(root: Path, log: _Log, report: CheckReport) -> None:
+def _check_consume_queues(root: Path, log: CommitLogView, report: CheckReport) -> None:
     cq_root = root / "consumequeue"
     seen: set[tuple[str, int]] = set()
     if cq_root.is_dir():
@@ -403,15 +141,15 @@ def _past_end(report: CheckReport, kind: ProblemKind, rel: str, offset: int, rea
         report.warn(f"{rel} @ {offset}: {reason} (recovery truncates it)")
 
 
-def _check_queue(root: Path, qdir: Path, key: tuple[str, int], log: _Log, r: CheckReport) -> None:
+def _check_queue(root: Path, qdir: Path, key: tuple[str, int], log: CommitLogView, r: CheckReport) -> None:
     topic, qid = key
     topic_b = topic.encode("utf-8")
-    files = _offset_files(qdir, r, str(qdir.relative_to(root)))
+    files = offset_files(qdir, r, str(qdir.relative_to(root)))
     r.counts["cq_queues"] += 1
     r.counts["cq_files"] += len(files)
     qrel = str(qdir.relative_to(root))
     if files:
-        _check_names(files, root, r, ProblemKind.CQ_FILES)
+        check_names(files, root, r, ProblemKind.CQ_FILES)
     prev_phy = -1
     real_seen = False
     end_index: int | None = None  # units [.., end_index) hold data; zeros from there
@@ -420,11 +158,11 @@ def _check_queue(root: Path, qdir: Path, key: tuple[str, int], log: _Log, r: Che
     for p in files:
         rel = str(p.relative_to(root))
         start = int(p.name)
-        with _mapped(p) as mm:
+        with mapped(p) as mm:
             if mm is None:
                 continue
             if end_index is not None:
-                nz = _first_nonzero(mm, 0, len(mm))
+                nz = first_nonzero(mm, 0, len(mm))
                 if nz >= 0:
                     r.add(ProblemKind.CQ_FILES, rel, nz, f"holds units, but the queue's units ended at unit "
                                                          f"{end_index} (zeros in the middle of the queue)")
@@ -437,7 +175,7 @@ def _check_queue(root: Path, qdir: Path, key: tuple[str, int], log: _Log, r: Che
                 pos = i * CQ_STORE_UNIT_SIZE
                 if phy == 0 and sz == 0 and tags == 0:
                     end_index = index
-                    nz = _first_nonzero(mm, pos, len(mm))
+                    nz = first_nonzero(mm, pos, len(mm))
                     if nz >= 0:
                         r.add(ProblemKind.CQ_FILES, rel, nz, f"non-zero bytes after the queue's last unit {index - 1}")
                     break
@@ -506,7 +244,7 @@ def _record_keys(q: DispatchRequest) -> list[str]:
     return keys
 
 
-def _check_index(root: Path, log: _Log, r: CheckReport, opts: CheckOptions) -> None:
+def _check_index(root: Path, log: CommitLogView, r: CheckReport, opts: CheckOptions) -> None:
     d = root / "index"
     if not d.is_dir():
         return
@@ -519,8 +257,8 @@ def _check_index(root: Path, log: _Log, r: CheckReport, opts: CheckOptions) -> N
         log.drop_pages()
 
 
-def _check_index_file(p: Path, rel: str, log: _Log, r: CheckReport, opts: CheckOptions) -> None:
-    with _mapped(p) as mm:
+def _check_index_file(p: Path, rel: str, log: CommitLogView, r: CheckReport, opts: CheckOptions) -> None:
+    with mapped(p) as mm:
         if mm is None:
             r.warn(f"{rel}: empty (a crash while creating it; the broker deletes it at load)")
             return
@@ -562,7 +300,7 @@ def _check_index_file(p: Path, rel: str, log: _Log, r: CheckReport, opts: CheckO
     _check_index_entries(rel, entries_at, hashes, phys, log, r)
 
 
-def _check_index_entries(rel: str, entries_at: int, hashes: np.ndarray, phys: np.ndarray, log: _Log,
+def _check_index_entries(rel: str, entries_at: int, hashes: np.ndarray, phys: np.ndarray, log: CommitLogView,
                          r: CheckReport) -> None:
     """Each entry's hash against the keys of the record it names, a chunk of entries at a time: the records are
     parsed in runs, their ``topic#key`` strings hashed together (``hash_codes``) as IndexService builds them,
@@ -622,7 +360,7 @@ def _check_index_entries(rel: str, entries_at: int, hashes: np.ndarray, phys: np
 # ---- checkpoint -----------------------------------------------------------------------------------------------
 
 
-def _check_checkpoint(root: Path, log: _Log, r: CheckReport) -> None:
+def _check_checkpoint(root: Path, log: CommitLogView, r: CheckReport) -> None:
     p = root / "checkpoint"
     if not p.is_file():
         if r.counts["commitlog_records"]:
