@@ -31,6 +31,7 @@ from chaos.leftovers import Ledger, ResourceKind, cleanup, process_start_time
 from chaos.load import DrainStats, LoadSpec, Workload
 from chaos.payload import classify
 from chaos.sampler import BrokerSample, Sampler, messages_at, try_status
+from chaos.store_check import apply_store_check, check_store_at_cell_end
 from chaos.verdict import Verdict, evaluate
 from harness.checker import CheckResult, check_run
 from harness.launcher import BrokerProcess, LaunchError, Process, Topology
@@ -238,6 +239,7 @@ class ExperimentResult:
     final_min_offset: int = 0  # the commit log's min offset when the drain ran
     # Absent messages looked up directly in the commit log: (probed, found intact there, example keys).
     unreachable: tuple[int, int, list[str]] = (0, 0, [])
+    store_check: dict[str, Any] | None = None  # the offline check after the final clean stop (store_check.py)
 
     @property
     def ok(self) -> bool:
@@ -402,6 +404,8 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
             else:
                 result.drain = DrainStats(complete=False, problems=["broker not running at the end"])
             _service_times(result.cycles, workload)
+            result.store_check = check_store_at_cell_end(broker, store_root, conf)
+            say(f"{spec.scenario}: store check: {result.store_check['outcome']}")
     except Exception as e:  # the verdict records it; cleanup below still runs
         result.error = f"{type(e).__name__}: {e}"
         say(f"{spec.scenario}: error: {result.error}")
@@ -486,6 +490,7 @@ def _judge(result: ExperimentResult, workload: Workload | None) -> None:
                               drain_complete=result.drain is not None
                               and result.drain.complete, drain_problems=result.drain.problems if result.drain
                               else ["no drain"], error=result.error)
+    apply_store_check(result.verdict, result.store_check)
 
 
 def _cycle_line(rec: CycleRecord) -> str:
@@ -512,5 +517,6 @@ def _chaos_json(result: ExperimentResult) -> dict[str, Any]:
         "unreachable": {"probed": result.unreachable[0], "in_log": result.unreachable[1],
                         "examples": result.unreachable[2]},
         "cycles": [c.to_json() for c in result.cycles],
+        "store_check": result.store_check,
     }
 

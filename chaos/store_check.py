@@ -1,0 +1,40 @@
+"""This module owns the offline store check at the end of a chaos cell: once the broker has recovered from its
+last fault and the drain is done, the broker is stopped cleanly (SIGTERM) and its store is checked with
+``reference_broker.store.check`` (``admin checkStore``). The summary goes into chaos.json; problems fail the
+verdict (the ``--gate``): whatever the fault, recovery must leave a store whose every record, unit and index
+entry is sound.
+
+Only at the cell's end, not after each recovery: the check needs a store nobody writes, and between faults the
+load is running (pausing it and stopping the broker each cycle would change the experiment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from chaos.verdict import Verdict
+from harness.launcher import BrokerProcess
+from reference_broker.store.check import CheckOptions, check_store
+
+
+def check_store_at_cell_end(broker: BrokerProcess, store_root: Path, conf: Mapping[str, str]) -> dict[str, Any]:
+    """Stop the broker (SIGTERM: a clean shutdown) and check its store; the report's summary, plus how the
+    broker ended."""
+    was_alive = broker.alive
+    code = broker.stop() if was_alive else None
+    slots, num = conf.get("maxHashSlotNum"), conf.get("maxIndexNum")
+    opts = CheckOptions(int(slots), int(num)) if slots and num else CheckOptions()
+    report = check_store(store_root, opts)
+    return {"broker_running_at_end": was_alive, "broker_exit_code": code, **report.summary()}
+
+
+def apply_store_check(verdict: Verdict, summary: Mapping[str, Any] | None) -> None:
+    """Fail the verdict when the check found problems (or could not read the store)."""
+    if summary is None or summary.get("exit_code") == 0:
+        return
+    totals = ", ".join(f"{k} {n}" for k, n in summary.get("problem_totals", {}).items())
+    first = "; ".join(summary.get("problems", [])[:3])
+    verdict.violations.append(f"store check at the end: {summary.get('outcome')} ({totals}): {first}")
+    verdict.ok = False

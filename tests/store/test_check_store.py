@@ -1,0 +1,103 @@
+"""The store check's logic (store/check.py, check_report.py) on small stores written by the store itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reference_broker.store.check import CheckOptions, _index_layout, check_store
+from reference_broker.store.check_report import CheckReport, Outcome, ProblemKind, render_text
+from reference_broker.store.consume_queue import BLANK_UNIT, CQ_STORE_UNIT_SIZE
+from tests.store.store_helpers import Stores, make_config, make_msg, put_ok, stores_fixture, wait_dispatched
+
+
+@pytest.fixture
+def stores() -> Iterator[Stores]:
+    yield from stores_fixture()
+
+
+def _write(stores: Stores, root: Path, n: int = 30) -> None:
+    """``n`` keyed messages over two queues in 1 KiB commit-log files, then a clean shutdown."""
+    cfg = make_config(root)
+    s = stores.open(cfg)
+    for i in range(n):
+        put_ok(s, make_msg(f"body-{i}", queue_id=i % 2, keys=f"key{i} other{i}", uniq_key=f"U{i:04d}"))
+    wait_dispatched(s)
+    s.shutdown()
+    stores.opened.remove(s)
+
+
+def test_clean_small_store(stores: Stores, tmp_path: Path) -> None:
+    _write(stores, tmp_path)
+    r = check_store(tmp_path)
+    assert r.outcome is Outcome.CLEAN, render_text(r)
+    assert r.counts["commitlog_records"] == 30 and r.counts["cq_units"] == 30
+    assert r.counts["index_entries"] == 90  # UNIQ_KEY and two KEYS tokens each
+    assert r.counts["commitlog_files"] > 3
+
+
+def test_a_preallocated_zero_file_is_accepted_data_after_zeros_is_not(stores: Stores, tmp_path: Path) -> None:
+    _write(stores, tmp_path)
+    logs = sorted((tmp_path / "commitlog").iterdir())
+    nxt = tmp_path / "commitlog" / f"{int(logs[-1].name) + 1024:020d}"
+    nxt.write_bytes(bytes(1024))  # what RocketMQ's AllocateMappedFileService leaves ahead of the writer
+    assert check_store(tmp_path).outcome is Outcome.CLEAN
+    after = tmp_path / "commitlog" / f"{int(nxt.name) + 1024:020d}"
+    after.write_bytes(logs[0].read_bytes())  # records again after a file of zeros: a hole in the log
+    r = check_store(tmp_path)
+    assert r.outcome is Outcome.PROBLEMS
+    (p,) = [p for p in r.problems if p.kind is ProblemKind.LOG_FILES]
+    assert p.file == f"commitlog/{after.name}" and "zeros in the middle of the log" in p.reason
+
+
+def test_pre_blank_units_lead_a_queue_only(stores: Stores, tmp_path: Path) -> None:
+    _write(stores, tmp_path)
+    qdir = tmp_path / "consumequeue" / "FooBar" / "0"
+    (f,) = sorted(qdir.iterdir())
+    data = bytearray(f.read_bytes())
+    n = len(data) // CQ_STORE_UNIT_SIZE
+    # A queue whose first file starts with pre-blank units is fine (fillPreBlank) ...
+    moved = bytearray(BLANK_UNIT * 3) + data[: len(data) - 3 * CQ_STORE_UNIT_SIZE]
+    # ... but its units' indexes then no longer match their records' queue offsets: check only the blank rule
+    # here, on a unit turned blank after real ones.
+    data[2 * CQ_STORE_UNIT_SIZE:3 * CQ_STORE_UNIT_SIZE] = BLANK_UNIT
+    f.write_bytes(bytes(data))
+    r = check_store(tmp_path)
+    assert [p.reason for p in r.problems if p.kind is ProblemKind.CQ_UNIT] == [
+        "unit 2: a pre-blank unit after real units"]
+    f.write_bytes(bytes(moved))
+    r = check_store(tmp_path)
+    assert r.counts["cq_units_pre_blank"] == 3
+    assert not any("pre-blank" in p.reason for p in r.problems)
+    assert n > 3
+
+
+def test_index_layout() -> None:
+    assert _index_layout(420_000_040, CheckOptions()) == (5_000_000, 20_000_000)  # RocketMQ's defaults
+    assert _index_layout(40 + 100 * 4 + 400 * 20, CheckOptions()) == (100, 400)
+    assert _index_layout(40 + 100 * 4 + 500 * 20, CheckOptions()) is None
+    assert _index_layout(40 + 100 * 4 + 500 * 20, CheckOptions(100, 500)) == (100, 500)
+    assert _index_layout(40 + 100 * 4 + 400 * 20, CheckOptions(100, 500)) is None
+
+
+def test_report_caps_each_kind_and_counts_all() -> None:
+    r = CheckReport("/x", max_per_kind=3)
+    for i in range(10):
+        r.add(ProblemKind.CQ_UNIT, "consumequeue/T/0/00000000000000000000", i * 20, f"unit {i}: bad")
+    r.add(ProblemKind.CHECKPOINT, "checkpoint", 0, "ahead")
+    assert r.totals[ProblemKind.CQ_UNIT] == 10 and len(r.problems) == 4
+    assert r.exit_code == 1
+    text = "\n".join(render_text(r))
+    assert "consumequeue-unit: 10 problems" in text and "... and 7 more" in text
+    assert r.to_json()["problem_totals"] == {"checkpoint": 1, "consumequeue-unit": 10}
+    r.add(ProblemKind.UNREADABLE, "commitlog/x", -1, "cannot read")
+    assert r.exit_code == 2
+
+
+def test_empty_store_directory_is_clean_and_no_commitlog_is_not_a_store(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir()
+    assert check_store(tmp_path).outcome is Outcome.CLEAN
+    assert check_store(tmp_path / "commitlog").outcome is Outcome.NOT_A_STORE
+
