@@ -601,13 +601,19 @@ class CommitLog:
 
         Our checkpoint extension (checkpoint.py): the offset below which the log and its consume-queue
         units were flushed. It is used only when it falls inside the log on a record boundary (or at
-        the end of the data); otherwise RocketMQ's time-based file choice applies. With
-        messageIndexSafe the time rule must also cover the index, so it always applies.
+        the end of the data); otherwise RocketMQ's time-based file choice applies. With the index on,
+        the offset is also capped by the index safe point's covered offset (index_recovery.py), which
+        is what makes messageIndexSafe's promise hold here too; with no safe point yet, the time rule.
         """
         cfg = self.config
-        if not cfg.recover_from_checkpoint_offset or (cfg.message_index_enable and cfg.message_index_safe):
+        if not cfg.recover_from_checkpoint_offset:
             return None
         offset = self.checkpoint.get_recover_offset()
+        if cfg.message_index_enable:
+            sp = self.checkpoint.index_safe_point
+            if sp is None:
+                return None
+            offset = min(offset, sp.covered_offset)
         if offset < 0 or offset < self.get_min_offset():
             return None
         files = self.mapped_file_queue.mapped_files
@@ -635,7 +641,10 @@ class CommitLog:
             return False
         if ts == 0:
             return False
-        if self.config.message_index_enable and self.config.message_index_safe:
+        cfg = self.config
+        # Index files are cut back to the safe point (or, with none, destroyed past indexMsgTimestamp):
+        # a time-rule replay must then also reach back over the index, as with messageIndexSafe.
+        if cfg.message_index_enable and (cfg.message_index_safe or cfg.recover_from_checkpoint_offset):
             min_ts = self.checkpoint.get_min_timestamp_index()
         else:
             min_ts = self.checkpoint.get_min_timestamp()

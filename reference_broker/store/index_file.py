@@ -51,7 +51,8 @@ import numpy as np
 
 from reference_broker.common.java_hash import concat_hash_code, hash_codes, string_hash_code
 from reference_broker.common.message import KEY_SEPARATOR, TRANSACTION_ROLLBACK_TYPE, transaction_value
-from reference_broker.store.checkpoint import StoreCheckpoint
+from reference_broker.store import index_recovery
+from reference_broker.store.checkpoint import NO_INDEX_FILE, IndexSafePoint, StoreCheckpoint
 from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.mapped_file import MappedFile
 
@@ -143,6 +144,49 @@ class IndexFile:
             if self._index_count <= 0:
                 self._index_count = 1
             self._mf.set_positions(self._entries_at + min(self._index_count, self.index_num) * INDEX_SIZE)
+
+    def safe_point(self, covered_offset: int) -> IndexSafePoint:
+        """The header as it is now, for a safe point (take it before ``flush``)."""
+        with self._lock:
+            return IndexSafePoint(int(self.path.name), covered_offset, self._begin_timestamp, self._end_timestamp,
+                                  self._begin_phy_offset, self._end_phy_offset, self._hash_slot_count,
+                                  self._index_count)
+
+    def cut_back(self, count: int, floor_phy: int) -> index_recovery.RepairReport:
+        """Keep entries ``1 .. count - 1`` only: mend the slots that name later ones (index_recovery)."""
+        count = max(1, min(count, self.index_num))
+        report = index_recovery.cut_back(self._mf.buf, self.hash_slot_num, self.index_num, count, floor_phy)
+        with self._lock:
+            self._index_count = count
+            self._write_header()
+        self._mf.set_positions(self._entries_at + count * INDEX_SIZE)
+        return report
+
+    def restore(self, sp: IndexSafePoint) -> index_recovery.RepairReport:
+        """Back to the header a safe point recorded: what was on disk then (after an abnormal exit)."""
+        with self._lock:
+            self._begin_timestamp, self._end_timestamp = sp.begin_timestamp, sp.end_timestamp
+            self._begin_phy_offset, self._end_phy_offset = sp.begin_phy_offset, sp.end_phy_offset
+            self._hash_slot_count = sp.hash_slot_count
+        return self.cut_back(sp.index_count, sp.end_phy_offset)
+
+    def truncate_from(self, phy_offset: int) -> bool:
+        """Drop the entries of records at or past ``phy_offset`` (the recovered log end); True if any."""
+        count = index_recovery.first_entry_at_or_past(self._mf.buf, self.hash_slot_num, self._index_count,
+                                                      phy_offset)
+        if count >= self._index_count:
+            return False
+        with self._lock:
+            if count > 1:
+                _h, phy, diff, _p = _ENTRY.unpack_from(self._mf.buf, self._entries_at + (count - 1) * INDEX_SIZE)
+                self._end_phy_offset = phy
+                # Entries keep whole seconds since begin: the end time reads back at most 1 s early.
+                self._end_timestamp = self._begin_timestamp + diff * 1000
+            else:  # no entry left: nothing is indexed, so build_index may skip nothing
+                self._begin_phy_offset = self._end_phy_offset = 0
+                self._begin_timestamp = self._end_timestamp = 0
+        self.cut_back(count, phy_offset)
+        return True
 
     @property
     def file_name(self) -> str:
@@ -394,6 +438,7 @@ class IndexService:
         *,
         message_index_safe: bool = False,
         max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
+        safe_point_recovery: bool = False,
     ) -> None:
         self.store_path = store_root_index_dir  # {root}/index
         self.hash_slot_num = hash_slot_num
@@ -402,6 +447,10 @@ class IndexService:
         # Read by recovery (checkpoint.get_min_timestamp_index), not here: kept with the service it qualifies.
         self.message_index_safe = message_index_safe
         self.max_msgs_num_batch = max_msgs_num_batch
+        # Abnormal loads cut back to checkpoint.index_safe_point (index_recovery.py) rather than destroy
+        # the file being written; set with recoverFromCheckpointOffset, whose replay needs it.
+        self.safe_point_recovery = safe_point_recovery
+        self._durable: set[str] = set()  # full files whose final flush completed
         self.index_file_error = False  # RunningFlags.makeIndexFileError
         self.retry_interval_s = 1.0  # retryGetAndCreateIndexFile sleeps 1 s between attempts
         self._files: list[IndexFile] = []
@@ -417,6 +466,7 @@ class IndexService:
         """
         if not self.store_path.is_dir():
             return True
+        sp = self.checkpoint.index_safe_point if self.safe_point_recovery and not last_exit_ok else None
         expected = index_file_size(self.hash_slot_num, self.index_num)
         for p in sorted(self.store_path.iterdir(), key=lambda q: q.name):
             if not p.is_file() or not p.name.isdigit():
@@ -438,6 +488,9 @@ class IndexService:
                 log.exception("load file %s error", p)
                 return False
             f.load()
+            if sp is not None:
+                self._load_against(f, sp)
+                continue
             if not last_exit_ok and f.end_timestamp > self.checkpoint.index_msg_timestamp:
                 f.destroy(0)
                 log.info("destroyed index file %s: end %d is past the checkpoint %d",
@@ -446,6 +499,58 @@ class IndexService:
             log.info("load index file OK, %s", p.name)
             self._files.append(f)
         return True
+
+    def _load_against(self, f: IndexFile, sp: IndexSafePoint) -> None:
+        """Abnormal load with a safe point: older files are whole, the safe one is cut back, newer ones go."""
+        name = int(f.file_name)
+        if name > sp.file_name or sp.file_name == NO_INDEX_FILE:
+            f.destroy(0)
+            log.info("destroyed index file %s: created after the index safe point", f.file_name)
+            return
+        if name == sp.file_name:
+            report = f.restore(sp)
+            log.info("index file %s cut back to the safe point (%d entries, end %d): %d slots mended "
+                     "(%d by chain, %d by scan)", f.file_name, sp.index_count - 1, sp.end_phy_offset,
+                     report.slots_checked, report.by_chain, report.by_scan)
+        else:
+            self._durable.add(f.file_name)
+        log.info("load index file OK, %s", f.file_name)
+        self._files.append(f)
+
+    def take_safe_point(self, covered_offset: int) -> IndexSafePoint:
+        """Force the index to disk and describe it; every keyed record below ``covered_offset`` is in it.
+
+        The caller reads ``covered_offset`` (the reput position) before calling: entries are put before
+        the position moves, so the header read here covers them. The caller stores the result in the
+        checkpoint and flushes it.
+        """
+        files = self.files()
+        if not files:
+            return IndexSafePoint(NO_INDEX_FILE, covered_offset)
+        last = files[-1]
+        sp = last.safe_point(covered_offset)
+        for f in files[:-1]:
+            if f.file_name not in self._durable:
+                f.flush()  # a full file whose background flush has not finished yet
+                self._durable.add(f.file_name)
+        last.flush()
+        return sp
+
+    def truncate_from(self, phy_offset: int) -> None:
+        """Drop entries of records at or past ``phy_offset``: recovery cut the log there (a power loss
+        can keep index pages whose records did not reach the disk)."""
+        files = self.files()
+        for i in range(len(files) - 1, -1, -1):
+            f = files[i]
+            if not f.truncate_from(phy_offset):
+                return
+            self._durable.discard(f.file_name)  # written again from here: no longer known whole on disk
+            log.info("index file %s: entries from commit-log offset %d on dropped", f.file_name, phy_offset)
+            if f.index_count > 1 or i == 0:
+                return
+            with self._lock:
+                self._files.remove(f)
+            f.destroy(0)
 
     # ---- files ---------------------------------------------------------------------------------
     def get_last_file(self) -> IndexFile | None:
@@ -711,6 +816,7 @@ class IndexService:
         index_msg_timestamp = f.end_timestamp if f.is_write_full() else 0
         f.flush()
         if index_msg_timestamp > 0:
+            self._durable.add(f.file_name)
             self.checkpoint.index_msg_timestamp = index_msg_timestamp
             self.checkpoint.flush()
 
