@@ -642,9 +642,12 @@ class CommitLog:
         if ts == 0:
             return False
         cfg = self.config
-        # Index files are cut back to the safe point (or, with none, destroyed past indexMsgTimestamp):
-        # a time-rule replay must then also reach back over the index, as with messageIndexSafe.
-        if cfg.message_index_enable and (cfg.message_index_safe or cfg.recover_from_checkpoint_offset):
+        # With no index safe point yet (a crash before the first thorough queue flush, or a checkpoint
+        # written before safe points existed) IndexService.load destroys the file being written, as 4.9.8
+        # does: the replay must then reach back over the index too, as with messageIndexSafe. (4.9.8 would
+        # lose the lookups of the records before the chosen file; deliberate difference, index_recovery.py.)
+        no_safe_point = cfg.recover_from_checkpoint_offset and self.checkpoint.index_safe_point is None
+        if cfg.message_index_enable and (cfg.message_index_safe or no_safe_point):
             min_ts = self.checkpoint.get_min_timestamp_index()
         else:
             min_ts = self.checkpoint.get_min_timestamp()
