@@ -30,6 +30,9 @@ Deliberate differences from RocketMQ:
 - A put that keeps failing on fresh files gives up after ``MAX_TRY_IDX_CREATE`` files instead of looping.
 - Background flushes of full files run in roll order (each waits for the one before), so
   checkpoint.indexMsgTimestamp never moves back and never covers a file that is not yet flushed.
+- After an abnormal exit with an index safe point in the checkpoint (recoverFromCheckpointOffset), the file
+  being written is cut back to the safe point instead of destroyed, and the replay adds what follows it
+  (index_recovery.py, index_safe_point.py). Without one, 4.9.8's rule applies.
 
 Kept as in RocketMQ: the first entry of a rolled file stores its timeDiff against the previous file's end
 timestamp (the header's begin at that moment), then begin is reset to the entry's own store time, so that
@@ -52,8 +55,9 @@ import numpy as np
 from reference_broker.common.java_hash import concat_hash_code, hash_codes, string_hash_code
 from reference_broker.common.message import KEY_SEPARATOR, TRANSACTION_ROLLBACK_TYPE, transaction_value
 from reference_broker.store import index_recovery
-from reference_broker.store.checkpoint import NO_INDEX_FILE, IndexSafePoint, StoreCheckpoint
+from reference_broker.store.checkpoint import IndexSafePoint, StoreCheckpoint
 from reference_broker.store.dispatch import DispatchRequest
+from reference_broker.store.index_safe_point import IndexSafePoints
 from reference_broker.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
@@ -426,7 +430,7 @@ def _human_time_name(now_ms: int) -> str:
     return time.strftime("%Y%m%d%H%M%S", time.localtime(now_ms // 1000)) + f"{now_ms % 1000:03d}"
 
 
-class IndexService:
+class IndexService(IndexSafePoints):
     """The ordered index files of one store, built by the dispatch thread and queried by any thread."""
 
     def __init__(
@@ -451,6 +455,7 @@ class IndexService:
         # the file being written; set with recoverFromCheckpointOffset, whose replay needs it.
         self.safe_point_recovery = safe_point_recovery
         self._durable: set[str] = set()  # full files whose final flush completed
+        self._dir_synced: set[str] = set()  # files whose directory entry a safe point made durable
         self.index_file_error = False  # RunningFlags.makeIndexFileError
         self.retry_interval_s = 1.0  # retryGetAndCreateIndexFile sleeps 1 s between attempts
         self._files: list[IndexFile] = []
@@ -459,7 +464,8 @@ class IndexService:
 
     # ---- loading -------------------------------------------------------------------------------
     def load(self, last_exit_ok: bool) -> bool:
-        """Map existing files in name order; after an abnormal exit drop those newer than the checkpoint.
+        """Map existing files in name order; after an abnormal exit cut back to the index safe point when
+        there is one (``_load_against``), else drop those newer than the checkpoint.
 
         A file whose end timestamp is past checkpoint.indexMsgTimestamp may not have been flushed
         whole; recovery re-dispatches its messages into a fresh file (IndexService.load).
@@ -499,58 +505,6 @@ class IndexService:
             log.info("load index file OK, %s", p.name)
             self._files.append(f)
         return True
-
-    def _load_against(self, f: IndexFile, sp: IndexSafePoint) -> None:
-        """Abnormal load with a safe point: older files are whole, the safe one is cut back, newer ones go."""
-        name = int(f.file_name)
-        if name > sp.file_name or sp.file_name == NO_INDEX_FILE:
-            f.destroy(0)
-            log.info("destroyed index file %s: created after the index safe point", f.file_name)
-            return
-        if name == sp.file_name:
-            report = f.restore(sp)
-            log.info("index file %s cut back to the safe point (%d entries, end %d): %d slots mended "
-                     "(%d by chain, %d by scan)", f.file_name, sp.index_count - 1, sp.end_phy_offset,
-                     report.slots_checked, report.by_chain, report.by_scan)
-        else:
-            self._durable.add(f.file_name)
-        log.info("load index file OK, %s", f.file_name)
-        self._files.append(f)
-
-    def take_safe_point(self, covered_offset: int) -> IndexSafePoint:
-        """Force the index to disk and describe it; every keyed record below ``covered_offset`` is in it.
-
-        The caller reads ``covered_offset`` (the reput position) before calling: entries are put before
-        the position moves, so the header read here covers them. The caller stores the result in the
-        checkpoint and flushes it.
-        """
-        files = self.files()
-        if not files:
-            return IndexSafePoint(NO_INDEX_FILE, covered_offset)
-        last = files[-1]
-        sp = last.safe_point(covered_offset)
-        for f in files[:-1]:
-            if f.file_name not in self._durable:
-                f.flush()  # a full file whose background flush has not finished yet
-                self._durable.add(f.file_name)
-        last.flush()
-        return sp
-
-    def truncate_from(self, phy_offset: int) -> None:
-        """Drop entries of records at or past ``phy_offset``: recovery cut the log there (a power loss
-        can keep index pages whose records did not reach the disk)."""
-        files = self.files()
-        for i in range(len(files) - 1, -1, -1):
-            f = files[i]
-            if not f.truncate_from(phy_offset):
-                return
-            self._durable.discard(f.file_name)  # written again from here: no longer known whole on disk
-            log.info("index file %s: entries from commit-log offset %d on dropped", f.file_name, phy_offset)
-            if f.index_count > 1 or i == 0:
-                return
-            with self._lock:
-                self._files.remove(f)
-            f.destroy(0)
 
     # ---- files ---------------------------------------------------------------------------------
     def get_last_file(self) -> IndexFile | None:
