@@ -70,8 +70,13 @@ def _walk(buf: memoryview, entries_at: int, hash_slot_num: int, index_num: int, 
             return None
         if prev == 0:
             start = _entry_at(entries_at, e)
-            if start // _SECTOR != (start + ENTRY_SIZE - 1) // _SECTOR:
-                return None  # the link may sit in a lost sector while the hash survived: do not trust a 0
+            end = start + ENTRY_SIZE
+            second = (end - 1) // _SECTOR * _SECTOR
+            # An entry across two sectors may have kept its hash and lost its link (a 0, as in a fresh file).
+            # The link's sector is known to be newer than the entry only if it holds bytes written after it
+            # (a later entry): then the 0 is real. Otherwise the caller scans.
+            if start < second and not any(buf[end : second + _SECTOR]):
+                return None
         e = prev
         steps += 1
     return e

@@ -110,3 +110,22 @@ def test_checkpoint_round_trips_the_index_safe_point(tmp_path: Path) -> None:
     cp2.clamp_offsets(1000)
     assert cp2.index_safe_point is not None and cp2.index_safe_point.covered_offset == 1000
     cp2.shutdown()
+
+
+def test_a_link_lost_with_its_sector_is_not_taken_for_a_chain_end(index: IndexFile) -> None:
+    """A power loss kept the sector holding an entry's hash but not the one holding its link (read as 0):
+    the chain must not end there, or every older entry of the slot would become unreachable."""
+    entries_at = HEADER_SIZE + SLOTS * 4
+    # An entry past the cut whose link (its last 4 bytes) alone lies in the next 512-byte sector.
+    e = next(n for n in range(101, NUM) if 0 < (entries_at + n * INDEX_SIZE + 16) % 512 < 4
+             or (entries_at + n * INDEX_SIZE + 16) % 512 == 0)
+    put(index, 0, 100)
+    sp = index.safe_point(covered_offset=2000)
+    put(index, 100, e - 100)  # entries 101 .. e: e is the newest, so its slot names it
+    link_sector = (entries_at + e * INDEX_SIZE + 16) // 512 * 512
+    buf = index._mf.buf
+    buf[link_sector : entries_at + NUM * INDEX_SIZE] = bytes(entries_at + NUM * INDEX_SIZE - link_sector)
+    report = index.restore(sp)
+    assert report.by_scan >= 1
+    for i in range(100):
+        assert found(index, i) == [100 + i * 10], i
