@@ -16,6 +16,7 @@ pullable): one a power loss took under ASYNC_FLUSH is judged by the loss rules i
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,9 +62,11 @@ class LookupCheck:
     found: dict[str, int] = field(default_factory=lambda: {w.value: 0 for w in Way})
     missing: dict[str, list[str]] = field(default_factory=lambda: {w.value: [] for w in Way})
     error: str | None = None  # the probe itself failed (broker unreachable): nothing was judged
+    seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"cycle": self.cycle, "sampled": self.sampled, "found": dict(self.found),
+        return {"cycle": self.cycle, "sampled": self.sampled, "seconds": round(self.seconds, 3),
+                "found": dict(self.found),
                 "missing": {w: len(keys) for w, keys in self.missing.items()},
                 "missing_examples": {w: keys[:5] for w, keys in self.missing.items()}, "error": self.error}
 
@@ -115,6 +118,7 @@ def probe(addr: str, topic: str, cycle: int, keys: Sequence[str], acks: Mapping[
           timeout_s: float = 10.0) -> LookupCheck:
     """Look each of ``keys`` up the three ways through the broker at ``addr``."""
     check = LookupCheck(cycle, sampled=len(keys))
+    t0 = time.monotonic()
     try:
         with RemotingClient.from_addr(addr, timeout_s) as client:
             for key in keys:
@@ -129,6 +133,7 @@ def probe(addr: str, topic: str, cycle: int, keys: Sequence[str], acks: Mapping[
                         check.missing[way.value].append(key)
     except (RemotingError, OSError) as e:
         check.error = f"{type(e).__name__}: {e}"
+    check.seconds = time.monotonic() - t0
     return check
 
 

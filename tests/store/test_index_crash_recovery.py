@@ -130,3 +130,53 @@ def test_message_id_lookup_after_a_crash(tmp_path: Path, stores: Stores) -> None
         (m,) = store.query_message(TOPIC, f"UNIQ{i:08d}", 32, 0, HUGE)
         again = store.look_message_by_msg_id(rec.create_message_id(b"\x7f\x00\x00\x01", 10911, m.commit_log_offset))
         assert again is not None and again.body == f"body{i}".encode()
+
+
+def _child_index_ahead_of_log(cfg: MessageStoreConfig) -> None:
+    store = Stores().open(cfg)
+    mfq = store.commit_log.mapped_file_queue
+    for i in range(150):
+        if i == 100:
+            wait_dispatched(store)
+            while not mfq.flush(0):
+                pass
+            store.checkpoint.note_physic_offset(mfq.flushed_where)
+            (cfg.store_path_root_dir / "durable").write_text(str(mfq.flushed_where))
+        put_ok(store, make_msg(f"body{i}", keys=f"key{i}", uniq_key=f"UNIQ{i:08d}"))
+    wait_dispatched(store)
+    store.flush_cq_service.do_flush(0)  # the index safe point covers all 150; the log is durable for 100 only
+    os._exit(0)
+
+
+def test_index_entries_of_records_a_power_loss_took_are_dropped(tmp_path: Path, stores: Stores) -> None:
+    """ASYNC_FLUSH: the index was forced past the durable log. After the power loss recovery ends the log
+    earlier; the index must drop those entries, or new records there would never be indexed (build_index
+    skips offsets below the index's end)."""
+    cfg = config(tmp_path)
+    ctx = multiprocessing.get_context("fork")
+    p = ctx.Process(target=_child_index_ahead_of_log, args=(cfg,))
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0
+    durable = int((tmp_path / "durable").read_text())
+    # The power loss: everything past the durable offset never reached the disk.
+    file_size = cfg.mapped_file_size_commit_log
+    for f in sorted((tmp_path / "commitlog").iterdir()):
+        start = int(f.name)
+        if start + file_size <= durable:
+            continue
+        with open(f, "r+b") as fh:
+            cut = max(0, durable - start)
+            fh.seek(cut)
+            fh.write(bytes(file_size - cut))
+    store = stores.open(cfg)
+    assert store.get_max_phy_offset() == durable
+    for i in range(100):
+        assert len(store.query_message(TOPIC, f"key{i}", 32, 0, HUGE)) == 1, i
+    for i in range(100, 150):
+        assert store.query_message(TOPIC, f"key{i}", 32, 0, HUGE) == [], i
+    for i in range(20):
+        put_ok(store, make_msg(f"new{i}", keys=f"new{i}", uniq_key=f"NEWUNIQ{i:08d}"))
+    wait_dispatched(store)
+    for i in range(20):
+        assert [m.body for m in store.query_message(TOPIC, f"new{i}", 32, 0, HUGE)] == [f"new{i}".encode()], i
