@@ -75,19 +75,22 @@ class IndexSafePoints:
             self._dir_synced.update(f.file_name for f in files)
         return sp
 
-    def truncate_from(self, phy_offset: int) -> None:
+    def truncate_from(self, phy_offset: int) -> bool:
         """Drop entries of records at or past ``phy_offset``: recovery cut the log there (a power loss
-        can keep index pages whose records did not reach the disk)."""
+        can keep index pages whose records did not reach the disk). True if any were dropped."""
         files = self.files()
+        dropped = False
         for i in range(len(files) - 1, -1, -1):
             f = files[i]
             if not f.truncate_from(phy_offset):
-                return
+                return dropped
+            dropped = True
             self._durable.discard(f.file_name)  # written again from here: no longer known whole on disk
             log.info("index file %s: entries from commit-log offset %d on dropped", f.file_name, phy_offset)
             if f.index_count > 1 or i == 0:
-                return
+                return dropped
             with self._lock:
                 self._files.remove(f)
             f.destroy(0)
+        return dropped
 

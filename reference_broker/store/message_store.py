@@ -181,10 +181,11 @@ class MessageStore(StoreReads):
             self.commit_log.recover_normally(max_phy_of_cq, self._truncate_logics)
         else:
             end = self.commit_log.recover_abnormally(max_phy_of_cq, self.do_dispatch, self._truncate_logics)
-            if self.config.message_index_enable and self.index_service.safe_point_recovery:
-                # Entries of records the log lost go; then a fresh safe point, so that a second crash
-                # before the next flush round does not cut back to a header the truncation made stale.
-                self.index_service.truncate_from(end)
+            # Entries of records the log lost go; then a fresh safe point, so that a second crash before
+            # the next flush round does not cut back to a header the truncation made stale. (Otherwise
+            # the old safe point stays true: the index was only appended to since.)
+            if (self.config.message_index_enable and self.index_service.safe_point_recovery
+                    and self.index_service.truncate_from(end)):
                 self.checkpoint.note_index_safe_point(self.index_service.take_safe_point(end))
                 self.checkpoint.flush()
         self._recover_topic_queue_table()
