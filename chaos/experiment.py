@@ -29,6 +29,7 @@ from typing import Any
 
 from chaos.leftovers import Ledger, ResourceKind, cleanup, process_start_time
 from chaos.load import DrainStats, LoadSpec, Workload
+from chaos.lookups import LookupCheck, choose_sample, probe
 from chaos.payload import classify
 from chaos.sampler import BrokerSample, Sampler, messages_at, try_status
 from chaos.store_check import apply_store_check, check_store_at_cell_end
@@ -99,6 +100,7 @@ class CycleRecord:
     ok: bool = True
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    lookup: LookupCheck | None = None  # lookups by key and id right after the restart (chaos.lookups)
 
     @property
     def window_bytes(self) -> int:
@@ -108,7 +110,8 @@ class CycleRecord:
         return max(0, self.written_bound - self.flushed_offset)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "window_bytes": self.window_bytes}
+        return {**asdict(self), "window_bytes": self.window_bytes,
+                "lookup": self.lookup.to_json() if self.lookup is not None else None}
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ class Cell:
     def restart_after_crash(self, rec: CycleRecord) -> None:
         """Start the broker again on its store, time it, read the recovered end, let the producer go on."""
         t0 = time.monotonic()
+        before_start_ns = self.clock.now_ns()  # every answer recorded by now came from the crashed process
         try:
             self.broker.start()
         except LaunchError as e:
@@ -190,6 +194,9 @@ class Cell:
         self.workload.release()
         self.record.add_fault(FaultKind.RESTART, self.broker.name, ts_ns=rec.restored_ns, cycle=rec.cycle,
                               recovery_s=round(rec.recovery_s, 4), recovered_offset=rec.recovered_offset)
+        acks = self.workload.acked()
+        rec.lookup = probe(self.broker.addr, self.spec.load.topic, rec.cycle,
+                           choose_sample(acks, before_start_ns), acks)
 
 
 class Fault(abc.ABC):
@@ -273,6 +280,10 @@ class ExperimentResult:
             "duplicated": chk.duplicated if chk else None, "recovered": chk.recovered if chk else None,
             "unknown": chk.unknown if chk else None, "failed": chk.failed if chk else None,
             "unexpected": chk.unexpected if chk else None, "corrupted": v.corrupted if v else None,
+            "lookups_sampled": v.lookups.sampled if v and v.lookups else None,
+            "lookups_found": dict(v.lookups.found) if v and v.lookups else None,
+            "lookups_missed": v.lookups.missed_total if v and v.lookups else None,
+            "lookups_excused": sum(v.lookups.excused.values()) if v and v.lookups else None,
             "recovery_s_median": round(statistics.median(rec), 4) if rec else None,
             "recovery_s_max": round(max(rec), 4) if rec else None,
             "ok": self.ok, "violations": list(v.violations) if v else ([self.error] if self.error else []),
@@ -487,6 +498,7 @@ def _judge(result: ExperimentResult, workload: Workload | None) -> None:
     result.verdict = evaluate(spec.fault.value, spec.flush.value, result.check, result.cycles, workload.lost(),
                               workload.absent(), workload.record_size(), workload.spec.msg_size,
                               corrupted=len(workload.corrupted), unreachable=result.unreachable[1],
+                              lookups=[c.lookup for c in result.cycles if c.lookup is not None],
                               drain_complete=result.drain is not None
                               and result.drain.complete, drain_problems=result.drain.problems if result.drain
                               else ["no drain"], error=result.error)

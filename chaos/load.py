@@ -66,6 +66,7 @@ class Ack:
     commit_log_offset: int
     end_ns: int
     status: SendStatus
+    uniq_id: str = ""  # the client's msgId (UNIQ_KEY): what a lookup by id without an offsetMsgId queries
 
 
 @dataclass
@@ -170,6 +171,11 @@ class Workload:
             floor = max(floor, self.drained_min_offset)
         with self._lock:
             return {k: a for k, a in self.acks.items() if k not in self.drained and a.commit_log_offset >= floor}
+
+    def acked(self) -> dict[str, Ack]:
+        """A copy of the acknowledged sends so far."""
+        with self._lock:
+            return dict(self.acks)
 
     def lost(self) -> dict[str, Ack]:
         """Acknowledged keys never delivered to anyone: the checker's ``lost``."""
@@ -294,7 +300,7 @@ class Workload:
                 except MessageIdError:
                     phys = -1
                 with self._lock:
-                    self.acks.setdefault(key, Ack(phys, end, result.send_status))
+                    self.acks.setdefault(key, Ack(phys, end, result.send_status, result.msg_id))
                     self._ok_end_ns.append(end)
                     self.sent_ok += 1
                 return

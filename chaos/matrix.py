@@ -90,6 +90,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("lost", "lost"), ("lost_bytes", "lost B"), ("absent", "absent"), ("absent_bytes", "absent B"),
     ("window_bytes_max", "unflushed B (max)"),
     ("duplicated", "dup"), ("recovered", "recovered"), ("unexpected", "unexpected"),
+    ("lookups_sampled", "looked up"), ("lookups_missed", "lookup missed"), ("lookups_excused", "lookup lost"),
     ("recovery_s_median", "recovery s (med)"), ("recovery_s_max", "recovery s (max)"), ("verdict", "verdict"),
 )
 

@@ -28,6 +28,9 @@ Rules (the issue's "tox -e crash fails when ..."):
 5. The chaos accounting and the checker agree on the number of lost (never delivered) messages.
 6. No acknowledged message is in the commit log but unreachable through its consume queue (looked up by its
    commit-log offset after the drain missed it): whatever the fault, that is a broken index, not lost power.
+7. After each restart after a crash, every sampled acknowledged message is found by key, by UNIQ_KEY and by
+   offsetMsgId (chaos.lookups) — unless the final drain did not find it either: a message the crash took is
+   judged by rule 3, not here. A probe that could not run at all fails the verdict too.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
+
+from chaos.lookups import LookupCheck, LookupTotals, total
 
 FLUSH_TIMEOUT_STATUS = "FLUSH_DISK_TIMEOUT"
 
@@ -120,6 +125,7 @@ class Verdict:
     lost_log_bytes: int = 0
     lost_flush_timeout: int = 0
     per_crash: list[CrashLoss] = field(default_factory=list)
+    lookups: LookupTotals | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,7 +165,8 @@ def charge_to_crashes(lost: Mapping[str, AckLike], crashes: Sequence[CycleLike],
 def evaluate(fault: str, flush: str, check: CheckLike | None, cycles: Sequence[CycleLike],
              lost: Mapping[str, AckLike], absent: Mapping[str, AckLike], record_size: int, body_size: int, *,
              corrupted: int = 0, unreachable: int = 0, drain_complete: bool = True,
-             drain_problems: Sequence[str] = (), error: str | None = None) -> Verdict:
+             drain_problems: Sequence[str] = (), error: str | None = None,
+             lookups: Sequence[LookupCheck] = ()) -> Verdict:
     """Judge one experiment. ``fault`` is a FaultName value, ``flush`` SYNC_FLUSH or ASYNC_FLUSH; ``lost`` the
     acknowledged keys never delivered, ``absent`` those not in the broker at the end (rule 3)."""
     v: list[str] = []
@@ -217,8 +224,16 @@ def evaluate(fault: str, flush: str, check: CheckLike | None, cycles: Sequence[C
             if c.recovered_offset >= 0 and c.written_offset >= 0 and c.recovered_offset < c.written_offset:
                 v.append(f"kill9 cycle {c.cycle}: the log recovered to {c.recovered_offset}, before the written "
                          f"offset {c.written_offset} sampled before the kill")
+    looked = total(lookups, absent) if lookups else None
+    if looked is not None:
+        if looked.missed_total:
+            missed = ", ".join(f"{n} by {way}" for way, n in looked.missed.items() if n)
+            v.append(f"acknowledged messages still in the broker not found after recovery: {missed} "
+                     f"(e.g. {looked.examples[:3]})")
+        v.extend(f"lookup probe failed: {e}" for e in looked.errors)
     offsets = [a.commit_log_offset for a in absent.values()]
     return Verdict(ok=not v, violations=v, corrupted=corrupted, unreachable=unreachable, absent=len(absent),
                    absent_offsets=(min(offsets), max(offsets)) if offsets else None,
                    vanished=sum(1 for k in absent if k not in lost), absent_body_bytes=len(absent) * body_size,
-                   lost_log_bytes=lost_log_bytes, lost_flush_timeout=len(flush_timeouts), per_crash=per_crash)
+                   lost_log_bytes=lost_log_bytes, lost_flush_timeout=len(flush_timeouts), per_crash=per_crash,
+                   lookups=looked)

@@ -10,6 +10,7 @@ Format (StoreCheckpoint.java, 4.9.8), one OS page (4096 bytes), big-endian:
 | 24, 32 | (5.x: masterFlushedOffset, confirmPhyOffset; unused here)         |
 | 40     | physicMsgOffset     | ours: commit-log offset known durable             |
 | 48     | logicsMsgOffset     | ours: offset below which consume-queue units are durable |
+| 64     | index safe point    | ours: 56 bytes, ``IndexSafePoint`` (index_recovery.py) |
 
 The page is mmap'd and written in place; ``flush`` forces it to disk.
 
@@ -19,6 +20,9 @@ Offsets are exact, so they need no equivalent of getMinTimestamp's 3 s margin (w
 coarseness of times); the flush services note them only after the bytes are on disk. A RocketMQ
 checkpoint has zeros there, which means "unknown" and selects RocketMQ's own time-based rule;
 RocketMQ ignores the bytes. ``recover_from_checkpoint_offset = false`` selects 4.9.8's rule always.
+The index safe point at 64 does for the index what the offsets do for the log and the queues: RocketMQ
+persists only indexMsgTimestamp (the end of the last *full* index file) and destroys a newer file after a
+crash, which an offset-based replay would never rebuild (index_recovery.py).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import mmap
 import os
 import struct
 import threading
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -34,6 +39,27 @@ PAGE: Final = 4096
 _FIELDS: Final = struct.Struct(">qqq")
 _OFFSETS: Final = struct.Struct(">qq")
 _OFFSETS_AT: Final = 40
+_INDEX_SAFE: Final = struct.Struct(">qqqqqqii")
+_INDEX_SAFE_AT: Final = 64
+NO_INDEX_FILE: Final = 1  # safe point taken while no index file existed (real names are 17-digit dates)
+
+
+@dataclass(frozen=True)
+class IndexSafePoint:
+    """The index as it was durable at one moment: the header of the file being written then.
+
+    Every record below ``covered_offset`` that has keys is in the index files up to ``file_name``, and
+    every file before that one is on disk whole. ``file_name`` 0 (a RocketMQ checkpoint) means unknown.
+    """
+
+    file_name: int
+    covered_offset: int
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1
 
 
 class StoreCheckpoint:
@@ -51,6 +77,7 @@ class StoreCheckpoint:
         self.index_msg_timestamp = 0
         self.physic_msg_offset = 0
         self.logics_msg_offset = 0
+        self.index_safe_point: IndexSafePoint | None = None
         # Store time of the last consume-queue unit written (not yet flushed). RocketMQ keeps this in
         # logicsMsgTimestamp itself, so any checkpoint flush (e.g. the index flush thread's) persists
         # a time whose units may still be only in memory; after a power loss, recovery then starts too
@@ -63,6 +90,9 @@ class StoreCheckpoint:
                 self._mm, 0
             )
             self.physic_msg_offset, self.logics_msg_offset = _OFFSETS.unpack_from(self._mm, _OFFSETS_AT)
+            sp = IndexSafePoint(*_INDEX_SAFE.unpack_from(self._mm, _INDEX_SAFE_AT))
+            if sp.file_name > 0 and sp.covered_offset >= 0 and sp.index_count >= 1:
+                self.index_safe_point = sp
         self._lock = threading.Lock()
         self._closed = False
 
@@ -76,11 +106,21 @@ class StoreCheckpoint:
         with self._lock:
             self.logics_msg_offset = offset
 
+    def note_index_safe_point(self, sp: IndexSafePoint) -> None:
+        """The index is durable as ``sp`` describes (written to disk by the next ``flush``)."""
+        with self._lock:
+            self.index_safe_point = sp
+
     def clamp_offsets(self, max_offset: int) -> None:
         """After recovery truncated the log at ``max_offset``, no older promise may point past it."""
         with self._lock:
             self.physic_msg_offset = min(self.physic_msg_offset, max_offset)
             self.logics_msg_offset = min(self.logics_msg_offset, max_offset)
+            sp = self.index_safe_point
+            if sp is not None and sp.covered_offset > max_offset:
+                # The index is truncated at the log end too (IndexService.truncate_from) and a new safe
+                # point follows recovery; until then this one may not promise records past the end.
+                self.index_safe_point = replace(sp, covered_offset=max_offset)
 
     def is_valid(self) -> bool:
         """A checkpoint that existed and holds plausible (non-negative) times."""
@@ -107,6 +147,8 @@ class StoreCheckpoint:
             _FIELDS.pack_into(self._mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,
                               self.index_msg_timestamp)
             _OFFSETS.pack_into(self._mm, _OFFSETS_AT, self.physic_msg_offset, self.logics_msg_offset)
+            sp = self.index_safe_point
+            _INDEX_SAFE.pack_into(self._mm, _INDEX_SAFE_AT, *(astuple(sp) if sp is not None else (0,) * 8))
         os.fdatasync(self._fd)
 
     def shutdown(self) -> None:

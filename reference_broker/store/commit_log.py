@@ -654,13 +654,19 @@ class CommitLog:
 
         Our checkpoint extension (checkpoint.py): the offset below which the log and its consume-queue
         units were flushed. It is used only when it falls inside the log on a record boundary (or at
-        the end of the data); otherwise RocketMQ's time-based file choice applies. With
-        messageIndexSafe the time rule must also cover the index, so it always applies.
+        the end of the data); otherwise RocketMQ's time-based file choice applies. With the index on,
+        the offset is also capped by the index safe point's covered offset (index_recovery.py), which
+        is what makes messageIndexSafe's promise hold here too; with no safe point yet, the time rule.
         """
         cfg = self.config
-        if not cfg.recover_from_checkpoint_offset or (cfg.message_index_enable and cfg.message_index_safe):
+        if not cfg.recover_from_checkpoint_offset:
             return None
         offset = self.checkpoint.get_recover_offset()
+        if cfg.message_index_enable:
+            sp = self.checkpoint.index_safe_point
+            if sp is None:
+                return None
+            offset = min(offset, sp.covered_offset)
         if offset < 0 or offset < self.get_min_offset():
             return None
         files = self.mapped_file_queue.mapped_files
@@ -688,7 +694,13 @@ class CommitLog:
             return False
         if ts == 0:
             return False
-        if self.config.message_index_enable and self.config.message_index_safe:
+        cfg = self.config
+        # With no index safe point yet (a crash before the first thorough queue flush, or a checkpoint
+        # written before safe points existed) IndexService.load destroys the file being written, as 4.9.8
+        # does: the replay must then reach back over the index too, as with messageIndexSafe. (4.9.8 would
+        # lose the lookups of the records before the chosen file; deliberate difference, index_recovery.py.)
+        no_safe_point = cfg.recover_from_checkpoint_offset and self.checkpoint.index_safe_point is None
+        if cfg.message_index_enable and (cfg.message_index_safe or no_safe_point):
             min_ts = self.checkpoint.get_min_timestamp_index()
         else:
             min_ts = self.checkpoint.get_min_timestamp()

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from reference_broker.store.checkpoint import StoreCheckpoint
+from reference_broker.store.checkpoint import IndexSafePoint, StoreCheckpoint
 from reference_broker.store.commit_log import CommitLog
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
@@ -309,12 +309,15 @@ class FlushDiskWatcher(ServiceThread):
 
 class FlushConsumeQueueService(ServiceThread):
     def __init__(self, queues: Callable[[], Iterable[ConsumeQueue]], checkpoint: StoreCheckpoint,
-                 config: MessageStoreConfig, dispatched_offset: Callable[[], int] | None = None) -> None:
+                 config: MessageStoreConfig, dispatched_offset: Callable[[], int] | None = None,
+                 index_safe_point: Callable[[int], IndexSafePoint] | None = None) -> None:
         super().__init__("FlushConsumeQueueService")
         self.queues = queues
         self.checkpoint = checkpoint
         self.config = config
         self.dispatched_offset = dispatched_offset  # the reput position: units below it are written
+        # IndexService.take_safe_point: forces the index with the queues (index_recovery.py explains why).
+        self.index_safe_point = index_safe_point
         self._last_thorough_ms = 0  # lastFlushTimestamp starts at 0: the first round is thorough
 
     def do_flush(self, retry_times: int) -> None:
@@ -348,6 +351,12 @@ class FlushConsumeQueueService(ServiceThread):
                 self.checkpoint.logics_msg_timestamp = logics_ts
             if logics_offset > 0:
                 self.checkpoint.note_logics_offset(logics_offset)
+                if self.index_safe_point is not None:
+                    try:
+                        self.checkpoint.note_index_safe_point(self.index_safe_point(logics_offset))
+                    except (OSError, ValueError):
+                        # The old safe point stays: recovery replays from it (min with the other offsets).
+                        log.exception("index flush failed: the index safe point stays where it was")
             self.checkpoint.flush()
 
     def run(self) -> None:

@@ -30,6 +30,9 @@ Deliberate differences from RocketMQ:
 - A put that keeps failing on fresh files gives up after ``MAX_TRY_IDX_CREATE`` files instead of looping.
 - Background flushes of full files run in roll order (each waits for the one before), so
   checkpoint.indexMsgTimestamp never moves back and never covers a file that is not yet flushed.
+- After an abnormal exit with an index safe point in the checkpoint (recoverFromCheckpointOffset), the file
+  being written is cut back to the safe point instead of destroyed, and the replay adds what follows it
+  (index_recovery.py, index_safe_point.py). Without one, 4.9.8's rule applies.
 
 Kept as in RocketMQ: the first entry of a rolled file stores its timeDiff against the previous file's end
 timestamp (the header's begin at that moment), then begin is reset to the entry's own store time, so that
@@ -51,8 +54,10 @@ import numpy as np
 
 from reference_broker.common.java_hash import concat_hash_code, hash_codes, string_hash_code
 from reference_broker.common.message import KEY_SEPARATOR, TRANSACTION_ROLLBACK_TYPE, transaction_value
-from reference_broker.store.checkpoint import StoreCheckpoint
+from reference_broker.store import index_recovery
+from reference_broker.store.checkpoint import IndexSafePoint, StoreCheckpoint
 from reference_broker.store.dispatch import DispatchRequest
+from reference_broker.store.index_safe_point import IndexSafePoints
 from reference_broker.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
@@ -143,6 +148,49 @@ class IndexFile:
             if self._index_count <= 0:
                 self._index_count = 1
             self._mf.set_positions(self._entries_at + min(self._index_count, self.index_num) * INDEX_SIZE)
+
+    def safe_point(self, covered_offset: int) -> IndexSafePoint:
+        """The header as it is now, for a safe point (take it before ``flush``)."""
+        with self._lock:
+            return IndexSafePoint(int(self.path.name), covered_offset, self._begin_timestamp, self._end_timestamp,
+                                  self._begin_phy_offset, self._end_phy_offset, self._hash_slot_count,
+                                  self._index_count)
+
+    def cut_back(self, count: int, floor_phy: int) -> index_recovery.RepairReport:
+        """Keep entries ``1 .. count - 1`` only: mend the slots that name later ones (index_recovery)."""
+        count = max(1, min(count, self.index_num))
+        report = index_recovery.cut_back(self._mf.buf, self.hash_slot_num, self.index_num, count, floor_phy)
+        with self._lock:
+            self._index_count = count
+            self._write_header()
+        self._mf.set_positions(self._entries_at + count * INDEX_SIZE)
+        return report
+
+    def restore(self, sp: IndexSafePoint) -> index_recovery.RepairReport:
+        """Back to the header a safe point recorded: what was on disk then (after an abnormal exit)."""
+        with self._lock:
+            self._begin_timestamp, self._end_timestamp = sp.begin_timestamp, sp.end_timestamp
+            self._begin_phy_offset, self._end_phy_offset = sp.begin_phy_offset, sp.end_phy_offset
+            self._hash_slot_count = sp.hash_slot_count
+        return self.cut_back(sp.index_count, sp.end_phy_offset)
+
+    def truncate_from(self, phy_offset: int) -> bool:
+        """Drop the entries of records at or past ``phy_offset`` (the recovered log end); True if any."""
+        count = index_recovery.first_entry_at_or_past(self._mf.buf, self.hash_slot_num, self._index_count,
+                                                      phy_offset)
+        if count >= self._index_count:
+            return False
+        with self._lock:
+            if count > 1:
+                _h, phy, diff, _p = _ENTRY.unpack_from(self._mf.buf, self._entries_at + (count - 1) * INDEX_SIZE)
+                self._end_phy_offset = phy
+                # Entries keep whole seconds since begin: the end time reads back at most 1 s early.
+                self._end_timestamp = self._begin_timestamp + diff * 1000
+            else:  # no entry left: nothing is indexed, so build_index may skip nothing
+                self._begin_phy_offset = self._end_phy_offset = 0
+                self._begin_timestamp = self._end_timestamp = 0
+        self.cut_back(count, phy_offset)
+        return True
 
     @property
     def file_name(self) -> str:
@@ -382,7 +430,7 @@ def _human_time_name(now_ms: int) -> str:
     return time.strftime("%Y%m%d%H%M%S", time.localtime(now_ms // 1000)) + f"{now_ms % 1000:03d}"
 
 
-class IndexService:
+class IndexService(IndexSafePoints):
     """The ordered index files of one store, built by the dispatch thread and queried by any thread."""
 
     def __init__(
@@ -394,6 +442,7 @@ class IndexService:
         *,
         message_index_safe: bool = False,
         max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
+        safe_point_recovery: bool = False,
     ) -> None:
         self.store_path = store_root_index_dir  # {root}/index
         self.hash_slot_num = hash_slot_num
@@ -402,6 +451,11 @@ class IndexService:
         # Read by recovery (checkpoint.get_min_timestamp_index), not here: kept with the service it qualifies.
         self.message_index_safe = message_index_safe
         self.max_msgs_num_batch = max_msgs_num_batch
+        # Abnormal loads cut back to checkpoint.index_safe_point (index_recovery.py) rather than destroy
+        # the file being written; set with recoverFromCheckpointOffset, whose replay needs it.
+        self.safe_point_recovery = safe_point_recovery
+        self._durable: set[str] = set()  # full files whose final flush completed
+        self._dir_synced: set[str] = set()  # files whose directory entry a safe point made durable
         self.index_file_error = False  # RunningFlags.makeIndexFileError
         self.retry_interval_s = 1.0  # retryGetAndCreateIndexFile sleeps 1 s between attempts
         self._files: list[IndexFile] = []
@@ -410,13 +464,15 @@ class IndexService:
 
     # ---- loading -------------------------------------------------------------------------------
     def load(self, last_exit_ok: bool) -> bool:
-        """Map existing files in name order; after an abnormal exit drop those newer than the checkpoint.
+        """Map existing files in name order; after an abnormal exit cut back to the index safe point when
+        there is one (``_load_against``), else drop those newer than the checkpoint.
 
         A file whose end timestamp is past checkpoint.indexMsgTimestamp may not have been flushed
         whole; recovery re-dispatches its messages into a fresh file (IndexService.load).
         """
         if not self.store_path.is_dir():
             return True
+        sp = self.checkpoint.index_safe_point if self.safe_point_recovery and not last_exit_ok else None
         expected = index_file_size(self.hash_slot_num, self.index_num)
         for p in sorted(self.store_path.iterdir(), key=lambda q: q.name):
             if not p.is_file() or not p.name.isdigit():
@@ -438,6 +494,9 @@ class IndexService:
                 log.exception("load file %s error", p)
                 return False
             f.load()
+            if sp is not None:
+                self._load_against(f, sp)
+                continue
             if not last_exit_ok and f.end_timestamp > self.checkpoint.index_msg_timestamp:
                 f.destroy(0)
                 log.info("destroyed index file %s: end %d is past the checkpoint %d",
@@ -711,6 +770,7 @@ class IndexService:
         index_msg_timestamp = f.end_timestamp if f.is_write_full() else 0
         f.flush()
         if index_msg_timestamp > 0:
+            self._durable.add(f.file_name)
             self.checkpoint.index_msg_timestamp = index_msg_timestamp
             self.checkpoint.flush()
 

@@ -88,7 +88,8 @@ class MessageStore(StoreReads):
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self._cq_lock = threading.Lock()
         self.index_service = IndexService(config.store_path_index, config.max_hash_slot_num, config.max_index_num,
-                                          self.checkpoint, message_index_safe=config.message_index_safe)
+                                          self.checkpoint, message_index_safe=config.message_index_safe,
+                                          safe_point_recovery=config.recover_from_checkpoint_offset)
         self.running_flags = RunningFlags()
         self.delay_table_ms = config.delay_level_table_ms()
         self.reput = ReputMessageService(self.commit_log, self.do_dispatch, self.delay_table_ms)
@@ -106,7 +107,9 @@ class MessageStore(StoreReads):
         self.warm_service = WarmAheadService(self.commit_log.mapped_file_queue, config.commit_log_warm_ahead_bytes) \
             if config.commit_log_warm_ahead_bytes > 0 else None
         self.flush_cq_service = FlushConsumeQueueService(self.iter_consume_queues, self.checkpoint, config,
-                                                         lambda: self.reput.reput_from_offset)
+                                                         lambda: self.reput.reput_from_offset,
+                                                         self.index_service.take_safe_point
+                                                         if config.message_index_enable else None)
         self.clean_commit_log = CleanCommitLogService(config, self.commit_log, self.running_flags)
         self.clean_consume_queue = CleanConsumeQueueService(self.commit_log, self.iter_consume_queues,
                                                             self.index_service.delete_expired_file)
@@ -178,7 +181,14 @@ class MessageStore(StoreReads):
         if last_exit_ok:
             self.commit_log.recover_normally(max_phy_of_cq, self._truncate_logics)
         else:
-            self.commit_log.recover_abnormally(max_phy_of_cq, self.do_dispatch, self._truncate_logics)
+            end = self.commit_log.recover_abnormally(max_phy_of_cq, self.do_dispatch, self._truncate_logics)
+            # Entries of records the log lost go; then a fresh safe point, so that a second crash before
+            # the next flush round does not cut back to a header the truncation made stale. (Otherwise
+            # the old safe point stays true: the index was only appended to since.)
+            if (self.config.message_index_enable and self.index_service.safe_point_recovery
+                    and self.index_service.truncate_from(end)):
+                self.checkpoint.note_index_safe_point(self.index_service.take_safe_point(end))
+                self.checkpoint.flush()
         self._recover_topic_queue_table()
 
     def _recover_consume_queues(self) -> int:

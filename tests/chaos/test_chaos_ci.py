@@ -47,6 +47,11 @@ def test_short_matrix_cell(tmp_path, ledger, fault, flush):
     assert ledger.entries() == [], "the experiment left processes, mounts or loop devices behind"
     assert row["cycles"] == 2 and row["acknowledged"] > 0
     assert result.ok, row["violations"]
+    if fault in (FaultName.KILL9, FaultName.POWER_LOSS, FaultName.POWER_LOSS_TORN):
+        # Each restart after a crash looked acknowledged messages up by key, UNIQ_KEY and offsetMsgId.
+        probed = [c.lookup for c in result.cycles if c.cycle >= 0]
+        assert len(probed) == 2 and all(p is not None and p.error is None and p.sampled > 0 for p in probed)
+        assert row["lookups_sampled"] > 0 and row["lookups_missed"] == 0
 
 
 def test_matrix_cli_prints_json_and_passes_the_gate(tmp_path):

@@ -137,3 +137,67 @@ def test_never_delivered_counts_even_when_below_the_cleaned_floor():
     # disk fill: a message missing from the drain because cleaning deleted it is fine only if it was delivered
     v = judge("disk_fill", "ASYNC_FLUSH", [], lost={"k": Ack(10, 5)}, absent={})
     assert not v.ok and v.absent == 1
+
+
+# ---- rule 7: lookups by key and id after each restart (chaos.lookups) ---------------------------------------
+
+def lookup(cycle, sampled, missing=None, error=None):
+    from chaos.lookups import LookupCheck, Way
+
+    c = LookupCheck(cycle, sampled=sampled, error=error)
+    for way in Way:
+        keys = (missing or {}).get(way.value, [])
+        c.missing[way.value] = list(keys)
+        c.found[way.value] = sampled - len(keys)
+    return c
+
+
+def test_lookups_that_found_everything_pass_and_are_counted():
+    v = judge("kill9", "ASYNC_FLUSH", [crash(0, 100, 500, 900, recovered=900, kind="kill9")],
+              lookups=[lookup(0, 200), lookup(1, 150)])
+    assert v.ok
+    assert v.lookups is not None and v.lookups.sampled == 350
+    assert v.lookups.found == {"key": 350, "uniq": 350, "id": 350} and v.lookups.missed_total == 0
+
+
+def test_a_pullable_message_not_found_by_key_fails_the_verdict():
+    v = judge("kill9", "ASYNC_FLUSH", [crash(0, 100, 500, 900, recovered=900, kind="kill9")],
+              lookups=[lookup(0, 200, missing={"key": ["p0-1", "p0-2"], "uniq": ["p0-1"]})])
+    assert not v.ok
+    assert v.lookups is not None and v.lookups.missed == {"key": 2, "uniq": 1, "id": 0}
+    assert any("not found after recovery: 2 by key, 1 by uniq" in x for x in v.violations)
+
+
+def test_a_message_not_found_by_id_alone_fails_the_verdict():
+    v = judge("kill9", "SYNC_FLUSH", [crash(0, 100, 500, 900, recovered=900, kind="kill9")],
+              lookups=[lookup(0, 10, missing={"id": ["p0-7"]})])
+    assert not v.ok and v.lookups is not None and v.lookups.missed["id"] == 1
+
+
+def test_a_message_the_power_loss_took_is_not_a_lookup_miss():
+    """ASYNC_FLUSH + power loss: a key absent from the broker at the end is judged by the loss rules only."""
+    lost = {"p0-9": Ack(850, 50)}
+    v = judge("power_loss", "ASYNC_FLUSH", [crash(0, 100, 800, 900)], lost=lost,
+              lookups=[lookup(0, 200, missing={"key": ["p0-9"], "uniq": ["p0-9"], "id": ["p0-9"]})])
+    assert v.ok, v.violations
+    assert v.lookups is not None and v.lookups.missed_total == 0
+    assert v.lookups.excused == {"key": 1, "uniq": 1, "id": 1}
+
+
+def test_a_probe_that_could_not_run_fails_the_verdict():
+    v = judge("kill9", "ASYNC_FLUSH", [crash(0, 100, 500, 900, recovered=900, kind="kill9")],
+              lookups=[lookup(0, 200, error="ConnectionRefusedError: refused")])
+    assert not v.ok and any("lookup probe failed" in x for x in v.violations)
+
+
+def test_the_sample_spreads_over_the_run_and_keeps_the_newest():
+    from chaos.lookups import choose_sample
+
+    acks = {f"k{i:04d}": Ack(i * 100, i) for i in range(1000)}
+    acks["late"] = Ack(5, 2000)  # acknowledged after the cut: never sampled
+    acks["nooffset"] = Ack(-1, 3)  # no offset known: cannot be looked up by id
+    s = choose_sample(acks, before_ns=1500, limit=200, newest=50)
+    assert len(s) == 200 and len(set(s)) == 200
+    assert s[-50:] == [f"k{i:04d}" for i in range(950, 1000)]
+    assert s[0] == "k0000" and "late" not in s and "nooffset" not in s
+    assert choose_sample({k: acks[k] for k in ["k0001", "k0002"]}, 1500) == ["k0001", "k0002"]

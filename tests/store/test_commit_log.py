@@ -15,7 +15,7 @@ import pytest
 
 from reference_broker.common import message as mc
 from reference_broker.store import record as rec
-from reference_broker.store.checkpoint import StoreCheckpoint
+from reference_broker.store.checkpoint import NO_INDEX_FILE, IndexSafePoint, StoreCheckpoint
 from reference_broker.store.commit_log import CommitLog, MessageExtBatch
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.dispatch import DispatchRequest
@@ -378,6 +378,8 @@ def test_recover_abnormally_redispatches_after_checkpoint_file(new_log: LogFacto
     assert results[3].store_timestamp < file1_ts < results[8].store_timestamp - 50_000
     cl.checkpoint.physic_msg_timestamp = file1_ts + 3000
     cl.checkpoint.logics_msg_timestamp = file1_ts + 5000
+    # An index safe point exists (no offsets, though): the index needs nothing older than the time rule gives.
+    cl.checkpoint.note_index_safe_point(IndexSafePoint(NO_INDEX_FILE, 0))
     dispatched: list[DispatchRequest] = []
     end = cl.recover_abnormally(-1, dispatched.extend, lambda _o: None)
     assert end == results[-1].wrote_offset + 250 == cl.get_max_offset()
@@ -385,6 +387,16 @@ def test_recover_abnormally_redispatches_after_checkpoint_file(new_log: LogFacto
     assert [d.commit_log_offset for d in dispatched] == [r.wrote_offset for r in results[4:]]
     assert [d.consume_queue_offset for d in dispatched] == list(range(4, 12))
     assert all(d.success and d.msg_size == 250 and d.topic == "T" for d in dispatched)
+
+
+def test_recover_abnormally_without_an_index_safe_point_replays_the_whole_log(new_log: LogFactory) -> None:
+    """The index file being written is destroyed on such a load (IndexService.load, 4.9.8): rebuild it all."""
+    cl, results = abnormal_log(new_log)
+    cl.checkpoint.physic_msg_timestamp = results[4].store_timestamp + 3000
+    cl.checkpoint.logics_msg_timestamp = results[4].store_timestamp + 5000
+    dispatched: list[DispatchRequest] = []
+    cl.recover_abnormally(-1, dispatched.extend, lambda _o: None)
+    assert [d.commit_log_offset for d in dispatched] == [r.wrote_offset for r in results]
 
 
 def test_recover_abnormally_with_zero_checkpoint_scans_from_file_0(new_log: LogFactory) -> None:

@@ -21,7 +21,7 @@ first commit-log file, as on a long-running broker.
 After abnormal recovery (``load`` + ``start``): (a) every consume-queue unit points at a valid record
 of its queue with that queue offset; (b) the log holds exactly a prefix of what was written; (c) the
 prefix covers everything durable; (d) with nothing cut, everything acknowledged; (e) a put continues
-its queue; (f) with messageIndexSafe, every recovered message is found by its key; then a normal
+its queue; (f) every recovered message is found by its key; then a normal
 restart keeps exactly the same log.
 """
 
@@ -524,9 +524,10 @@ def recover_and_check(cfg: MessageStoreConfig, child: ChildResult, expected_k: i
         check_consume_queues(store, records)
         for m in records:
             check_readable(store, m)
-            if cfg.message_index_safe:  # (f) messageIndexSafe: the index was rebuilt for every recovered message
+            if cfg.message_index_enable:  # (f) every recovered message is found by its key, messageIndexSafe
+                # or not: the index is cut back to its safe point and the replay rebuilds the rest.
                 # A set: like RocketMQ (buildIndex skips offsets *below* the file's endPhyOffset), recovery
-                # indexes a full index file's last message again, so a query can return it twice.
+                # indexes the safe point's last message again, so a query can return it twice.
                 found = store.query_message(m.topic, m.keys, 64, 0, 2**62)
                 assert {x.commit_log_offset for x in found} == {m.commit_log_offset}, m.keys
         # (e) a put continues its queue at the next offset
