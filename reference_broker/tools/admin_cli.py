@@ -192,3 +192,16 @@ def broker_status(broker_addr: str, as_json: bool) -> None:
         width = max(map(len, table), default=0)
         for k in sorted(table):
             click.echo(f"{k.ljust(width)} : {table[k]}")
+
+
+@admin_cli.command("quarantineList")
+@click.option("-s", "--store-root", required=True, type=click.Path(file_okay=False),
+              help="The broker's storePathRootDir.")
+@_json
+def quarantine_list(store_root: str, as_json: bool) -> None:
+    """Commit-log bytes recovery cut and kept under {storePathRootDir}/quarantine (offline)."""
+    rows = admin.store_quarantine(store_root)
+    if not rows and not as_json:
+        click.echo(f"no quarantined files under {store_root}")
+        return
+    _emit(rows, as_json, ["name", "offset", "bytes", "intact_records", "reason", "path"])
