@@ -23,6 +23,7 @@ from reference_broker.store.status import GetMessageResult, GetMessageStatus
 log = logging.getLogger(__name__)
 
 TagsFilter = Callable[[int], bool]
+_NEVER = 1 << 63  # no commit-log offset reaches it
 
 
 class StoreReads:
@@ -204,6 +205,9 @@ class StoreReads:
             i = 0
             limit = min(buf.size, max_filter)
             unpack = _UNIT.unpack_from
+            intact = record_intact  # the read-side check (record_check.py), hoisted out of the loop
+            since = self.commit_log.prop_crc_since
+            require_from = since if since is not None and self.commit_log.verify_prop_crc else _NEVER
             while i < limit:
                 offset_py, size_py, tags_code = unpack(data, i)
                 max_phy_pulling = offset_py
@@ -226,7 +230,7 @@ class StoreReads:
                     next_phy_file_start = self.commit_log.roll_next_file(offset_py)
                     i += CQ_STORE_UNIT_SIZE
                     continue
-                if not self._served_intact(raw, offset_py):
+                if not intact(raw, require_from <= offset_py) and not self._served_intact(raw, offset_py):
                     # Skipped like a missing record, without jumping to the next file: the records after
                     # it are intact. The next begin offset moves past it.
                     if result.buffer_total_size == 0:
