@@ -189,3 +189,18 @@ def test_random_bytes_in_the_middle_of_a_cleanly_stopped_commit_log(tmp_path):
     intact = sum(r["intact_records"] for r in out.quarantine)
     assert intact > N // 4, f"only {intact} intact records quarantined"
     assert int(out.status["quarantinedIntactRecords"]) == intact
+
+
+def test_random_bytes_in_the_middle_with_the_abort_file_left(tmp_path):
+    """The same damage, but the store believes it crashed (abort file present): abnormal recovery starts at
+    the checkpoint's offset, past the damage, so nothing is cut; the damaged record stays in the log and its
+    consume-queue unit in place. 4.9.8 serves it with a bad body CRC; here no pull returns it (run_case checks
+    every message read), the consumer moves past it, and the broker counts it."""
+    def hurt(root: Path, end: int) -> int:
+        d = damage.garble_commit_log_middle(root, end, 64, random.Random(64))
+        (root / "abort").touch()
+        return int(Path(d.path).name) + d.start
+    out = run_case(tmp_path, hurt, crash=False)
+    assert "last shutdown abnormally" in out.log
+    assert out.quarantine == []
+    assert int(out.status["badRecordsSkipped"]) >= 1
