@@ -6,8 +6,11 @@ random bytes in the middle of a file, restarted.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,3 +320,23 @@ def test_record_intact_checks_body_and_whole_record_crc(tmp_path: Path, stores: 
     assert not record_intact(raw[:-1], False)
     no_crc = rec.strip_prop_crc(raw)  # not a record any more: its length no longer matches
     assert not record_intact(no_crc, False)
+
+
+# ---- the operator's view ----------------------------------------------------------------------------------
+
+def test_admin_quarantine_list_shows_the_cuts(tmp_path: Path, stores: Stores) -> None:
+    """``python -m reference_broker admin quarantineList -s <storePathRootDir>`` lists each cut (offline)."""
+    fill(stores, tmp_path)
+    damage_middle(tmp_path)
+    stores.open(config(tmp_path))
+    entries = list_quarantine(tmp_path)
+    assert entries
+    cmd = [sys.executable, "-m", "reference_broker", "admin", "quarantineList", "-s", str(tmp_path)]
+    rows = json.loads(subprocess.run([*cmd, "--json"], check=True, capture_output=True, text=True).stdout)
+    assert [(r["offset"], r["bytes"], r["intact_records"]) for r in rows] == [
+        (e.offset, e.bytes, e.intact_records) for e in entries]
+    assert all(Path(r["path"]).is_file() for r in rows)
+    table = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    assert all(e.name in table for e in entries)
+    empty = subprocess.run([*cmd[:-1], str(tmp_path / "nowhere")], check=True, capture_output=True, text=True)
+    assert "no quarantined files" in empty.stdout
