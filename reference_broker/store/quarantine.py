@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import time
 from dataclasses import dataclass
@@ -46,31 +47,34 @@ class IntactCount:
 
 
 # ---- sans-IO -------------------------------------------------------------------------------------------
-def count_intact(data: bytes, base_offset: int) -> IntactCount:
-    """Records in ``data`` (commit-log bytes from absolute ``base_offset``) that parse with a good BODYCRC
-    and carry their own offset in PHYSICALOFFSET: intact messages. After damage the next record boundary is
-    unknown, so it is searched for by magic code; the offset check rules out records quoted inside bodies."""
-    n = len(data)
+def count_intact(data: bytes | mmap.mmap, base_offset: int, start: int = 0, end: int | None = None) -> IntactCount:
+    """Records in ``data[start:end]`` (commit-log bytes, ``data[0]`` at absolute ``base_offset``) that parse
+    with a good BODYCRC and carry their own offset in PHYSICALOFFSET: intact messages. After damage the next
+    record boundary is unknown, so it is searched for by magic code; the offset check rules out records
+    quoted inside bodies. ``data`` may be a mapping: nothing is copied but the records themselves."""
+    with memoryview(data) as view:  # released on return: a mapping with a live view cannot be closed
+        return _count_intact(data, view, base_offset, start, len(data) if end is None else end)
+
+
+def _count_intact(data: bytes | mmap.mmap, view: memoryview, base_offset: int, start: int, n: int) -> IntactCount:
     records = total = 0
     first = -1
-    pos = 0
+    pos = start
     while pos < n:
-        p1 = data.find(_MAGIC, pos + 4)
-        p2 = data.find(_MAGIC_V2, pos + 4)
-        cands = [p for p in (p1, p2) if p >= 0]
+        cands = [p for p in (data.find(_MAGIC, pos + 4, n), data.find(_MAGIC_V2, pos + 4, n)) if p >= 0]
         if not cands:
             break
-        start = min(cands) - 4
-        while start < n:
-            req = rec.check_message_and_return_size(data, start, n, True)
-            if not req.success or req.msg_size <= 0 or req.commit_log_offset != base_offset + start:
+        at = min(cands) - 4
+        while at < n:
+            req = rec.check_message_and_return_size(view, at, n, True)
+            if not req.success or req.msg_size <= 0 or req.commit_log_offset != base_offset + at:
                 break
             records += 1
             total += req.msg_size
             if first < 0:
-                first = base_offset + start
-            start += req.msg_size
-        pos = start + 1 if start < n else n
+                first = base_offset + at
+            at += req.msg_size
+        pos = at + 1
     return IntactCount(records, total, first)
 
 
@@ -113,11 +117,13 @@ def data_end(mf: MappedFile, pos: int) -> int:
     return pos
 
 
-def _write_durably(path: Path, data: bytes) -> None:
+def _write_durably(path: Path, data: bytes | memoryview) -> None:
+    """Write, fsync, rename (a reader never sees a partial file under the final name)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            for lo in range(0, len(data), _CHUNK * 16):  # from the mapping, 16 MiB at a time: no copy of a file
+                f.write(data[lo : lo + _CHUNK * 16])
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -128,26 +134,27 @@ def _write_durably(path: Path, data: bytes) -> None:
 
 def _preserve_one(qdir: Path, root: Path, mf: MappedFile, pos: int, end: int, reason: str) -> qn.QuarantineEntry:
     offset = mf.file_from_offset + pos
-    data = bytes(mf.buf[pos:end])
-    intact = count_intact(data, offset)
+    intact = count_intact(mf.mm, mf.file_from_offset, pos, end)
+    size = end - pos
     now_ms = time.time_ns() // 1_000_000
     stem = qn.quarantine_stem(mf.file_name, offset, now_ms)
     try:
         source = str(mf.path.relative_to(root))
     except ValueError:
         source = str(mf.path)
-    entry = qn.QuarantineEntry(stem, source, offset, len(data), intact.records, intact.bytes,
+    entry = qn.QuarantineEntry(stem, source, offset, size, intact.records, intact.bytes,
                                intact.first_offset, now_ms, reason)
     bin_path = qdir / (stem + qn.BIN_SUFFIX)
     meta_path = qdir / (stem + qn.META_SUFFIX)
     try:
-        _write_durably(bin_path, data)
+        with mf.buf[pos:end] as data:  # released before recovery may unmap the file
+            _write_durably(bin_path, data)
         _write_durably(meta_path, json.dumps(entry.to_json(), sort_keys=True).encode())
     except OSError as e:
         bin_path.unlink(missing_ok=True)
         meta_path.unlink(missing_ok=True)
         raise QuarantineError(
-            f"cannot quarantine {len(data):,} bytes of {mf.path} from offset {offset} ({intact.records} intact "
+            f"cannot quarantine {size:,} bytes of {mf.path} from offset {offset} ({intact.records} intact "
             f"records) into {qdir}: {e}. Recovery refuses to cut them without a copy; free space under {qdir} "
             "(or copy the commit log away) and start again") from e
     return entry
