@@ -1,9 +1,10 @@
 """Recovery against deliberate damage, with the real broker process on a real store (chaos.damage).
 
 Each case: produce keyed messages, crash (SIGKILL) or stop the broker, damage the store, start the broker
-again. It must come up, serve only intact messages, serve every message that lies wholly before the damage
-(all of them when the commit log is untouched), accept and serve new messages, and say in its log what it
-truncated.
+again. It must come up, serve only intact messages (no pull returns a body that fails its CRC), serve every
+message that lies wholly before the damage (all of them when the commit log is untouched), accept and serve
+new messages, say in its log what it truncated, and keep whatever recovery cut from the commit log in the
+store's quarantine, byte for byte, as its runtime stats and ``admin quarantineList`` report.
 """
 
 from __future__ import annotations
