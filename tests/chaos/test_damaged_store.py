@@ -205,3 +205,31 @@ def test_random_bytes_in_the_middle_with_the_abort_file_left(tmp_path):
     assert "last shutdown abnormally" in out.log
     assert out.quarantine == []
     assert int(out.status["badRecordsSkipped"]) >= 1
+
+
+def test_a_broker_that_cannot_quarantine_refuses_to_start_and_cuts_nothing(tmp_path):
+    """The copy cannot be made (``quarantine`` is a plain file in the way, as a full disk would refuse it):
+    the broker exits with the reason in its log, the commit log is untouched; with the obstacle gone it
+    starts, quarantines and cuts."""
+    topo = topology(tmp_path / "topo")
+    try:
+        create_topic(topo)
+        produce(topo, 1000)
+        broker = topo.brokers[0]
+        end = int(admin.broker_status(broker.addr)["commitLogMaxOffset"])
+        assert broker.stop() == 0
+        damage.garble_commit_log_middle(broker.store_root, end, 64, random.Random(3))
+        snap = _snapshot(broker.store_root)
+        (broker.store_root / "quarantine").write_bytes(b"in the way")
+        mark = len(broker_log(topo))
+        with pytest.raises(LaunchError):
+            broker.start()
+        log = broker_log(topo)[mark:]
+        assert "the broker cannot start" in log and "refuses to cut" in log
+        assert _snapshot(broker.store_root) == snap
+        (broker.store_root / "quarantine").unlink()
+        broker.start()
+        rows = _check_quarantine(broker.store_root, snap, broker.addr)
+        assert rows and sum(r["intact_records"] for r in rows) > 0
+    finally:
+        topo.cleanup()
