@@ -1,6 +1,6 @@
 """This module owns deliberate damage to a stopped broker's store, for recovery tests beyond what the faults
-produce: truncated files, zeroed tails, random bytes in the last pages of the commit log and the consume
-queues, a missing or corrupt checkpoint, a missing ``abort`` after a crash.
+produce: truncated files, zeroed tails, random bytes in the last pages of the commit log (or in its middle) and the
+consume queues, a missing or corrupt checkpoint, a missing ``abort`` after a crash.
 
 Every function works on files only (the broker must not be running) and returns a description of what it
 changed, so a test can say what recovery had to cope with. Offsets are absolute commit-log offsets; the file
@@ -25,6 +25,7 @@ class DamageKind(enum.StrEnum):
     TRUNCATE_COMMIT_LOG = "truncate_commit_log"  # the newest commit-log file cut short (mid-record)
     ZERO_COMMIT_LOG_TAIL = "zero_commit_log_tail"  # the last bytes of written data zeroed
     GARBLE_COMMIT_LOG_TAIL = "garble_commit_log_tail"  # random bytes over the last pages of written data
+    GARBLE_COMMIT_LOG_MIDDLE = "garble_commit_log_middle"  # a few random bytes mid-file, intact records after
     TRUNCATE_CONSUME_QUEUE = "truncate_consume_queue"  # each queue's newest file cut short
     ZERO_CONSUME_QUEUE_TAIL = "zero_consume_queue_tail"  # each queue's last units zeroed
     GARBLE_CONSUME_QUEUE_TAIL = "garble_consume_queue_tail"  # random bytes over each queue's last page of units
@@ -93,6 +94,14 @@ def garble_commit_log_tail(store_root: Path, data_end: int, pages: int, rng: ran
     n = end_pos + 1 - start
     _write(path, start, rng.randbytes(n))
     return Damage(DamageKind.GARBLE_COMMIT_LOG_TAIL, str(path), start, n)
+
+
+def garble_commit_log_middle(store_root: Path, data_end: int, nbytes: int, rng: random.Random) -> Damage:
+    """``nbytes`` random bytes in the middle of the written data of the file holding ``data_end // 2``: one
+    damaged record (or two) with intact records after it, which recovery quarantines before it cuts."""
+    path, pos = locate(store_root, data_end // 2)
+    _write(path, pos, rng.randbytes(nbytes))
+    return Damage(DamageKind.GARBLE_COMMIT_LOG_MIDDLE, str(path), pos, nbytes)
 
 
 def last_unit_end(path: Path) -> int:

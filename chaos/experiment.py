@@ -6,8 +6,8 @@ A fault (kill9.py, power_loss.py, disk_fill.py, pause.py) is a ``Fault``: it may
 (``unsupported_reason``), provides the storage for the store and extra broker.conf keys, and performs one
 cycle at a time against the running ``Cell``. The run record gets meta.json (broker config, sysctl in force),
 events, metrics, faults.jsonl, check.json, and extra files the schema allows: ``chaos.json`` (the cycles,
-the verdict, the drain), ``client.log`` (the client library's warnings) and ``logs/`` (the broker's and the
-name server's logs: what recovery said it truncated).
+the verdict, the drain, what each recovery quarantined), ``client.log`` (the client library's warnings) and
+``logs/`` (the broker's and the name server's logs: what recovery said it truncated).
 """
 
 from __future__ import annotations
@@ -97,6 +97,12 @@ class CycleRecord:
     flushed_offset: int = -1  # commitLogFlushedOffset sampled right before the fault
     written_bound: int = -1  # max(written_offset, end of the last send acknowledged before the fault)
     recovered_offset: int = -1  # commitLogMaxOffset right after the restart
+    # What this restart's recovery cut and kept in {storePathRootDir}/quarantine (reference_broker's
+    # store/quarantine.py): none is expected after a kill -9, some after a torn power loss.
+    quarantined_files: int = 0
+    quarantined_bytes: int = 0
+    quarantined_intact_records: int = 0
+    quarantine_names: list[str] = field(default_factory=list)
     ok: bool = True
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -149,6 +155,7 @@ class Cell:
         self.rng = rng
         self.clock: WallClock = record.clock
         self.broker_started = time.monotonic()  # of the current broker process (the store's timers start there)
+        self._quarantined = {row["name"] for row in admin.store_quarantine(store_root)}
 
     def status(self) -> BrokerSample | None:
         return try_status(self.broker.addr, self.clock)
@@ -175,6 +182,15 @@ class Cell:
             time.sleep(0.005)
         rec.written_bound = self.written_bound(sample, self.clock.now_ns())
 
+    def note_quarantine(self, rec: CycleRecord) -> None:
+        """Record in ``rec`` the cuts the last recovery quarantined (new files in the store's quarantine)."""
+        new = [row for row in admin.store_quarantine(self.store_root) if row["name"] not in self._quarantined]
+        self._quarantined.update(row["name"] for row in new)
+        rec.quarantined_files += len(new)
+        rec.quarantined_bytes += sum(int(row["bytes"]) for row in new)
+        rec.quarantined_intact_records += sum(int(row["intact_records"]) for row in new)
+        rec.quarantine_names += [str(row["name"]) for row in new]
+
     def restart_after_crash(self, rec: CycleRecord) -> None:
         """Start the broker again on its store, time it, read the recovered end, let the producer go on."""
         t0 = time.monotonic()
@@ -191,6 +207,7 @@ class Cell:
         self.track(self.broker, "broker")
         after = self.status()
         rec.recovered_offset = after.max_offset if after is not None else -1
+        self.note_quarantine(rec)
         self.workload.release()
         self.record.add_fault(FaultKind.RESTART, self.broker.name, ts_ns=rec.restored_ns, cycle=rec.cycle,
                               recovery_s=round(rec.recovery_s, 4), recovered_offset=rec.recovered_offset)
@@ -284,6 +301,9 @@ class ExperimentResult:
             "lookups_found": dict(v.lookups.found) if v and v.lookups else None,
             "lookups_missed": v.lookups.missed_total if v and v.lookups else None,
             "lookups_excused": sum(v.lookups.excused.values()) if v and v.lookups else None,
+            "quarantined_files": sum(c.quarantined_files for c in self.cycles),
+            "quarantined_bytes": sum(c.quarantined_bytes for c in self.cycles),
+            "quarantined_intact_records": sum(c.quarantined_intact_records for c in self.cycles),
             "recovery_s_median": round(statistics.median(rec), 4) if rec else None,
             "recovery_s_max": round(max(rec), 4) if rec else None,
             "ok": self.ok, "violations": list(v.violations) if v else ([self.error] if self.error else []),
@@ -511,6 +531,8 @@ def _cycle_line(rec: CycleRecord) -> str:
         parts.append(f"unflushed {rec.window_bytes:,} B")
     if rec.recovery_s is not None:
         parts.append(f"restart {rec.recovery_s:.2f} s")
+    if rec.quarantined_files:
+        parts.append(f"quarantined {rec.quarantined_bytes:,} B ({rec.quarantined_intact_records} intact records)")
     if not rec.ok:
         parts.append(f"FAILED: {rec.error}")
     return ", ".join(parts)

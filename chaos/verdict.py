@@ -79,6 +79,12 @@ class CycleLike(Protocol):
     @property
     def window_bytes(self) -> int: ...
 
+    @property
+    def quarantined_bytes(self) -> int: ...
+
+    @property
+    def quarantined_intact_records(self) -> int: ...
+
 
 class AckLike(Protocol):
     @property
@@ -224,6 +230,12 @@ def evaluate(fault: str, flush: str, check: CheckLike | None, cycles: Sequence[C
             if c.recovered_offset >= 0 and c.written_offset >= 0 and c.recovered_offset < c.written_offset:
                 v.append(f"kill9 cycle {c.cycle}: the log recovered to {c.recovered_offset}, before the written "
                          f"offset {c.written_offset} sampled before the kill")
+            # No damage is injected by a kill: the only thing recovery may cut (and quarantine) is the one
+            # record being written when the process died. Intact records cut, or more than one record's
+            # bytes, mean the store itself damaged its log.
+            if c.quarantined_intact_records > 0 or c.quarantined_bytes > record_size:
+                v.append(f"kill9 cycle {c.cycle}: recovery quarantined {c.quarantined_bytes} bytes "
+                         f"({c.quarantined_intact_records} intact records) though no damage was injected")
     looked = total(lookups, absent) if lookups else None
     if looked is not None:
         if looked.missed_total:

@@ -46,6 +46,7 @@ from reference_broker.remoting.server import ConnectionContext, Handler, Remotin
 from reference_broker.store.clean import disk_partition_space_used_percent
 from reference_broker.store.config import ROCKETMQ_KEYS, BrokerRole, MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
+from reference_broker.store.quarantine import QuarantineError
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,11 @@ class BrokerController:
         for manager in (self.topic_config_manager, self.consumer_offset_manager, self.subscription_group_manager):
             if not manager.load():
                 raise BrokerStartError(f"cannot load {manager.config_file_path()}; see the log")
-        if not self.store.load():
+        try:
+            loaded = self.store.load()
+        except QuarantineError as e:  # recovery would have cut bytes it could not copy aside first
+            raise BrokerStartError(str(e)) from e
+        if not loaded:
             raise BrokerStartError("the message store failed to load; see the log")
         sched = ScheduleMessageService(self.store, self.message_store_config.store_path_root_dir)
         if not sched.load():

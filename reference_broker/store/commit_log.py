@@ -26,6 +26,7 @@ from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult, fsync_dir
+from reference_broker.store.quarantine import preserve_cut
 from reference_broker.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -602,7 +603,7 @@ class CommitLog:
             if not clean_end:
                 if valid < mf.file_size:
                     log.info("recover commit log: stop at %d in %s (%s)", process_offset, mf.file_name,
-                             "end of data" if self._is_zero_tail(mf, valid) else "damaged record, truncated")
+                             "end of data" if self._is_zero_tail(mf, valid) else "damaged record: cut after quarantine")
                 break
         return process_offset
 
@@ -621,7 +622,7 @@ class CommitLog:
             return 0
         index = max(0, len(files) - 3)
         process_offset = self._recover_from(index, self.config.check_crc_on_recover, None)
-        self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics)
+        self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics, "normal recovery")
         return process_offset
 
     def recover_abnormally(self, max_phy_offset_of_cq: int, dispatch: Callable[[list[DispatchRequest]], None],
@@ -646,7 +647,7 @@ class CommitLog:
                     break
             log.info("recover abnormally from file %s", files[index].file_name)
         process_offset = self._recover_from(index, self.config.check_crc_on_recover, dispatch, start_pos)
-        self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics)
+        self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics, "abnormal recovery")
         return process_offset
 
     def _checkpoint_recover_start(self) -> tuple[int, int] | None:
@@ -707,9 +708,12 @@ class CommitLog:
         return ts <= min_ts
 
     def _finish_recovery(self, process_offset: int, max_phy_offset_of_cq: int,
-                         truncate_logics: Callable[[int], None]) -> None:
-        self._clamp_prop_crc_since(process_offset)
+                         truncate_logics: Callable[[int], None], reason: str) -> None:
         mfq = self.mapped_file_queue
+        # Deliberate difference (quarantine.py): what the cut below removes is first copied aside; raises
+        # QuarantineError, with nothing cut, when the copy cannot be made.
+        preserve_cut(list(mfq.mapped_files), process_offset, self.config.store_path_root_dir, reason)
+        self._clamp_prop_crc_since(process_offset)
         mfq.flushed_where = process_offset
         mfq.truncate_dirty_files(process_offset)
         self.checkpoint.clamp_offsets(process_offset)

@@ -95,6 +95,8 @@ class ConsumeQueue:
                 break
         self.max_physic_offset = max_ext
         self.mapped_file_queue.flushed_where = process_offset
+        # No quarantine here (unlike the commit log's cut, quarantine.py): units are derived data, which
+        # dispatch rebuilds from the commit log; nothing a producer sent is lost with them.
         self.mapped_file_queue.truncate_dirty_files(process_offset)
 
     def _scan_units(self, mf: MappedFile) -> tuple[int, int]:
@@ -328,7 +330,10 @@ class ConsumeQueue:
 
     # ---- truncation and cleaning -------------------------------------------------------------------
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
-        """Drop units pointing at or past ``phy_offset`` (ConsumeQueue.truncateDirtyLogicFiles)."""
+        """Drop units pointing at or past ``phy_offset`` (ConsumeQueue.truncateDirtyLogicFiles).
+
+        What this drops is not quarantined (quarantine.py keeps the commit log's cuts): units are derived
+        data, rebuilt from the commit log by dispatch."""
         mfq = self.mapped_file_queue
         while True:
             mf = mfq.get_last_mapped_file()

@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from reference_broker.common import message as mc
+from reference_broker.common.quarantine_names import totals
 from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.clean import (
@@ -43,6 +44,7 @@ from reference_broker.store.flush import (
 )
 from reference_broker.store.index_file import IndexService
 from reference_broker.store.message_store_reads import StoreReads
+from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.reput import ReputMessageService
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
 from reference_broker.store.warm import WarmAheadService
@@ -603,6 +605,7 @@ class MessageStore(StoreReads):
     # ---- housekeeping ---------------------------------------------------------------------------
     def get_runtime_info(self) -> dict[str, str]:
         cl = self.commit_log
+        q = totals(list_quarantine(self.config.store_path_root_dir))
         return {
             "commitLogMinOffset": str(cl.get_min_offset()),
             "commitLogMaxOffset": str(cl.get_max_offset()),
@@ -615,6 +618,12 @@ class MessageStore(StoreReads):
             "writeable": str(self.running_flags.is_writeable()).lower(),
             "pageCacheLockTimeMills": str(int(time.time() * 1000) - cl.begin_time_in_lock
                                           if cl.begin_time_in_lock else 0),
+            # Not RocketMQ keys: what recovery cut and kept aside (quarantine.py), and records not served
+            # because their CRC failed (record_check.py).
+            "quarantinedFiles": str(q.files),
+            "quarantinedBytes": str(q.bytes),
+            "quarantinedIntactRecords": str(q.intact_records),
+            "badRecordsSkipped": str(self.bad_records_skipped),
         }
 
     @property

@@ -17,11 +17,13 @@ from reference_broker.store.config import BrokerRole, MessageStoreConfig
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
 from reference_broker.store.consume_queue import UNIT as _UNIT
 from reference_broker.store.index_file import IndexService, QueryOffsetResult
+from reference_broker.store.record_check import record_intact
 from reference_broker.store.status import GetMessageResult, GetMessageStatus
 
 log = logging.getLogger(__name__)
 
 TagsFilter = Callable[[int], bool]
+_NEVER = 1 << 63  # no commit-log offset reaches it
 
 
 class StoreReads:
@@ -30,6 +32,20 @@ class StoreReads:
     index_service: IndexService
     running_flags: RunningFlags
     _shutdown: bool
+    # Records not served because their checksums failed (record_check.py); a metric in the runtime stats.
+    bad_records_skipped: int = 0
+
+    def _served_intact(self, raw: bytes, offset: int) -> bool:
+        """The record at ``offset`` may be served: its checksums hold. Otherwise it is counted and logged,
+        and the caller skips it like a missing message (not in RocketMQ 4.9.8: record_check.py)."""
+        cl = self.commit_log
+        since = cl.prop_crc_since
+        if record_intact(raw, cl.verify_prop_crc and since is not None and offset >= since):
+            return True
+        self.bad_records_skipped += 1
+        log.error("commit-log record at offset %d (%d bytes) fails its CRC: not served (skipped; %d so far)",
+                  offset, len(raw), self.bad_records_skipped)
+        return False
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
         raise NotImplementedError
@@ -84,7 +100,8 @@ class StoreReads:
             return None
 
     def select_one_message_by_offset(self, commit_log_offset: int, size: int = -1) -> bytes | None:
-        """The raw record at ``commit_log_offset``; its TOTALSIZE field gives the size when not given."""
+        """The raw record at ``commit_log_offset``; its TOTALSIZE field gives the size when not given. None
+        when it cannot be read or fails its CRC (never served: record_check.py)."""
         if size < 0:
             head = self.commit_log.read_bytes(commit_log_offset, 4)
             if head is None:
@@ -92,7 +109,10 @@ class StoreReads:
             size = int.from_bytes(head, "big", signed=True)
             if size <= 0:
                 return None
-        return self.commit_log.read_bytes(commit_log_offset, size)
+        raw = self.commit_log.read_bytes(commit_log_offset, size)
+        if raw is None or not self._served_intact(raw, commit_log_offset):
+            return None
+        return raw
 
     def look_message_by_msg_id(self, offset_msg_id: str) -> rec.MessageExt | None:
         """VIEW_MESSAGE_BY_ID: decode the offsetMsgId, then read at its offset (MessageIdError if bad)."""
@@ -185,6 +205,9 @@ class StoreReads:
             i = 0
             limit = min(buf.size, max_filter)
             unpack = _UNIT.unpack_from
+            intact = record_intact  # the read-side check (record_check.py), hoisted out of the loop
+            since = self.commit_log.prop_crc_since
+            require_from = since if since is not None and self.commit_log.verify_prop_crc else _NEVER
             while i < limit:
                 offset_py, size_py, tags_code = unpack(data, i)
                 max_phy_pulling = offset_py
@@ -205,6 +228,13 @@ class StoreReads:
                     if result.buffer_total_size == 0:
                         result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     next_phy_file_start = self.commit_log.roll_next_file(offset_py)
+                    i += CQ_STORE_UNIT_SIZE
+                    continue
+                if not intact(raw, require_from <= offset_py) and not self._served_intact(raw, offset_py):
+                    # Skipped like a missing record, without jumping to the next file: the records after
+                    # it are intact. The next begin offset moves past it.
+                    if result.buffer_total_size == 0:
+                        result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     i += CQ_STORE_UNIT_SIZE
                     continue
                 result.messages.append(raw)

@@ -10,12 +10,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from reference_broker.common.quarantine_names import BIN_SUFFIX, QUARANTINE_DIR
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request, json_loads
 from reference_broker.store import record as rec
+from reference_broker.store.quarantine import list_quarantine
 
 
 class AdminError(RuntimeError):
@@ -209,3 +212,15 @@ def broker_status(broker_addr: str) -> dict[str, str]:
     resp = _invoke(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
     table: dict[str, str] = json_loads(resp.body).get("table", {})
     return table
+
+
+def store_quarantine(store_root: str | Path) -> list[dict[str, Any]]:
+    """The quarantined cuts of a store, read from its directory (offline: no broker needed; the broker's
+    runtime stats give the totals as quarantinedFiles / quarantinedBytes / quarantinedIntactRecords)."""
+    root = Path(store_root)
+    rows = []
+    for e in list_quarantine(root):
+        row = e.to_json()
+        row["path"] = str(root / QUARANTINE_DIR / (e.name + BIN_SUFFIX))
+        rows.append(row)
+    return rows

@@ -222,3 +222,16 @@ def check_store(store_dir: Path, index_slots: int | None, index_num: int | None,
         for line in render_text(report):
             click.echo(line)
     sys.exit(report.exit_code)
+
+
+@admin_cli.command("quarantineList")
+@click.option("-s", "--store-root", required=True, type=click.Path(file_okay=False),
+              help="The broker's storePathRootDir.")
+@_json
+def quarantine_list(store_root: str, as_json: bool) -> None:
+    """Commit-log bytes recovery cut and kept under {storePathRootDir}/quarantine (offline)."""
+    rows = admin.store_quarantine(store_root)
+    if not rows and not as_json:
+        click.echo(f"no quarantined files under {store_root}")
+        return
+    _emit(rows, as_json, ["name", "offset", "bytes", "intact_records", "reason", "path"])

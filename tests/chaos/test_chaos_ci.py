@@ -46,6 +46,10 @@ def test_short_matrix_cell(tmp_path, ledger, fault, flush):
     assert (result.run_dir / "faults.jsonl").exists() and (result.run_dir / "check.json").exists()
     assert ledger.entries() == [], "the experiment left processes, mounts or loop devices behind"
     assert row["cycles"] == 2 and row["acknowledged"] > 0
+    # What each recovery quarantined is recorded (and judged: chaos.verdict fails a kill -9 cell on one).
+    recorded = json.loads((result.run_dir / "chaos.json").read_text())
+    assert all("quarantined_bytes" in c and "quarantined_intact_records" in c for c in recorded["cycles"])
+    assert recorded["summary"]["quarantined_files"] == sum(c["quarantined_files"] for c in recorded["cycles"])
     assert result.ok, row["violations"]
     if fault in (FaultName.KILL9, FaultName.POWER_LOSS, FaultName.POWER_LOSS_TORN):
         # Each restart after a crash looked acknowledged messages up by key, UNIQ_KEY and offsetMsgId.

@@ -19,6 +19,8 @@ class Cyc:
     recovered_offset: int = -1
     ok: bool = True
     error: str | None = None
+    quarantined_bytes: int = 0
+    quarantined_intact_records: int = 0
 
     @property
     def window_bytes(self) -> int:
@@ -201,3 +203,19 @@ def test_the_sample_spreads_over_the_run_and_keeps_the_newest():
     assert s[-50:] == [f"k{i:04d}" for i in range(950, 1000)]
     assert s[0] == "k0000" and "late" not in s and "nooffset" not in s
     assert choose_sample({k: acks[k] for k in ["k0001", "k0002"]}, 1500) == ["k0001", "k0002"]
+
+
+def test_a_kill9_quarantine_of_intact_records_fails_the_gate_a_torn_power_loss_one_does_not():
+    """A kill injects no damage: recovery may cut (and quarantine) at most the record being written. Intact
+    records in the quarantine fail a kill -9 cell; after a torn power loss the same is only recorded."""
+    torn_last = crash(0, 100, 500, 900, recovered=900, kind="kill9")
+    torn_last.quarantined_bytes = REC - 10
+    assert judge("kill9", "ASYNC_FLUSH", [torn_last]).ok
+    for bytes_, intact in ((REC * 3, 2), (REC + 1, 0), (50, 1)):
+        c = crash(0, 100, 500, 900, recovered=900, kind="kill9")
+        c.quarantined_bytes, c.quarantined_intact_records = bytes_, intact
+        v = judge("kill9", "SYNC_FLUSH", [c])
+        assert not v.ok and any("quarantined" in x for x in v.violations), (bytes_, intact)
+    torn = crash(0, 100, 500, 900)
+    torn.quarantined_bytes, torn.quarantined_intact_records = REC * 40, 30
+    assert judge("power_loss_torn", "SYNC_FLUSH", [torn]).ok

@@ -11,6 +11,7 @@ import pytest
 
 from reference_broker.store import record as rec
 from reference_broker.store.message_store import MessageStore
+from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.status import GetMessageStatus, PutMessageResult
 from tests.store.store_helpers import (
     TOPIC,
@@ -173,12 +174,14 @@ def test_recover_damaged_last_message_with_abort_default_config_damage_before_ch
     assert dispatched == []  # recovery started at the end of the flushed data: nothing re-scanned
     assert store.get_max_phy_offset() == end  # not truncated
     assert store.get_max_offset_in_queue(RECOVER_TOPIC, 0) == second_last_cq + 1
-    # Its consume-queue unit stays and the damaged bytes are served as stored; they do not decode.
-    res = store.get_message("G", RECOVER_TOPIC, 0, second_last_cq, 32)
-    assert res.status is GetMessageStatus.FOUND and res.queue_offsets == [second_last_cq]
-    assert res.messages == [damaged]
+    # Its consume-queue unit stays, but the damaged bytes (they do not decode) are never served: the pull
+    # skips them like a missing message and moves past (record_check.py; 4.9.8 serves them as stored).
     with pytest.raises(rec.RecordError):
-        rec.decode_message(res.messages[0])
+        rec.decode_message(damaged)
+    res = store.get_message("G", RECOVER_TOPIC, 0, second_last_cq, 32)
+    assert res.status is GetMessageStatus.MESSAGE_WAS_REMOVING and res.messages == []
+    assert res.next_begin_offset == second_last_cq + 1
+    assert store.look_message_by_offset(second_last_phy) is None
     # New records follow it.
     nxt = put_ok(store, make_msg("next", topic=RECOVER_TOPIC))
     assert nxt.append is not None
@@ -258,8 +261,10 @@ def test_normal_recovery_leaves_damage_before_the_last_three_files(tmp_path: Pat
     assert (tmp_path / "commitlog" / f"{0:020d}").read_bytes() == damaged_file  # untouched
     assert victim.append is not None
     res = store.get_message("G", RECOVER_TOPIC, 0, victim.append.logics_offset, 1)
-    with pytest.raises(rec.RecordError):
-        rec.decode_message(res.messages[0])  # served as stored
+    # Not served (4.9.8 serves it as stored): the pull skips it and gives the next record.
+    assert res.queue_offsets == [victim.append.logics_offset + 1]
+    assert [rec.decode_message(m, check_crc=True).body for m in res.messages] == [
+        f"r{victim.append.logics_offset + 1:04d}".encode()]
     res = store.get_message("G", RECOVER_TOPIC, 0, 39, 1)
     assert [rec.decode_message(m, check_crc=True).body for m in res.messages] == [b"r0039"]
 
@@ -277,6 +282,12 @@ def test_normal_recovery_truncates_damage_in_the_third_file_from_the_end(tmp_pat
     assert store.get_max_phy_offset() == victim.append.wrote_offset
     assert store.get_max_offset_in_queue(RECOVER_TOPIC, 0) == victim.append.logics_offset
     assert len(store.commit_log.mapped_file_queue.mapped_files) == files - 2  # the later files are gone
+    # ... after their bytes were copied into the quarantine (quarantine.py): the damaged record's file from
+    # the record on, and the two later files.
+    cut = list_quarantine(tmp_path)
+    assert [e.offset for e in sorted(cut, key=lambda e: e.offset)] == [
+        victim.append.wrote_offset, (files - 2) * 1024, (files - 1) * 1024]
+    assert sum(e.intact_records for e in cut) >= 40 - victim.append.logics_offset - 1
     assert sorted(p.name for p in (tmp_path / "commitlog").iterdir()) == [f"{i * 1024:020d}" for i in range(files - 2)]
     kept = store.get_message("G", RECOVER_TOPIC, 0, victim.append.logics_offset - 1, 32)
     assert [rec.decode_message(m, check_crc=True).body for m in kept.messages] == [
