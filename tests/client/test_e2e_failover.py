@@ -5,6 +5,7 @@ one before, and a broker that is gone (SIGKILL) is skipped within one send."""
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 
 import pytest
@@ -68,6 +69,14 @@ def cached_route_producer(cfg, topic: str, **kw) -> Producer:
     producer = Producer(f"PG_{topic}", "", client_config=cfg(poll_name_server_interval_s=3600.0), **kw)
     producer.start()
     assert len({mq.broker_name for mq in producer.fetch_publish_message_queues(topic)}) == 2
+    # The instance's first route refresh runs 10 ms after start (startScheduledTask); had it run after a test's
+    # permission change reached the name server, the route would already lack the refusing broker. A marker
+    # task scheduled later on the same one-thread scheduler has run only once that refresh is done.
+    refreshed = threading.Event()
+    instance = producer._instance
+    assert instance is not None
+    instance.scheduler.schedule(0.02, refreshed.set)
+    assert refreshed.wait(30)
     return producer
 
 
