@@ -82,6 +82,9 @@ def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--in-flight", type=click.IntRange(min=1), default=32, show_default=True,
                      help="Sends in flight at most."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+        click.option("--check-each-recovery", is_flag=True,
+                     help="After each recovery from a crash, stop the broker cleanly, run admin checkStore on its "
+                          "store and start it again (the check always runs at the cell's end)."),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -109,10 +112,12 @@ def main() -> None:
 
 
 def _single(fault: FaultName, flush: str, profile: str, cycles: int, runs_dir: Path, work_dir: Path | None,
-            seed: int | None, gap: str, msg_size: int, in_flight: int, as_json: bool, quick: bool = False) -> None:
+            seed: int | None, gap: str, msg_size: int, in_flight: int, as_json: bool, check_each_recovery: bool,
+            quick: bool = False) -> None:
     spec = ExperimentSpec(fault=fault, flush=_flushes(flush)[0], cycles=cycles, profile=_profiles(profile)[0],
                           runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
-                          load=LoadSpec(msg_size=msg_size, in_flight=in_flight), command=tuple(sys.argv))
+                          load=LoadSpec(msg_size=msg_size, in_flight=in_flight), command=tuple(sys.argv),
+                          check_each_recovery=check_each_recovery)
     result = run_experiment(spec, make_fault(fault, quick=quick), log=_progress(as_json))
     _print_results([result], as_json, runs_dir)
     sys.exit(EXIT_OK if result.ok else EXIT_GATE)
@@ -172,11 +177,12 @@ def pause(**kw: Any) -> None:
 @common_options
 def matrix(flush: str, faults: str, profiles: str, gate: bool, require_all: bool, quick: bool, cycles: int,
            runs_dir: Path, work_dir: Path | None, seed: int | None, gap: str, msg_size: int, in_flight: int,
-           as_json: bool) -> None:
+           as_json: bool, check_each_recovery: bool) -> None:
     """Run every flush mode x fault x profile against fresh stores; print the summary table."""
     spec = MatrixSpec(flushes=_flushes(flush), faults=_faults(faults), profiles=_profiles(profiles), cycles=cycles,
                       runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
-                      load=LoadSpec(msg_size=msg_size, in_flight=in_flight), quick=quick, command=tuple(sys.argv))
+                      load=LoadSpec(msg_size=msg_size, in_flight=in_flight), quick=quick, command=tuple(sys.argv),
+                      check_each_recovery=check_each_recovery)
     results = run_matrix(spec, log=_progress(as_json))
     _print_results(results, as_json, runs_dir)
     if gate:

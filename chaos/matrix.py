@@ -48,6 +48,7 @@ class MatrixSpec:
     load: LoadSpec = field(default_factory=LoadSpec)
     quick: bool = False
     command: tuple[str, ...] | None = None
+    check_each_recovery: bool = False
 
     def cells(self) -> list[ExperimentSpec]:
         out = []
@@ -59,7 +60,8 @@ class MatrixSpec:
                     n += 1
                     out.append(ExperimentSpec(fault=fault, flush=flush, cycles=self.cycles, profile=profile,
                                               runs_dir=self.runs_dir, work_dir=self.work_dir, seed=seed,
-                                              gap_s=self.gap_s, load=self.load, command=self.command))
+                                              gap_s=self.gap_s, load=self.load, command=self.command,
+                                              check_each_recovery=self.check_each_recovery))
         return out
 
 

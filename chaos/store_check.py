@@ -4,8 +4,9 @@ last fault and the drain is done, the broker is stopped cleanly (SIGTERM) and it
 verdict (the ``--gate``): whatever the fault, recovery must leave a store whose every record, unit and index
 entry is sound.
 
-Only at the cell's end, not after each recovery: the check needs a store nobody writes, and between faults the
-load is running (pausing it and stopping the broker each cycle would change the experiment).
+At the cell's end always; after each recovery from a crash with ``--check-each-recovery`` (``tox -e crash``):
+the check needs a store nobody writes, so the broker, its sends held, is stopped cleanly, checked and started
+again, which adds a clean restart to every cycle.
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ def check_store_at_cell_end(broker: BrokerProcess, store_root: Path, conf: Mappi
     return {"broker_running_at_end": was_alive, "broker_exit_code": code, **report.summary()}
 
 
-def apply_store_check(verdict: Verdict, summary: Mapping[str, Any] | None) -> None:
+def apply_store_check(verdict: Verdict, summary: Mapping[str, Any] | None, when: str = "at the end") -> None:
     """Fail the verdict when the check found problems (or could not read the store)."""
     if summary is None or summary.get("exit_code") == 0:
         return
     totals = ", ".join(f"{k} {n}" for k, n in summary.get("problem_totals", {}).items())
     first = "; ".join(summary.get("problems", [])[:3])
-    verdict.violations.append(f"store check at the end: {summary.get('outcome')} ({totals}): {first}")
+    verdict.violations.append(f"store check {when}: {summary.get('outcome')} ({totals}): {first}")
     verdict.ok = False

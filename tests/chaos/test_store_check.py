@@ -39,5 +39,8 @@ def test_cell_end_check_stops_the_broker_and_gates_the_verdict(tmp_path: Path) -
         assert not v.ok
         assert v.violations == [f"store check at the end: problems (commitlog-record 1): commitlog/{path.name} @ 0: "
                                 "body CRC mismatch"]
+        after_recovery = Verdict(ok=True, violations=[])
+        apply_store_check(after_recovery, summary, "after the recovery of cycle 3")
+        assert after_recovery.violations[0].startswith("store check after the recovery of cycle 3: problems")
     finally:
         topo.cleanup()
