@@ -33,9 +33,10 @@ both so a handler turns either into that answer in one place.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
-from reference_broker.remoting.command import RemotingCommand
+from reference_broker.remoting.command import INT32_MAX, INT32_MIN, RemotingCommand
 
 # SendMessageRequestHeaderV2.createSendMessageRequestHeaderV1: single-letter keys keep the hot header small.
 SEND_V2_KEYS: Final = {
@@ -102,16 +103,36 @@ def str_of(fields: dict[str, str], name: str) -> str:
     return value
 
 
+# The numeric header fields RocketMQ declares ``Integer`` (SendMessageRequestHeader, PullMessageRequestHeader,
+# ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader, QueryMessageRequestHeader, ... in 4.9.8), with the
+# V2 letters of the send header; every other number is a ``Long``. decodeCommandCustomHeader parses them with
+# Integer.parseInt / Long.parseLong, so a value out of its type's range is refused like a non-number.
+INT_FIELDS: Final = frozenset({
+    "queueId", "sysFlag", "flag", "reconsumeTimes", "defaultTopicQueueNums", "maxReconsumeTimes", "maxMsgNums",
+    "delayLevel", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "maxNum",
+    *(SEND_V1_KEYS[k] for k in ("defaultTopicQueueNums", "queueId", "sysFlag", "flag", "reconsumeTimes",
+                                "maxReconsumeTimes")),
+})
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+# Long.parseLong's syntax: an optional sign and decimal digits (Character.digit accepts any Unicode digit, as
+# \d does); Python's int() would also take surrounding blanks and '_' separators.
+_JAVA_INTEGER: Final = re.compile(r"[+-]?\d{1,40}")
+
+
 def int_of(fields: dict[str, str], name: str, default: int | None = None) -> int:
     value = fields.get(name)
     if value is None:
         if default is not None:
             return default
         raise BadRequest(f"the custom field <{name}> is null")
-    try:
-        return int(value)
-    except ValueError:
-        raise BadRequest(f"the custom field <{name}> is not a number: {value!r}") from None
+    if not _JAVA_INTEGER.fullmatch(value):
+        raise BadRequest(f"the custom field <{name}> is not a number: {value[:64]!r}")
+    number = int(value)
+    lo, hi = (INT32_MIN, INT32_MAX) if name in INT_FIELDS else (INT64_MIN, INT64_MAX)
+    if not lo <= number <= hi:
+        raise BadRequest(f"the custom field <{name}> is out of range [{lo}, {hi}]: {value[:64]!r}")
+    return number
 
 
 def field(cmd: RemotingCommand, name: str) -> str:

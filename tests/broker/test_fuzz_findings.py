@@ -1,0 +1,61 @@
+"""Defects the broker fuzzer (harness/fuzz.py) found, each pinned by a processor-level test on an in-process
+controller (no socket): bad input is refused with an error code and never raises, wedges or persists."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from reference_broker.remoting.codes import ResponseCode
+from reference_broker.remoting.headers import BadRequest, int_of
+from tests.broker.broker_helpers import FakeConn, make_controller, pull_request, send_request
+from tests.broker.test_processors import answer
+
+
+@pytest.fixture
+def broker(tmp_path):
+    loop = asyncio.new_event_loop()
+    controller = make_controller(tmp_path)
+    loop.run_until_complete(controller.start(listen=False))
+    controller.answer = lambda processor, cmd: loop.run_until_complete(
+        asyncio.wait_for(answer(processor, FakeConn(), cmd), 20))
+    yield controller
+    loop.run_until_complete(controller.shutdown())
+    loop.close()
+
+
+# ---- numbers past their Java type (fuzz seed 1, cases 53, 64, 232, 398) -----------------------------------
+@pytest.mark.parametrize("key,value", [
+    ("flag", "2147483648"), ("sysFlag", "9223372036854775807"), ("reconsumeTimes", "-2147483649"),
+    ("bornTimestamp", "9223372036854775808"), ("bornTimestamp", "-9223372036854775809"),
+    ("queueId", "4294967296"),
+])
+def test_a_send_with_a_number_past_its_type_is_refused_not_raised(broker, key, value):
+    resp = broker.answer(broker.send_processor, send_request("T", b"x", **{key: value}))
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "out of range" in resp.remark  # the header check, not the server's safety net ("error: ...")
+
+
+def test_a_send_with_numbers_at_their_limits_is_stored(broker):
+    resp = broker.answer(broker.send_processor, send_request(
+        "T", b"x", flag="2147483647", bornTimestamp="9223372036854775807", reconsumeTimes="2147483647"))
+    assert resp.code == ResponseCode.SUCCESS
+
+
+def test_a_pull_with_a_queue_offset_past_a_long_is_refused(broker):
+    cmd = pull_request("T", 0, 0)
+    cmd.ext_fields["queueOffset"] = str(2**64)
+    resp = broker.answer(broker.pull_processor, cmd)
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "out of range" in resp.remark
+
+
+@pytest.mark.parametrize("text", [" 1", "1 ", "1_000", "0x10", "1e3", "", "+", "9" * 5000])
+def test_header_numbers_follow_java_parse_long(text):
+    with pytest.raises(BadRequest):
+        int_of({"queueOffset": text}, "queueOffset")
+
+
+@pytest.mark.parametrize("text,number", [("+5", 5), ("-0", 0), ("\u0663", 3), ("-2147483648", -(2**31))])
+def test_header_numbers_java_accepts(text, number):
+    assert int_of({"queueId": text}, "queueId") == number
