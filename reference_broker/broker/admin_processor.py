@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from reference_broker.broker.subscription_group import group_from_json, group_to_json
-from reference_broker.broker.topic_config import TopicConfig, validate_topic
+from reference_broker.broker.topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
 from reference_broker.remoting.headers import BadRequest, field, int_field
@@ -117,7 +117,13 @@ class AdminProcessor:
                                    f"queue nums must be in [1, 1024], got read {read_q} write {write_q}")
         if perm < 0 or perm > 15:
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"perm must be in [0, 15], got {perm}")
-        tc = TopicConfig(topic, read_q, write_q, perm, cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
+        filter_type = cmd.ext_fields.get("topicFilterType", "SINGLE_TAG")
+        if filter_type not in TOPIC_FILTER_TYPES:
+            # CreateTopicRequestHeader.getTopicFilterTypeEnum: TopicFilterType.valueOf throws, so the request
+            # fails before anything is stored. Stored, the value made topics.json unloadable at the next start.
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR,
+                                   f"No enum constant org.apache.rocketmq.common.TopicFilterType.{filter_type}")
+        tc = TopicConfig(topic, read_q, write_q, perm, filter_type,
                          int_field(cmd, "topicSysFlag", 0), cmd.ext_fields.get("order", "false") == "true")
         b.topic_config_manager.update_topic_config(tc)
         return create_response(cmd, ResponseCode.SUCCESS)

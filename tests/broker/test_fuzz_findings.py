@@ -7,7 +7,9 @@ import asyncio
 
 import pytest
 
-from reference_broker.remoting.codes import ResponseCode
+from reference_broker.broker.topic_config import TopicConfigManager
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import create_request
 from reference_broker.remoting.headers import BadRequest, int_of
 from tests.broker.broker_helpers import FakeConn, make_controller, pull_request, send_request
 from tests.broker.test_processors import answer
@@ -59,3 +61,26 @@ def test_header_numbers_follow_java_parse_long(text):
 @pytest.mark.parametrize("text,number", [("+5", 5), ("-0", 0), ("\u0663", 3), ("-2147483648", -(2**31))])
 def test_header_numbers_java_accepts(text, number):
     assert int_of({"queueId": text}, "queueId") == number
+
+
+# ---- a topic the broker could not load again (fuzz seed 1: the restart after SIGTERM failed) ---------------
+def _create_topic(**extra):
+    fields = {"topic": "Created", "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4",
+              "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false", **extra}
+    return create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+
+
+@pytest.mark.parametrize("extra", [{"topicFilterType": "a\x00b"}, {"topicFilterType": ""},
+                                   {"topicSysFlag": str(2**63)}])
+def test_update_topic_refuses_what_topics_json_could_not_load(broker, tmp_path, extra):
+    resp = broker.answer(broker.admin_processor, _create_topic(**extra))
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "Created" not in broker.topic_config_manager.topic_config_table
+    broker.topic_config_manager.persist()
+    assert TopicConfigManager(tmp_path).load()  # the next start can read the table back
+
+
+def test_update_topic_with_a_valid_filter_type_is_stored(broker):
+    resp = broker.answer(broker.admin_processor, _create_topic(topicFilterType="MULTI_TAG"))
+    assert resp.code == ResponseCode.SUCCESS
+    assert broker.topic_config_manager.topic_config_table["Created"].topic_filter_type == "MULTI_TAG"
