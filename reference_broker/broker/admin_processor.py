@@ -6,6 +6,7 @@ lookups by key and by offset, runtime info, all consumer and delay offsets.
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING, Any
 
 from reference_broker.broker.subscription_group import group_from_json, group_to_json
@@ -14,6 +15,7 @@ from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
 from reference_broker.remoting.headers import BadRequest, field, int_field
 from reference_broker.remoting.server import ConnectionContext
+from reference_broker.store import record as rec
 
 if TYPE_CHECKING:
     from reference_broker.broker.controller import BrokerController
@@ -95,7 +97,7 @@ class AdminProcessor:
         if code == RequestCode.VIEW_MESSAGE_BY_ID:
             offset = int_field(cmd, "offset")
             raw = store.select_one_message_by_offset(offset)
-            if raw is None:
+            if raw is None or not _is_record_at(raw, offset):
                 return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
             return create_response(cmd, ResponseCode.SUCCESS, body=raw)
         return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported")
@@ -153,6 +155,22 @@ class AdminProcessor:
             if raw is not None:
                 parts.append(raw)
         return create_response(cmd, ResponseCode.SUCCESS, None, ext, b"".join(parts))
+
+
+def _is_record_at(raw: bytes, offset: int) -> bool:
+    """Whether ``raw`` is the message record that starts at commit-log ``offset``: its magic code and its own
+    PHYSICALOFFSET field say so. Deliberately stricter than RocketMQ, whose selectOneMessageByOffset returns
+    whatever the four bytes at an arbitrary offset claim as a size (up to a frame no client can read)."""
+    if len(raw) < rec.FIXED_PART_V4:
+        return False
+    magic, = _INT.unpack_from(raw, 4)
+    phys, = _LONG.unpack_from(raw, _PHYS_POS)
+    return magic in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2) and phys == offset
+
+
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+_PHYS_POS = 28  # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG (4 bytes each), QUEUEOFFSET (8), PHYSICALOFFSET
 
 
 def _json(body: bytes) -> Any:

@@ -11,6 +11,7 @@ from reference_broker.broker.topic_config import TopicConfigManager
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
 from reference_broker.remoting.headers import BadRequest, int_of
+from reference_broker.store.record import decode_messages
 from tests.broker.broker_helpers import FakeConn, make_controller, pull_request, send_request
 from tests.broker.test_processors import answer
 
@@ -84,3 +85,18 @@ def test_update_topic_with_a_valid_filter_type_is_stored(broker):
     resp = broker.answer(broker.admin_processor, _create_topic(topicFilterType="MULTI_TAG"))
     assert resp.code == ResponseCode.SUCCESS
     assert broker.topic_config_manager.topic_config_table["Created"].topic_filter_type == "MULTI_TAG"
+
+
+# ---- VIEW_MESSAGE_BY_ID at an offset that is not a record's start (fuzz seed 2, cases 4666 and 4741) -------
+def test_view_by_id_inside_a_record_is_not_found(broker):
+    marker = b"\x00\x00\x01\x00"  # read as a TOTALSIZE: 256 bytes, a plausible record
+    first = broker.answer(broker.send_processor, send_request("T", marker * 8))
+    for _ in range(3):
+        broker.answer(broker.send_processor, send_request("T", b"filler" * 50))
+    phy = broker.store.look_message_by_msg_id(first.ext_fields["msgId"]).commit_log_offset
+    inside = phy + broker.store.select_one_message_by_offset(phy).index(marker)
+    view = create_request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(inside)})
+    resp = broker.answer(broker.admin_processor, view)
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "can not find message" in resp.remark
+    ok = broker.answer(broker.admin_processor, create_request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phy)}))
+    assert ok.code == ResponseCode.SUCCESS and decode_messages(ok.body)[0].body == marker * 8
