@@ -383,8 +383,11 @@ class CaseGenerator:
             one_code = pick_code() if rng.random() < 0.5 else None
             frames = tuple(self.frame(rng, one_code if one_code is not None else pick_code(), opaque + i, True)
                            for i in range(n))
-            # no held pulls in a flood: its answers are awaited together
-            frames = tuple(f for f in frames if f.hold_s <= 1.0)
+            # No held pulls in a flood (its answers are awaited together), and mostly no malformed frames,
+            # which would cut it short: one ends the burst in a third of the floods.
+            frames = tuple(f for f in frames if f.hold_s <= 1.0 and f.expect is Expect.RESPONSE)
+            if rng.random() < 0.3:
+                frames += (self._garbage(rng, opaque + n),)
             return Case(index, CaseKind.FLOOD, f"flood x{len(frames)}", frames)
         code = pick_code()
         f = self.frame(rng, code, opaque)

@@ -158,11 +158,13 @@ def verify_acked(port: int, acked: list[Acked], settle_s: float = 10.0) -> list[
         if len(missing) > 20:
             problems.append(f"... {len(missing)} acknowledged messages not pullable in all")
         end_ts = str(time.time_ns() // 10**6 + 3_600_000)
+        # One settling window for all lookups (dispatch builds the index after the acknowledgement): past it,
+        # each lookup is tried once, so a broken index costs one request per message, not settle_s each.
+        deadline = time.monotonic() + settle_s
         for a in acked:
             if len(problems) > 60:
                 problems.append("(further lookups skipped)")
                 break
-            deadline = time.monotonic() + settle_s
             while True:
                 r = c.invoke(create_request(RequestCode.QUERY_MESSAGE, {
                     "topic": PROBE_TOPIC, "key": a.key, "maxNum": "32", "beginTimestamp": "0",
