@@ -154,6 +154,7 @@ class Fuzzer:
         self.conn: _Conn | None = None
         self.lingering: list[_Lingering] = []
         self.parked: list[_Conn] = []
+        self.timeline: list[tuple[float, int, str]] = []  # (time.monotonic() at start, case index, label)
 
     # -- the loop
     def run(self, indexes: Iterable[int]) -> None:
@@ -167,6 +168,7 @@ class Fuzzer:
                 self.report.violate(ViolationKind.BROKER_DIED, f"the broker exited with {rc}", index - 1)
                 break
             case = self.gen.case(index)
+            self.timeline.append((time.monotonic(), index, case.label))
             self.report.cases += 1
             self.report.case_kinds[case.kind.value] += 1
             try:
@@ -180,6 +182,12 @@ class Fuzzer:
                 self.progress(f"{self.report.cases:,} cases, {self.report.frames_tried:,} frames, "
                               f"violations {dict(self.report.violation_counts)}")
         self._finish_lingering()
+
+    def in_flight(self, start: float, end: float, before: int = 3) -> list[str]:
+        """The cases that ran while the probe was stalled from ``start`` to ``end`` (and a few just before)."""
+        first = next((i for i, (t, _, _) in enumerate(self.timeline) if t >= start), len(self.timeline))
+        chosen = [e for e in self.timeline[max(0, first - before):] if e[0] <= end][:12]
+        return [f"case {index} ({label})" for _, index, label in chosen]
 
     def close(self) -> None:
         self._drop_conn()
@@ -408,11 +416,14 @@ def run_fuzz(options: FuzzOptions, progress: Callable[[str], None] = lambda line
         finally:
             fuzzer.close()
             stats = probe.stop()
-        report.probe = {**stats.to_json(), "limit_ms": round(options.probe_limit_s * 1000)}
+        report.probe = {**stats.to_json(), "limit_ms": round(options.probe_limit_s * 1000),
+                        "cases_around_worst_stall": fuzzer.in_flight(stats.worst_started,
+                                                                     stats.worst_started + stats.worst_stall_s)}
         if stats.over_limit:
             report.violate(ViolationKind.PROBE_STALL, f"{stats.over_limit} probe rounds over "
                            f"{options.probe_limit_s:.1f} s; worst {stats.worst_stall_s * 1000:.0f} ms at "
-                           f"{stats.worst_at_s:.0f} s into the run")
+                           f"{stats.worst_at_s:.0f} s into the run, around "
+                           f"{', '.join(report.probe['cases_around_worst_stall'])}")
         for failure in stats.failures[:10]:
             report.violate(ViolationKind.PROBE_FAILED, failure)
 

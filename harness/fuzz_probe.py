@@ -37,6 +37,7 @@ class ProbeStats:
     rounds: int = 0
     worst_stall_s: float = 0.0
     worst_at_s: float = 0.0  # seconds into the run when the worst round started
+    worst_started: float = 0.0  # time.monotonic() when it started (to find the fuzz cases in flight)
     over_limit: int = 0
     failures: list[str] = field(default_factory=list)
     acked: list[Acked] = field(default_factory=list)
@@ -104,6 +105,7 @@ class Probe:
             self.stats.rounds += 1
             if took > self.stats.worst_stall_s:
                 self.stats.worst_stall_s, self.stats.worst_at_s = took, started - self._t0
+                self.stats.worst_started = started
             if took > self.limit_s:
                 self.stats.over_limit += 1
             n += 1
