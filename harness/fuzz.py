@@ -422,7 +422,8 @@ def run_fuzz(options: FuzzOptions, progress: Callable[[str], None] = lambda line
         if stats.over_limit:
             report.violate(ViolationKind.PROBE_STALL, f"{stats.over_limit} probe rounds over "
                            f"{options.probe_limit_s:.1f} s; worst {stats.worst_stall_s * 1000:.0f} ms at "
-                           f"{stats.worst_at_s:.0f} s into the run, around "
+                           f"{stats.worst_at_s:.0f} s into the run (longest without an answer "
+                           f"{stats.longest_unanswered_s:.1f} s), around "
                            f"{', '.join(report.probe['cases_around_worst_stall'])}")
         for failure in stats.failures[:10]:
             report.violate(ViolationKind.PROBE_FAILED, failure)

@@ -38,6 +38,9 @@ class ProbeStats:
     worst_stall_s: float = 0.0
     worst_at_s: float = 0.0  # seconds into the run when the worst round started
     worst_started: float = 0.0  # time.monotonic() when it started (to find the fuzz cases in flight)
+    # The longest time without a successful round: a wedged broker makes every round time out after 5 s,
+    # so the worst round alone would understate a wedge of minutes.
+    longest_unanswered_s: float = 0.0
     over_limit: int = 0
     failures: list[str] = field(default_factory=list)
     acked: list[Acked] = field(default_factory=list)
@@ -45,6 +48,7 @@ class ProbeStats:
     def to_json(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "worst_stall_ms": round(self.worst_stall_s * 1000, 1),
                 "worst_at_s": round(self.worst_at_s, 1), "over_limit": self.over_limit,
+                "longest_unanswered_ms": round(self.longest_unanswered_s * 1000, 1),
                 "acked": len(self.acked), "failures": self.failures[:20]}
 
 
@@ -90,12 +94,14 @@ class Probe:
     def _run(self) -> None:
         client: RemotingClient | None = None
         n = 0
+        last_ok = time.monotonic()
         while not self._stop.is_set():
             started = time.monotonic()
             try:
                 if client is None:
                     client = RemotingClient("127.0.0.1", self.port, timeout_s=max(5.0, 3 * self.limit_s))
-                self._round(client, f"probe-{self.run_id}-{n}")
+                if self._round(client, f"probe-{self.run_id}-{n}"):
+                    last_ok = time.monotonic()
             except (RemotingError, OSError, ValueError) as exc:
                 self._fail(f"round {n} at {started - self._t0:.1f}s: {exc!r}")
                 if client is not None:
@@ -108,6 +114,7 @@ class Probe:
                 self.stats.worst_started = started
             if took > self.limit_s:
                 self.stats.over_limit += 1
+            self.stats.longest_unanswered_s = max(self.stats.longest_unanswered_s, time.monotonic() - last_ok)
             n += 1
             self._stop.wait(max(0.0, PROBE_PERIOD_S - took))
         if client is not None:
@@ -117,22 +124,25 @@ class Probe:
         if len(self.stats.failures) < 100:
             self.stats.failures.append(text)
 
-    def _round(self, client: RemotingClient, key: str) -> None:
+    def _round(self, client: RemotingClient, key: str) -> bool:
+        """One send + pull; True when both succeeded."""
         uniq = self._ids.create()
         resp = client.invoke(_send_request(key, uniq))
         if resp.code != ResponseCode.SUCCESS:
             self._fail(f"send {key}: code {resp.code} {resp.remark}")
-            return
+            return False
         acked = Acked(key, uniq, resp.ext_fields.get("msgId", ""), int(resp.ext_fields.get("queueOffset", "-1")))
         self.stats.acked.append(acked)
         suspend_ms = max(100, int(self.limit_s * 1000))
         got = client.invoke(_pull_request(acked.queue_offset, suspend_ms), timeout_s=suspend_ms / 1000 + 5)
         if got.code != ResponseCode.SUCCESS:
             self._fail(f"pull {key} at offset {acked.queue_offset}: code {got.code} {got.remark}")
-            return
+            return False
         msgs = rec.decode_messages(got.body)
         if not msgs or msgs[0].properties.get(mc.PROPERTY_KEYS) != key:
             self._fail(f"pull {key} at offset {acked.queue_offset}: got another message")
+            return False
+        return True
 
 
 def verify_acked(port: int, acked: list[Acked], settle_s: float = 10.0) -> list[str]:

@@ -139,7 +139,8 @@ class FuzzReport:
             "  codes seen: " + ", ".join(f"{k} {n:,}" for k, n in self.codes_seen.most_common()),
             "  outcomes:   " + ", ".join(f"{k} {n:,}" for k, n in self.outcomes.most_common()),
             f"  probe: {probe.get('rounds', 0):,} rounds, worst stall {probe.get('worst_stall_ms', 0):.0f} ms"
-            f" at {probe.get('worst_at_s', 0):.0f} s, {probe.get('over_limit', 0)} over the limit,"
+            f" at {probe.get('worst_at_s', 0):.0f} s, longest without an answer"
+            f" {probe.get('longest_unanswered_ms', 0):.0f} ms, {probe.get('over_limit', 0)} over the limit,"
             f" {probe.get('acked', 0):,} acknowledged",
         ]
         for check in self.store_checks:
