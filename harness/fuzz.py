@@ -41,6 +41,7 @@ SLOW_BYTE_INTERVAL_S: Final = 1.0
 MAX_LINGERING: Final = 6  # half-open and slowloris connections open at once
 MAX_PARKED: Final = 20  # long-held pulls parked on their own connections
 PARK_OVER_S: Final = 20.0  # a pull the broker may hold longer than this is parked, not awaited
+REPLAY_OBSERVE_S: Final = 15.0  # the probe runs on after replayed cases (delay level 3 is 10 s)
 FLOOD_FRAME_MAX: Final = 64 * 1024  # larger frames are left out of floods (their count multiplies)
 
 # Small files, as the test suite uses (RocketMQ's 1 GiB commit-log files are reserved on disk up front).
@@ -413,6 +414,8 @@ def run_fuzz(options: FuzzOptions, progress: Callable[[str], None] = lambda line
         fuzzer = Fuzzer(broker, options, report, progress)
         try:
             fuzzer.run(options.cases if options.cases else _count_from(0))
+            if options.cases:
+                time.sleep(REPLAY_OBSERVE_S)  # a replay is short: give the probe time to see a wedge
         finally:
             fuzzer.close()
             stats = probe.stop()
