@@ -87,8 +87,19 @@ def group_from_json(obj: Any) -> SubscriptionGroupConfig:
         want_bool = _FIELD_TYPES[attr] in ("bool", bool)
         if want_bool != isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"group {cfg.group_name}: bad {key} {v!r}")
+        # SubscriptionGroupConfig declares these int (the broker ids long); fastjson refuses a number past the
+        # field's type. Accepted, a retryQueueNums past an int gave a retry queue id no record can hold, and
+        # the delay level that later delivered the send-back failed on it forever.
+        lo, hi = _LONG_RANGE if key in _LONG_KEYS else _INT_RANGE
+        if not want_bool and not lo <= v <= hi:
+            raise ValueError(f"group {cfg.group_name}: {key} {v} out of range [{lo}, {hi}]")
         setattr(cfg, attr, v)
     return cfg
+
+
+_LONG_KEYS = frozenset({"brokerId", "whichBrokerWhenConsumeSlowly"})
+_INT_RANGE = (-(2**31), 2**31 - 1)
+_LONG_RANGE = (-(2**63), 2**63 - 1)
 
 
 class SubscriptionGroupManager(ConfigManager):

@@ -4,6 +4,7 @@ controller (no socket): bad input is refused with an error code and never raises
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -100,3 +101,24 @@ def test_view_by_id_inside_a_record_is_not_found(broker):
     assert resp.code == ResponseCode.SYSTEM_ERROR and "can not find message" in resp.remark
     ok = broker.answer(broker.admin_processor, create_request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phy)}))
     assert ok.code == ResponseCode.SUCCESS and decode_messages(ok.body)[0].body == marker * 8
+
+
+# ---- a subscription group whose retry queues overflow an int (fuzz seed 11: a delay level failed forever) ----
+def _update_group(**values):
+    obj = {"groupName": "G", "consumeEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0,
+           **values}
+    return create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(obj).encode())
+
+
+@pytest.mark.parametrize("values", [{"retryQueueNums": 2**31}, {"retryMaxTimes": -(2**31) - 1},
+                                    {"brokerId": 2**63}])
+def test_update_group_refuses_numbers_past_their_java_type(broker, values):
+    resp = broker.answer(broker.admin_processor, _update_group(**values))
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "out of range" in resp.remark
+    assert "G" not in broker.subscription_group_manager.subscription_group_table
+
+
+def test_update_group_at_the_limits_is_stored(broker):
+    resp = broker.answer(broker.admin_processor, _update_group(retryQueueNums=2**31 - 1, brokerId=2**63 - 1))
+    assert resp.code == ResponseCode.SUCCESS
+    assert broker.subscription_group_manager.subscription_group_table["G"].retry_queue_nums == 2**31 - 1

@@ -3,6 +3,7 @@ sockets, and a restart where the defect was about what the broker stored."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -74,3 +75,10 @@ def test_a_bad_topic_filter_type_is_refused_and_the_broker_starts_again(topo):
     broker.start()  # LaunchError if topics.json cannot be loaded
     with _client(topo) as c:
         assert c.invoke(send_request("FuzzFindings", b"after restart")).code == ResponseCode.SUCCESS
+
+
+def test_a_group_with_retry_queues_past_an_int_is_refused(topo):
+    body = json.dumps({"groupName": "FuzzWideRetry", "retryQueueNums": 2**31, "retryMaxTimes": 16}).encode()
+    with _client(topo) as c:
+        resp = c.invoke(create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "out of range" in resp.remark
