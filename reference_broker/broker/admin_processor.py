@@ -58,7 +58,7 @@ class AdminProcessor:
             tcm = b.topic_config_manager
             return create_response(cmd, ResponseCode.SUCCESS, body=tcm.encode().encode())
         if code == RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
-            cfg = group_from_json(_json(cmd.body))
+            cfg = group_from_json(_json(cmd.body), check_ranges=True)
             b.subscription_group_manager.update_subscription_group_config(cfg)
             return create_response(cmd, ResponseCode.SUCCESS)
         if code == RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG:

@@ -76,7 +76,9 @@ def group_to_json(cfg: SubscriptionGroupConfig) -> dict[str, Any]:
     return {k: getattr(cfg, attr) for k, attr in sorted(_JSON_KEYS.items())}
 
 
-def group_from_json(obj: Any) -> SubscriptionGroupConfig:
+def group_from_json(obj: Any, check_ranges: bool = False) -> SubscriptionGroupConfig:
+    """A group from its JSON; ``check_ranges`` (a request's body) also refuses numbers past their Java type.
+    Loading a stored table does not, so a table an older broker stored with such a value still loads."""
     if not isinstance(obj, dict) or not isinstance(obj.get("groupName"), str):
         raise ValueError("subscription group must be an object with a string groupName")
     cfg = SubscriptionGroupConfig(obj["groupName"])
@@ -91,7 +93,7 @@ def group_from_json(obj: Any) -> SubscriptionGroupConfig:
         # field's type. Accepted, a retryQueueNums past an int gave a retry queue id no record can hold, and
         # the delay level that later delivered the send-back failed on it forever.
         lo, hi = _LONG_RANGE if key in _LONG_KEYS else _INT_RANGE
-        if not want_bool and not lo <= v <= hi:
+        if check_ranges and not want_bool and not lo <= v <= hi:
             raise ValueError(f"group {cfg.group_name}: {key} {v} out of range [{lo}, {hi}]")
         setattr(cfg, attr, v)
     return cfg

@@ -122,3 +122,15 @@ def test_update_group_at_the_limits_is_stored(broker):
     resp = broker.answer(broker.admin_processor, _update_group(retryQueueNums=2**31 - 1, brokerId=2**63 - 1))
     assert resp.code == ResponseCode.SUCCESS
     assert broker.subscription_group_manager.subscription_group_table["G"].retry_queue_nums == 2**31 - 1
+
+
+def test_a_stored_group_table_with_such_a_number_still_loads(tmp_path):
+    # written by a broker from before the range check: the next start must not fail on it
+    from reference_broker.broker.subscription_group import SubscriptionGroupManager
+
+    sgm = SubscriptionGroupManager(tmp_path)
+    path = sgm.config_file_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"subscriptionGroupTable": {"G": {"groupName": "G", "retryQueueNums": 2**63}},
+                                "dataVersion": {"timestamp": 0, "counter": 0}}))
+    assert sgm.load()
