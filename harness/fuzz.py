@@ -420,14 +420,15 @@ def run_fuzz(options: FuzzOptions, progress: Callable[[str], None] = lambda line
             fuzzer.close()
             stats = probe.stop()
         report.probe = {**stats.to_json(), "limit_ms": round(options.probe_limit_s * 1000),
-                        "cases_around_worst_stall": fuzzer.in_flight(stats.worst_started,
-                                                                     stats.worst_started + stats.worst_stall_s)}
+                        # the cases that ran as the probe's longest silence began (its likely cause)
+                        "cases_around_worst_stall": fuzzer.in_flight(
+                            stats.unanswered_from, stats.unanswered_from + min(stats.longest_unanswered_s, 1.0))}
         if stats.over_limit:
             report.violate(ViolationKind.PROBE_STALL, f"{stats.over_limit} probe rounds over "
                            f"{options.probe_limit_s:.1f} s; worst {stats.worst_stall_s * 1000:.0f} ms at "
                            f"{stats.worst_at_s:.0f} s into the run (longest without an answer "
-                           f"{stats.longest_unanswered_s:.1f} s), around "
-                           f"{', '.join(report.probe['cases_around_worst_stall'])}")
+                           f"{stats.longest_unanswered_s:.1f} s, which began around "
+                           f"{', '.join(report.probe['cases_around_worst_stall'])})")
         for failure in stats.failures[:10]:
             report.violate(ViolationKind.PROBE_FAILED, failure)
 

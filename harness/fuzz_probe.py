@@ -41,6 +41,7 @@ class ProbeStats:
     # The longest time without a successful round: a wedged broker makes every round time out after 5 s,
     # so the worst round alone would understate a wedge of minutes.
     longest_unanswered_s: float = 0.0
+    unanswered_from: float = 0.0  # time.monotonic() of the last success before that longest gap
     over_limit: int = 0
     failures: list[str] = field(default_factory=list)
     acked: list[Acked] = field(default_factory=list)
@@ -114,7 +115,9 @@ class Probe:
                 self.stats.worst_started = started
             if took > self.limit_s:
                 self.stats.over_limit += 1
-            self.stats.longest_unanswered_s = max(self.stats.longest_unanswered_s, time.monotonic() - last_ok)
+            gap = time.monotonic() - last_ok
+            if gap > self.stats.longest_unanswered_s:
+                self.stats.longest_unanswered_s, self.stats.unanswered_from = gap, last_ok
             n += 1
             self._stop.wait(max(0.0, PROBE_PERIOD_S - took))
         if client is not None:
