@@ -101,9 +101,9 @@ class Probe:
             try:
                 if client is None:
                     client = RemotingClient("127.0.0.1", self.port, timeout_s=max(5.0, 3 * self.limit_s))
-                if self._round(client, f"probe-{self.run_id}-{n}"):
-                    last_ok = time.monotonic()
+                ok = self._round(client, f"probe-{self.run_id}-{n}")
             except (RemotingError, OSError, ValueError) as exc:
+                ok = False
                 self._fail(f"round {n} at {started - self._t0:.1f}s: {exc!r}")
                 if client is not None:
                     client.close()
@@ -115,9 +115,12 @@ class Probe:
                 self.stats.worst_started = started
             if took > self.limit_s:
                 self.stats.over_limit += 1
-            gap = time.monotonic() - last_ok
+            now = time.monotonic()
+            gap = now - last_ok  # since the last answered round, this one included
             if gap > self.stats.longest_unanswered_s:
                 self.stats.longest_unanswered_s, self.stats.unanswered_from = gap, last_ok
+            if ok:
+                last_ok = now
             n += 1
             self._stop.wait(max(0.0, PROBE_PERIOD_S - took))
         if client is not None:
