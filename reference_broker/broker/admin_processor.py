@@ -6,16 +6,18 @@ lookups by key and by offset, runtime info, all consumer and delay offsets.
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from reference_broker.broker.persisted_reply import config_marks, reply_when_persisted
 from reference_broker.broker.subscription_group import group_from_json, group_to_json
-from reference_broker.broker.topic_config import TopicConfig, validate_topic
+from reference_broker.broker.topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
 from reference_broker.remoting.headers import BadRequest, bad_names, field, int_field
 from reference_broker.remoting.server import ConnectionContext
+from reference_broker.store import record as rec
 
 if TYPE_CHECKING:
     from reference_broker.broker.controller import BrokerController
@@ -62,7 +64,7 @@ class AdminProcessor:
             tcm = b.topic_config_manager
             return create_response(cmd, ResponseCode.SUCCESS, body=tcm.encode().encode())
         if code == RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
-            cfg = group_from_json(_json(cmd.body))
+            cfg = group_from_json(_json(cmd.body), check_ranges=True)
             bad = bad_names(cmd, group=cfg.group_name)
             if bad is not None:
                 return bad
@@ -104,7 +106,7 @@ class AdminProcessor:
         if code == RequestCode.VIEW_MESSAGE_BY_ID:
             offset = int_field(cmd, "offset")
             raw = store.select_one_message_by_offset(offset)
-            if raw is None:
+            if raw is None or not _is_record_at(raw, offset):
                 return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
             return create_response(cmd, ResponseCode.SUCCESS, body=raw)
         return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported")
@@ -126,7 +128,13 @@ class AdminProcessor:
                                    f"queue nums must be in [1, 1024], got read {read_q} write {write_q}")
         if perm < 0 or perm > 15:
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"perm must be in [0, 15], got {perm}")
-        tc = TopicConfig(topic, read_q, write_q, perm, cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
+        filter_type = cmd.ext_fields.get("topicFilterType", "SINGLE_TAG")
+        if filter_type not in TOPIC_FILTER_TYPES:
+            # CreateTopicRequestHeader.getTopicFilterTypeEnum: TopicFilterType.valueOf throws, so the request
+            # fails before anything is stored. Stored, the value made topics.json unloadable at the next start.
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR,
+                                   f"No enum constant org.apache.rocketmq.common.TopicFilterType.{filter_type}")
+        tc = TopicConfig(topic, read_q, write_q, perm, filter_type,
                          int_field(cmd, "topicSysFlag", 0), cmd.ext_fields.get("order", "false") == "true")
         b.topic_config_manager.update_topic_config(tc)
         return create_response(cmd, ResponseCode.SUCCESS)
@@ -156,6 +164,22 @@ class AdminProcessor:
             if raw is not None:
                 parts.append(raw)
         return create_response(cmd, ResponseCode.SUCCESS, None, ext, b"".join(parts))
+
+
+def _is_record_at(raw: bytes, offset: int) -> bool:
+    """Whether ``raw`` is the message record that starts at commit-log ``offset``: its magic code and its own
+    PHYSICALOFFSET field say so. Deliberately stricter than RocketMQ, whose selectOneMessageByOffset returns
+    whatever the four bytes at an arbitrary offset claim as a size (up to a frame no client can read)."""
+    if len(raw) < rec.FIXED_PART_V4:
+        return False
+    magic, = _INT.unpack_from(raw, 4)
+    phys, = _LONG.unpack_from(raw, _PHYS_POS)
+    return magic in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2) and phys == offset
+
+
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+_PHYS_POS = 28  # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG (4 bytes each), QUEUEOFFSET (8), PHYSICALOFFSET
 
 
 def _json(body: bytes) -> Any:

@@ -77,7 +77,9 @@ def group_to_json(cfg: SubscriptionGroupConfig) -> dict[str, Any]:
     return {k: getattr(cfg, attr) for k, attr in sorted(_JSON_KEYS.items())}
 
 
-def group_from_json(obj: Any) -> SubscriptionGroupConfig:
+def group_from_json(obj: Any, check_ranges: bool = False) -> SubscriptionGroupConfig:
+    """A group from its JSON; ``check_ranges`` (a request's body) also refuses numbers past their Java type.
+    Loading a stored table does not, so a table an older broker stored with such a value still loads."""
     if not isinstance(obj, dict) or not isinstance(obj.get("groupName"), str):
         raise ValueError("subscription group must be an object with a string groupName")
     cfg = SubscriptionGroupConfig(obj["groupName"])
@@ -88,8 +90,19 @@ def group_from_json(obj: Any) -> SubscriptionGroupConfig:
         want_bool = _FIELD_TYPES[attr] in ("bool", bool)
         if want_bool != isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"group {cfg.group_name}: bad {key} {v!r}")
+        # SubscriptionGroupConfig declares these int (the broker ids long); fastjson refuses a number past the
+        # field's type. Accepted, a retryQueueNums past an int gave a retry queue id no record can hold, and
+        # the delay level that later delivered the send-back failed on it forever.
+        lo, hi = _LONG_RANGE if key in _LONG_KEYS else _INT_RANGE
+        if check_ranges and not want_bool and not lo <= v <= hi:
+            raise ValueError(f"group {cfg.group_name}: {key} {v} out of range [{lo}, {hi}]")
         setattr(cfg, attr, v)
     return cfg
+
+
+_LONG_KEYS = frozenset({"brokerId", "whichBrokerWhenConsumeSlowly"})
+_INT_RANGE = (-(2**31), 2**31 - 1)
+_LONG_RANGE = (-(2**63), 2**63 - 1)
 
 
 class SubscriptionGroupManager(ConfigManager):

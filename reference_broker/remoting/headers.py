@@ -37,7 +37,7 @@ from typing import Final
 
 from reference_broker.common.names import validate_group, validate_topic
 from reference_broker.remoting.codes import ResponseCode
-from reference_broker.remoting.command import RemotingCommand, create_response
+from reference_broker.remoting.command import INT32_MAX, INT32_MIN, RemotingCommand, create_response
 
 # SendMessageRequestHeaderV2.createSendMessageRequestHeaderV1: single-letter keys keep the hot header small.
 SEND_V2_KEYS: Final = {
@@ -104,15 +104,19 @@ def str_of(fields: dict[str, str], name: str) -> str:
     return value
 
 
-# Header fields declared Integer/int in 4.9.8's *RequestHeader classes (the V2 letters included); every other
-# number is a Long. decodeCommandCustomHeader's Integer.parseInt / Long.parseLong reject what does not fit,
-# and so do we, before a value reaches a record's fixed-width field.
-INT32_FIELDS: Final = frozenset({
-    "queueId", "sysFlag", "flag", "reconsumeTimes", "maxReconsumeTimes", "defaultTopicQueueNums", "delayLevel",
-    "maxMsgNums", "maxNum", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "d", "e", "f", "h", "j",
-    "l"})
-_I32: Final = 1 << 31
-_I64: Final = 1 << 63
+# The numeric header fields RocketMQ declares ``Integer`` (SendMessageRequestHeader, PullMessageRequestHeader,
+# ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader, QueryMessageRequestHeader, ... in 4.9.8), with the
+# V2 letters of the send header; every other number is a ``Long``. decodeCommandCustomHeader parses them with
+# Integer.parseInt / Long.parseLong, so a value out of its type's range is refused like a non-number, before it
+# reaches a record's fixed-width field.
+INT_FIELDS: Final = frozenset({
+    "queueId", "sysFlag", "flag", "reconsumeTimes", "defaultTopicQueueNums", "maxReconsumeTimes", "maxMsgNums",
+    "delayLevel", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "maxNum",
+    *(SEND_V1_KEYS[k] for k in ("defaultTopicQueueNums", "queueId", "sysFlag", "flag", "reconsumeTimes",
+                                "maxReconsumeTimes")),
+})
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
 
 
 def int_of(fields: dict[str, str], name: str, default: int | None = None) -> int:
@@ -122,14 +126,17 @@ def int_of(fields: dict[str, str], name: str, default: int | None = None) -> int
             return default
         raise BadRequest(f"the custom field <{name}> is null")
     try:
-        n = int(value)
+        number = int(value)
     except ValueError:
-        raise BadRequest(f"the custom field <{name}> is not a number: {value!r}") from None
-    bound = _I32 if name in INT32_FIELDS else _I64
-    if not -bound <= n < bound:
-        raise BadRequest(f"the custom field <{name}> is out of range for a {'int' if bound == _I32 else 'long'}: "
-                         f"{value[:40]}")
-    return n
+        raise BadRequest(f"the custom field <{name}> is not a number: {value[:64]!r}") from None
+    # Long.parseLong's syntax is an optional sign and digits; int() also takes surrounding blanks and '_'
+    # separators (cheaper to refuse those than to match every value against a pattern on the send path).
+    if "_" in value or value[0].isspace() or value[-1].isspace():
+        raise BadRequest(f"the custom field <{name}> is not a number: {value[:64]!r}")
+    lo, hi = (INT32_MIN, INT32_MAX) if name in INT_FIELDS else (INT64_MIN, INT64_MAX)
+    if not lo <= number <= hi:
+        raise BadRequest(f"the custom field <{name}> is out of range [{lo}, {hi}]: {value[:64]!r}")
+    return number
 
 
 def field(cmd: RemotingCommand, name: str) -> str:

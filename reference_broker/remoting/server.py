@@ -102,6 +102,9 @@ class _Connection(asyncio.Protocol):
                 cmd = decoder.next_frame()
             except ProtocolError as exc:
                 log.warning("closing connection from %s: %s", self.ctx.peer, exc)
+                # Answers already due for the well-formed frames before it go out first (the transport
+                # writes them before it closes); close() alone would discard them.
+                self._flush()
                 self.close()
                 return
             if cmd is None:
