@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from harness import fuzz_report
 from harness.fuzz_cases import SERVED_CODES, CaseGenerator, CaseKind, Expect, expectation
 from harness.fuzz_report import StoreCheck, check_store, looks_raised
 from reference_broker.remoting.codes import RequestCode, ResponseCode
@@ -60,7 +59,7 @@ def test_looks_raised_tells_the_safety_net_from_a_refusal():
     assert not looks_raised(ResponseCode.SUCCESS, "ValueError: x")
 
 
-def test_check_store_skips_when_the_command_is_missing(tmp_path, monkeypatch):
-    monkeypatch.setattr(fuzz_report, "CHECK_STORE_COMMAND", "noSuchCommand")
+def test_check_store_fails_on_a_directory_that_is_not_a_store(tmp_path):
+    (tmp_path / "commitlog").write_text("not a directory")
     result, detail = check_store(tmp_path)
-    assert result is StoreCheck.SKIPPED and "skipped" in detail
+    assert result is StoreCheck.FAILED and detail.startswith("exit 2"), detail

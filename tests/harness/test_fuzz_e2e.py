@@ -31,4 +31,6 @@ def test_fuzz_keeps_the_invariant(tmp_path):
     summary = report.summary()
     print(summary)
     assert report.cases > 100 and report.probe["rounds"] > 10, summary
+    assert [c["when"] for c in report.store_checks] == ["after SIGTERM", "after kill -9 + restart + SIGTERM"]
+    assert all(c["result"] == "passed" for c in report.store_checks), report.store_checks
     assert report.ok, summary
