@@ -4,16 +4,15 @@ sockets, and a restart where the defect was about what the broker stored."""
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
 from harness.launcher import Topology
 from reference_broker.remoting.client import RemotingClient
-from reference_broker.remoting.codec import FrameDecoder
 from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import create_request, encode
+from reference_broker.remoting.command import create_request
 from tests.broker.broker_helpers import send_request
+from tests.remoting.bursts import burst_then_garbage
 
 pytestmark = pytest.mark.e2e
 
@@ -37,16 +36,7 @@ def test_a_send_with_a_flag_past_an_int_is_refused_and_the_connection_serves_on(
 
 def test_a_burst_ending_in_garbage_gets_its_answers_before_the_close(topo):
     requests = [create_request(RequestCode.GET_BROKER_RUNTIME_INFO) for _ in range(3)]
-    with socket.create_connection(("127.0.0.1", topo.brokers[0].port), timeout=10) as s:
-        s.sendall(b"".join(encode(r) for r in requests) + b"\x00\x00\x00\x01")  # length 1: malformed
-        received = b""
-        while chunk := s.recv(1 << 16):
-            received += chunk
-    decoder = FrameDecoder()
-    decoder.feed(received)
-    answers = []
-    while (frame := decoder.next_frame()) is not None:
-        answers.append(frame)
+    answers = burst_then_garbage(topo.brokers[0].port, requests)
     assert [(a.opaque, a.code) for a in answers] == [(r.opaque, ResponseCode.SUCCESS) for r in requests]
 
 

@@ -27,6 +27,7 @@ from reference_broker.remoting import (
     create_response,
     encode,
 )
+from tests.remoting.bursts import burst_then_garbage
 
 pytestmark = pytest.mark.timeout(15)
 
@@ -287,16 +288,6 @@ def test_answers_due_before_a_malformed_frame_are_written_before_the_close(serve
 
     server.server.register(9005, instant)
     requests = [create_request(9005, body=b"%d" % i) for i in range(3)]
-    burst = b"".join(encode(r) for r in requests) + b"\x00\x00\x00\x01"  # a frame length < 4: malformed
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
-        s.sendall(burst)
-        received = b""
-        while chunk := s.recv(65536):
-            received += chunk
-    decoder = FrameDecoder()
-    decoder.feed(received)
-    answers = []
-    while (frame := decoder.next_frame()) is not None:
-        answers.append(frame)
+    answers = burst_then_garbage(server.port, requests)
     assert [a.opaque for a in answers] == [r.opaque for r in requests]
     assert [a.body for a in answers] == [b"0", b"1", b"2"]
