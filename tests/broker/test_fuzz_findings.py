@@ -134,3 +134,26 @@ def test_a_stored_group_table_with_such_a_number_still_loads(tmp_path):
     path.write_text(json.dumps({"subscriptionGroupTable": {"G": {"groupName": "G", "retryQueueNums": 2**63}},
                                 "dataVersion": {"timestamp": 0, "counter": 0}}))
     assert sgm.load()
+
+
+# ---- a flood of GET_ALL_TOPIC_CONFIG (fuzz seed 484344026, case 54326: 471 of them stalled the probe 5 s) ----
+def test_a_whole_table_is_encoded_once_per_data_version(broker, monkeypatch):
+    tcm = broker.topic_config_manager
+    encodes = []
+    real = tcm.encode
+    monkeypatch.setattr(tcm, "encode", lambda *a, **k: encodes.append(1) or real(*a, **k))
+    get_all = lambda: broker.answer(broker.admin_processor, create_request(RequestCode.GET_ALL_TOPIC_CONFIG, {}))  # noqa: E731
+    bodies = [get_all().body for _ in range(50)]
+    assert len(encodes) == 1 and len(set(bodies)) == 1
+    r = broker.answer(broker.admin_processor, create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "FloodNew", "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
+    assert r.code == ResponseCode.SUCCESS
+    after = get_all().body
+    assert "FloodNew" in json.loads(after)["topicConfigTable"] and "FloodNew" not in json.loads(bodies[0])[
+        "topicConfigTable"]
+    groups = lambda: broker.answer(broker.admin_processor,  # noqa: E731
+                                   create_request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {})).body
+    before_groups = groups()
+    broker.subscription_group_manager.find_subscription_group_config("FloodGroup")  # auto-created
+    assert b"FloodGroup" in groups() and b"FloodGroup" not in before_groups
