@@ -1,11 +1,16 @@
 """This module owns the fuzzer's probe: a well-behaved client that, every 50 ms while the fuzzer runs, sends one
 keyed message and reads it back with a pull, timing each round; and, afterwards, the check that every message
 it got acknowledged is still pullable, findable by key (QUERY_MESSAGE) and by message id (VIEW_MESSAGE_BY_ID).
+
+The probe runs in a process of its own: in the fuzzer's process it shared one interpreter lock with the case
+generator and with decoding floods of answers, so a round could wait on the fuzzer rather than on the broker.
+Its times are CLOCK_MONOTONIC, which every process on the machine shares, so the fuzzer can still name the
+cases in flight at a stall.
 """
 
 from __future__ import annotations
 
-import threading
+import multiprocessing
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,25 +76,40 @@ def _pull_request(offset: int, suspend_ms: int, max_nums: int = 32) -> Any:
 
 
 class Probe:
-    """Runs in its own thread; ``stop()`` ends it and returns its stats."""
+    """Runs in its own process (see the module's docstring); ``stop()`` ends it and returns its stats."""
 
     def __init__(self, port: int, limit_s: float, run_id: str) -> None:
         self.port = port
         self.limit_s = limit_s
         self.run_id = run_id
         self.stats = ProbeStats()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fuzz-probe", daemon=True)
+        ctx = multiprocessing.get_context("spawn")  # nothing of the fuzzer's threads or sockets is inherited
+        self._stop: Any = ctx.Event()
+        self._results, child = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(target=_probe_main, args=(port, limit_s, run_id, self._stop, child),
+                                    name="fuzz-probe", daemon=True)
         self._ids = UniqIdGenerator()
         self._t0 = time.monotonic()
 
     def start(self) -> None:
-        self._t0 = time.monotonic()
-        self._thread.start()
+        self._process.start()
 
     def stop(self) -> ProbeStats:
         self._stop.set()
-        self._thread.join(30)
+        if self._results.poll(60):
+            self.stats = self._results.recv()
+        else:
+            self.stats.failures.append("the probe process sent no figures")
+        self._process.join(30)
+        if self._process.is_alive():
+            self._process.kill()
+        return self.stats
+
+    def run_here(self, stop: Any) -> ProbeStats:
+        """The probe's loop in the calling process until ``stop`` is set (what the probe process runs)."""
+        self._stop = stop
+        self._t0 = time.monotonic()
+        self._run()
         return self.stats
 
     def _run(self) -> None:
@@ -149,6 +169,10 @@ class Probe:
             self._fail(f"pull {key} at offset {acked.queue_offset}: got another message")
             return False
         return True
+
+
+def _probe_main(port: int, limit_s: float, run_id: str, stop: Any, results: Any) -> None:
+    results.send(Probe(port, limit_s, run_id).run_here(stop))
 
 
 def verify_acked(port: int, acked: list[Acked], settle_s: float = 10.0) -> list[str]:
