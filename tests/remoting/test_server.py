@@ -291,3 +291,37 @@ def test_answers_due_before_a_malformed_frame_are_written_before_the_close(serve
     answers = burst_then_garbage(server.port, requests)
     assert [a.opaque for a in answers] == [r.opaque for r in requests]
     assert [a.body for a in answers] == [b"0", b"1", b"2"]
+
+
+def test_one_connections_burst_does_not_hold_the_others(server: ServerThread) -> None:
+    """A pipelined burst of slow requests on one connection is handled in slices of BURST_BUDGET_S, so a request
+    on another connection is answered before the burst is through (found by the fuzzer: a flood of 485 admin
+    requests held every other client for over a second)."""
+    handled: list[int] = []
+    started = threading.Event()
+
+    def slow(ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
+        started.set()
+        time.sleep(0.002)  # a handler's CPU time on the loop, as a whole-table encode takes
+        handled.append(1)
+        return create_response(cmd, ResponseCode.SUCCESS, body=cmd.body)
+
+    def fast(ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
+        return create_response(cmd, ResponseCode.SUCCESS, body=b"%d" % len(handled))
+
+    server.server.register(9006, slow)
+    server.server.register(9007, fast)
+    burst = [create_request(9006, body=b"%d" % i) for i in range(300)]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as a, \
+            RemotingClient("127.0.0.1", server.port, timeout_s=30) as b:
+        a.sendall(b"".join(encode(r) for r in burst))
+        assert started.wait(10)  # the burst is being handled now
+        answer = b.invoke(create_request(9007))
+        decoder = FrameDecoder()
+        got = 0
+        while got < len(burst):
+            decoder.feed(a.recv(1 << 16))
+            while decoder.next_frame() is not None:
+                got += 1
+    # the other connection was served while the burst was still going, not after all 300
+    assert int(answer.body) < len(burst), int(answer.body)
