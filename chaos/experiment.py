@@ -411,7 +411,6 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
             cell_ledger_proc(ledger, topo.namesrv, "namesrv")
             broker = topo.add_broker("broker-a", extra={"storePathRootDir": str(store_root)})
             broker_started = time.monotonic()
-            topo.brokers.append(broker)
             cell_ledger_proc(ledger, broker, "broker")
             status = try_status(broker.addr, record.clock)
             record.update_meta(broker={**broker.conf, "brokerRole": conf.get("brokerRole", "ASYNC_MASTER")},

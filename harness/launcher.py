@@ -182,7 +182,7 @@ class Topology:
                                    self.root / "namesrv.log", BOOT_LINE_NAMESRV)
             self.namesrv.start()
             for i in range(self.n_brokers):
-                self.brokers.append(self.add_broker(f"broker-{chr(ord('a') + i)}"))
+                self.add_broker(f"broker-{chr(ord('a') + i)}")
         except BaseException:
             self.stop()
             raise
@@ -204,6 +204,7 @@ class Topology:
         bp = BrokerProcess(name, [self.python, "-m", "reference_broker", "broker", "--host", "127.0.0.1",
                                   "-n", self.namesrv_addr, "-c", str(conf_path)],
                            self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root, conf=conf)
+        self.brokers.append(bp)  # before it starts: stop() then ends it even if its start fails
         bp.start()
         return bp
 
