@@ -36,13 +36,9 @@ def record_intact(raw: bytes, require_prop_crc: bool) -> bool:
     n = len(raw)
     t = n - _CRC_TAIL
     if n >= rec.FIXED_PART_V4 and raw[t : t + _CRC_HEAD_LEN] == rec.PROP_CRC_HEAD:
-        # rec.prop_crc_ok for the pull path: the stored digits (least significant first,
-        # MessageDecoder.createCrc32) parsed once rather than the CRC formatted (half the cost). The CRC
-        # covers every byte before it, TOTALSIZE and MAGICCODE included, so a match needs no other check: a
-        # slice of the wrong length puts the tail elsewhere and fails it.
-        digits = raw[t + _CRC_HEAD_LEN : n - 1]
-        return (raw[n - 1] == 2 and digits.isdigit()
-                and int(digits[::-1]) == raw_crc32(raw[:t]) & 0x7FFFFFFF)
+        # The CRC covers every byte before it, TOTALSIZE and MAGICCODE included, so a match needs no other
+        # check: a slice of the wrong length puts the tail elsewhere and fails it.
+        return rec.prop_crc_ok(raw, 0, n)
     if require_prop_crc or n < rec.FIXED_PART_V4:
         return False
     total, magic, body_crc, _qid = _HEAD.unpack_from(raw, 0)
