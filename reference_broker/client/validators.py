@@ -7,16 +7,13 @@ A topic that passed once is remembered, so the per-message cost is one set looku
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from reference_broker.client.errors import MQClientError
 from reference_broker.client.message import Message
+from reference_broker.common.names import TOPIC_MAX_LENGTH, VALID_PATTERN_STR, has_illegal_chars, validate_group
 from reference_broker.remoting.codes import ResponseCode
 
-TOPIC_MAX_LENGTH: Final = 127
-GROUP_MAX_LENGTH: Final = 255  # Validators.CHARACTER_MAX_LENGTH
-_VALID: Final = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (4.9.8).
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset({
     "SCHEDULE_TOPIC_XXXX",
@@ -40,8 +37,8 @@ def check_topic(topic: str) -> None:
         raise _illegal("The specified topic is blank")
     if len(topic) > TOPIC_MAX_LENGTH:
         raise _illegal("The specified topic is longer than topic max length.")
-    if not _VALID.match(topic):
-        raise _illegal(f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$")
+    if has_illegal_chars(topic):
+        raise _illegal(f"The specified topic[{topic}] contains illegal characters, allowing only {VALID_PATTERN_STR}")
     if topic in NOT_ALLOWED_SEND_TOPICS:
         raise MQClientError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.", False)
     if len(_checked_topics) < 65536:
@@ -49,12 +46,9 @@ def check_topic(topic: str) -> None:
 
 
 def check_group(group: str) -> None:
-    if not group or not group.strip():
-        raise _illegal("the specified group is blank")
-    if len(group) > GROUP_MAX_LENGTH:
-        raise _illegal("the specified group is longer than group max length 255.")
-    if not _VALID.match(group):
-        raise _illegal(f"the specified group[{group}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$")
+    problem = validate_group(group)
+    if problem is not None:
+        raise _illegal(problem)
 
 
 def check_message(msg: Message, max_message_size: int) -> None:
