@@ -62,7 +62,7 @@ _BatchRecord = tuple[struct.Struct, int, int, int, bytes, bytes, int, int, bytes
 
 
 def _illegal_batch() -> PutMessageResult:
-    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
+    return _refused(PutMessageStatus.MESSAGE_ILLEGAL)
 
 
 _I32: Final = 1 << 31
@@ -85,7 +85,7 @@ def header_problem(queue_id: int, flag: int, sys_flag: int, born_ts: int, recons
     return None  # pragma: no cover (the first test covers every field)
 
 
-def _refused(status: PutMessageStatus, remark: str) -> PutMessageResult:
+def _refused(status: PutMessageStatus, remark: str = "") -> PutMessageResult:
     result = PutMessageResult(status, AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
     result.remark = remark
     return result
