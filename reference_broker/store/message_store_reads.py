@@ -42,10 +42,13 @@ class StoreReads:
         since = cl.prop_crc_since
         if record_intact(raw, cl.verify_prop_crc and since is not None and offset >= since):
             return True
+        self._count_bad(raw, offset)
+        return False
+
+    def _count_bad(self, raw: bytes, offset: int) -> None:
         self.bad_records_skipped += 1
         log.error("commit-log record at offset %d (%d bytes) fails its CRC: not served (skipped; %d so far)",
                   offset, len(raw), self.bad_records_skipped)
-        return False
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
         raise NotImplementedError
@@ -230,7 +233,8 @@ class StoreReads:
                     next_phy_file_start = self.commit_log.roll_next_file(offset_py)
                     i += CQ_STORE_UNIT_SIZE
                     continue
-                if not intact(raw, require_from <= offset_py) and not self._served_intact(raw, offset_py):
+                if not intact(raw, require_from <= offset_py):
+                    self._count_bad(raw, offset_py)
                     # Skipped like a missing record, without jumping to the next file: the records after
                     # it are intact. The next begin offset moves past it.
                     if result.buffer_total_size == 0:
