@@ -101,8 +101,6 @@ def test_bad_consumer_group_in_send_back_is_refused_and_dispatch_goes_on(tmp_pat
 def test_header_numbers_out_of_range_are_refused_and_nothing_is_written(tmp_path, field_name, value):
     with Topology(tmp_path / "topo") as topo, RemotingClient("127.0.0.1", topo.brokers[0].port, timeout_s=10) as c:
         assert c.invoke(send_request("RANGE", b"ok")).code == ResponseCode.SUCCESS
-        info = c.invoke(create_request(RequestCode.GET_BROKER_RUNTIME_INFO, {}))
-        before = info.body
         for v2 in (True, False):
             r = c.invoke(send_request("RANGE", b"bad", v2=v2, **{field_name: value}))
             assert r.code == ResponseCode.SYSTEM_ERROR, (v2, r.code, r.remark)
@@ -110,4 +108,3 @@ def test_header_numbers_out_of_range_are_refused_and_nothing_is_written(tmp_path
         r = c.invoke(send_request("RANGE", b"ok2"))
         assert r.code == ResponseCode.SUCCESS
         assert int(r.ext_fields["queueOffset"]) == 1  # the refused sends took no offset
-        assert before is not None
