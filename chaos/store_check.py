@@ -11,37 +11,13 @@ again, which adds a clean restart to every cycle.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from chaos.verdict import Verdict
 from harness.launcher import BrokerProcess
-
-CHECK_TIMEOUT_S = 900.0
-
-
-def run_check_store(store_root: Path, conf: Mapping[str, str]) -> dict[str, Any]:
-    """``python -m reference_broker admin checkStore STORE --json``, as a user runs it (the harness reads the
-    store through the command, not the store's code); its summary for the run record."""
-    cmd = [sys.executable, "-m", "reference_broker", "admin", "checkStore", str(store_root), "--json"]
-    slots, num = conf.get("maxHashSlotNum"), conf.get("maxIndexNum")
-    if slots and num:
-        cmd += ["--index-slots", slots, "--index-num", num]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False)
-        report = json.loads(done.stdout)
-    except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
-        return {"outcome": "not_a_store", "exit_code": 2, "clean_stop": False, "counts": {}, "problem_totals": {},
-                "problems": [f"checkStore gave no report: {type(e).__name__}: {e}"], "seconds": None}
-    problems = [(f"{p['file']}: {p['reason']}" if p["offset"] < 0 else f"{p['file']} @ {p['offset']}: {p['reason']}")
-                for p in report.get("problems", [])[:10]]
-    return {"outcome": report["outcome"], "exit_code": done.returncode, "clean_stop": report["clean_stop"],
-            "counts": report["counts"], "problem_totals": report["problem_totals"], "problems": problems,
-            "seconds": report["seconds"]}
+from harness.store_check import run_check_store
 
 
 def check_store_at_cell_end(broker: BrokerProcess, store_root: Path, conf: Mapping[str, str]) -> dict[str, Any]:

@@ -8,13 +8,12 @@ from __future__ import annotations
 import enum
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from harness.store_check import run_check_store
 from reference_broker.remoting.codes import ResponseCode
 
 
@@ -48,18 +47,14 @@ class StoreCheck(enum.Enum):
     FAILED = "failed"
 
 
-CHECK_STORE_COMMAND: Final = "checkStore"
-
-
 def check_store(store_root: Path, timeout_s: float = 600.0) -> tuple[StoreCheck, str]:
-    """Run ``python -m reference_broker admin checkStore STORE_ROOT``, as a user would."""
-    try:
-        proc = subprocess.run([sys.executable, "-m", "reference_broker", "admin", CHECK_STORE_COMMAND,
-                               str(store_root)], capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return StoreCheck.FAILED, f"checkStore did not finish in {timeout_s:.0f} s"
-    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-    return (StoreCheck.PASSED if proc.returncode == 0 else StoreCheck.FAILED), f"exit {proc.returncode}: {tail}"
+    """``admin checkStore`` on the store, as a user runs it (harness/store_check.py)."""
+    summary = run_check_store(store_root, timeout_s=timeout_s)
+    records = summary["counts"].get("commitlog_records", 0)
+    detail = f"exit {summary['exit_code']}: {summary['outcome']}, {records:,} records"
+    if summary["problems"]:
+        detail += "; " + "; ".join(summary["problems"][:5])
+    return (StoreCheck.PASSED if summary["exit_code"] == 0 else StoreCheck.FAILED), detail
 
 
 # RemotingServer's safety net answers an unexpected exception with its simple description ("ValueError: ...",
