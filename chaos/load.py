@@ -42,7 +42,7 @@ from reference_broker.client import (
     SendResult,
     SendStatus,
 )
-from reference_broker.store.record import MessageIdError, decode_message_id
+from reference_broker.common.record import MessageIdError, decode_message_id
 
 
 @dataclass(frozen=True)

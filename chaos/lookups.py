@@ -23,10 +23,10 @@ from typing import Any, Protocol
 
 from reference_broker.client import protocol
 from reference_broker.common import message as mc
+from reference_broker.common.record import MessageExt, RecordError, decode_messages
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.remoting.errors import RemotingError
-from reference_broker.store.record import MessageExt, RecordError, decode_messages
 
 SAMPLE_LIMIT = 200
 NEWEST = 50

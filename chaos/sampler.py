@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.records import MetricName, MetricsWriter, WallClock
+from reference_broker.common.record import MessageExt, RecordError, decode_messages
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
 from reference_broker.remoting.errors import RemotingError
-from reference_broker.store.record import MessageExt, RecordError, decode_messages
 from reference_broker.tools.admin import AdminError, broker_status
 
 

@@ -18,12 +18,12 @@ from typing import Any
 from harness.fuzz_cases import PROBE_TOPIC
 from reference_broker.client.message_id import UniqIdGenerator
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
 from reference_broker.remoting.errors import RemotingError
 from reference_broker.remoting.headers import send_v1_to_v2
-from reference_broker.store import record as rec
 
 PROBE_GROUP = "FuzzProbeGroup"
 PROBE_PERIOD_S = 0.05

@@ -30,11 +30,11 @@ from typing import Final, cast
 import orjson
 
 from reference_broker.broker.controller import register_broker
+from reference_broker.common import record as rec
 from reference_broker.common.crc import crc32
 from reference_broker.common.message_batch import BatchDecodeError, decode_batch_entries
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.server import new_event_loop
-from reference_broker.store import record as rec
 
 log = logging.getLogger(__name__)
 

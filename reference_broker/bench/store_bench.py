@@ -46,12 +46,12 @@ from typing import Any, Final
 
 from reference_broker.bench.fio import FioParams, run_fio_baselines
 from reference_broker.bench.report import host_info
+from reference_broker.common.dispatch import DispatchRequest
+from reference_broker.common.record import MessageExtBrokerInner
 from reference_broker.store.commit_log import MessageExtBatch
 from reference_broker.store.config import FlushDiskType, MessageStoreConfig
-from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.index_file import index_file_size
 from reference_broker.store.message_store import MessageStore, raise_open_files_limit
-from reference_broker.store.record import MessageExtBrokerInner
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
 
 Progress = Callable[[str], None]

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 from reference_broker.broker.persisted_reply import config_marks, reply_when_persisted
 from reference_broker.broker.subscription_group import group_from_json, group_to_json
 from reference_broker.broker.topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
+from reference_broker.common import record as rec
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
 from reference_broker.remoting.headers import BadRequest, bad_names, field, int_field
 from reference_broker.remoting.server import ConnectionContext
-from reference_broker.store import record as rec
 
 if TYPE_CHECKING:
     from reference_broker.broker.controller import BrokerController

@@ -40,8 +40,8 @@ from typing import Final
 
 from reference_broker.broker import delay_level as dl
 from reference_broker.common import message as mc
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT
-from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ from reference_broker.client import protocol
 from reference_broker.client.errors import ClientErrorCode, MQBrokerError, MQClientError
 from reference_broker.client.message import MessageQueue
 from reference_broker.common import message as mc
+from reference_broker.common.record import MessageExt, MessageIdError, decode_message_id, decode_messages
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.remoting.command import RemotingCommand
-from reference_broker.store.record import MessageExt, MessageIdError, decode_message_id, decode_messages
 
 if TYPE_CHECKING:
     from reference_broker.client.instance import MQClientInstance

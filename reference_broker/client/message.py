@@ -2,7 +2,7 @@
 
 Names and defaults follow RocketMQ 4.9.8's client (common/.../message/Message.java, MessageQueue.java,
 client/.../producer/SendResult.java, consumer/PullResult.java, consumer/listener/*Status.java). A received
-message is the store's ``MessageExt`` (``reference_broker.store.record``), decoded from the pull body.
+message is the store's ``MessageExt`` (``reference_broker.common.record``), decoded from the pull body.
 
 A ``Message`` keeps tags, keys, delay level and the wait flag in its properties map, as Java does, so the
 properties string sent on the wire is built from one dict.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from reference_broker.common import message as mc
-from reference_broker.store.record import MessageExt
+from reference_broker.common.record import MessageExt
 
 __all__ = [
     "ConsumeConcurrentlyContext",

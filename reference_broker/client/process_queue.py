@@ -20,7 +20,7 @@ import time
 from typing import Final
 
 from reference_broker.common import message as mc
-from reference_broker.store.record import MessageExt
+from reference_broker.common.record import MessageExt
 
 REBALANCE_LOCK_MAX_LIVE_TIME_S: Final = 30.0  # rocketmq.client.rebalance.lockMaxLiveTime 30000
 REBALANCE_LOCK_INTERVAL_S: Final = 20.0  # rocketmq.client.rebalance.lockInterval 20000

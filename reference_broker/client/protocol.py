@@ -17,9 +17,9 @@ from reference_broker.client.errors import MQBrokerError
 from reference_broker.client.message import MessageQueue, PullResult, PullStatus, SendResult, SendStatus
 from reference_broker.client.subscription import SubscriptionData
 from reference_broker.common import message as mc
+from reference_broker.common.record import MessageExt, decode_messages
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, json_dumps, json_loads, next_opaque
-from reference_broker.store.record import MessageExt, decode_messages
 
 CLIENT_VERSION: Final = 409  # MQVersion.Version.V4_9_8.ordinal()
 LANGUAGE: Final = "PYTHON"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from reference_broker.common.java_hash import string_hash_code
-from reference_broker.store.record import MessageExt
+from reference_broker.common.record import MessageExt
 
 SUB_ALL: Final = "*"
 EXPRESSION_TAG: Final = "TAG"

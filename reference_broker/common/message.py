@@ -34,7 +34,7 @@ PROPERTY_TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
 PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: Final = "TRAN_PREPARED_QUEUE_OFFSET"
 KEY_SEPARATOR: Final = " "
-# 5.x (MessageConst.PROPERTY_CRC32): the whole-record CRC property (store/record.py, "whole-record CRC").
+# 5.x (MessageConst.PROPERTY_CRC32): the whole-record CRC property (common/record.py, "whole-record CRC").
 PROPERTY_CRC32: Final = "__CRC32#"
 
 # MessageSysFlag (common/.../sysflag/MessageSysFlag.java, 4.9.8).

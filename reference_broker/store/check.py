@@ -46,11 +46,11 @@ from typing import Final
 import numpy as np
 
 from reference_broker.common import message as mc
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.java_hash import hash_codes
 from reference_broker.store.check_log import CommitLogView, check_names, first_nonzero, mapped, offset_files
 from reference_broker.store.check_report import CheckReport, ProblemKind
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT
-from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.index_file import HEADER_SIZE, INDEX_SIZE
 
 _INDEX_HEADER: Final = struct.Struct(">qqqqii")

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Final
 
 from reference_broker.common import message as mc
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.store.check_report import CheckReport, ProblemKind
 from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE
-from reference_broker.store.dispatch import DispatchRequest
 
 _ZERO_CHUNK: Final = 1 << 20
 _ZEROS: Final = bytes(_ZERO_CHUNK)

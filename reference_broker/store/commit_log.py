@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
 from reference_broker.common.crc import raw_crc32
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.message_batch import BatchDecodeError, decode_batch_entries
 from reference_broker.common.names import is_path_safe
-from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
-from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult, fsync_dir
 from reference_broker.store.quarantine import preserve_cut
 from reference_broker.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from reference_broker.store.dispatch import DispatchRequest
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult
 
 log = logging.getLogger(__name__)

@@ -52,11 +52,11 @@ from typing import Final
 
 import numpy as np
 
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.java_hash import concat_hash_code, hash_codes, string_hash_code
 from reference_broker.common.message import KEY_SEPARATOR, TRANSACTION_ROLLBACK_TYPE, transaction_value
 from reference_broker.store import index_recovery
 from reference_broker.store.checkpoint import IndexSafePoint, StoreCheckpoint
-from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.index_safe_point import IndexSafePoints
 from reference_broker.store.mapped_file import MappedFile
 

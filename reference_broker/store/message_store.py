@@ -22,8 +22,9 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.quarantine_names import totals
-from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.clean import (
     CleanCommitLogService,
@@ -34,7 +35,6 @@ from reference_broker.store.clean import (
 from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE, CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
-from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.flush import (
     CommitRealTimeService,
     FlushConsumeQueueService,

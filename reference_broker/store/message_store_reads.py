@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 
 from reference_broker.common import message as mc
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.clean import RunningFlags
 from reference_broker.store.commit_log import CommitLog
 from reference_broker.store.config import BrokerRole, MessageStoreConfig

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reference_broker.common import quarantine_names as qn
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.mapped_file import MappedFile, fsync_dir
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ import struct
 from typing import Final
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
 from reference_broker.common.crc import raw_crc32
-from reference_broker.store import record as rec
 
 _CRC_TAIL: Final = rec.CRC32_RESERVED_LEN
 _CRC_HEAD_LEN: Final = len(rec.PROP_CRC_HEAD)

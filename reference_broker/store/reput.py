@@ -13,9 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.store.commit_log import CommitLog
-from reference_broker.store.dispatch import DispatchRequest
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reference_broker.common import record as rec
 from reference_broker.common.quarantine_names import BIN_SUFFIX, QUARANTINE_DIR
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request, json_loads
-from reference_broker.store import record as rec
 from reference_broker.store.quarantine import list_quarantine
 
 

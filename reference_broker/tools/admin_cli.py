@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import click
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
 from reference_broker.remoting.errors import RemotingError
-from reference_broker.store import record as rec
 from reference_broker.tools import admin
 
 T = TypeVar("T")

@@ -13,10 +13,10 @@ import sys
 import time
 import uuid
 
+from reference_broker.common.record import decode_messages
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode
 from reference_broker.remoting.command import RemotingCommand, create_request
-from reference_broker.store.record import decode_messages
 
 
 def _pull(topic: str) -> RemotingCommand:

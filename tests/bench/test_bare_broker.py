@@ -16,7 +16,7 @@ from harness.launcher import Process, Topology, free_port
 from reference_broker.bench.bare_broker import CQ_UNIT
 from reference_broker.client import Message, Producer
 from reference_broker.common import message as mc
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 
 TOPIC = "BareTest"
 

@@ -24,9 +24,9 @@ if __name__ == "__main__":
 from reference_broker.broker.delay_level import parse_delay_levels
 from reference_broker.broker.schedule_message import ScheduleMessageService
 from reference_broker.common import message as mc
+from reference_broker.common.record import MessageExtBrokerInner
 from reference_broker.store.config import FlushDiskType, MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
-from reference_broker.store.record import MessageExtBrokerInner
 from reference_broker.store.status import PutMessageStatus
 
 TOPIC = "DelayTopic"

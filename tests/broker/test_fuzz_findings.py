@@ -9,10 +9,10 @@ import json
 import pytest
 
 from reference_broker.broker.topic_config import TopicConfigManager
+from reference_broker.common.record import decode_messages
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
 from reference_broker.remoting.headers import BadRequest, int_of
-from reference_broker.store.record import decode_messages
 from tests.broker.broker_helpers import FakeConn, make_controller, pull_request, send_request
 from tests.broker.test_processors import answer
 

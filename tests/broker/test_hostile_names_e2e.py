@@ -12,10 +12,10 @@ import time
 import pytest
 
 from harness.launcher import Topology
+from reference_broker.common.record import decode_messages
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request, json_dumps
-from reference_broker.store.record import decode_messages
 from tests.broker.broker_helpers import pull_request, send_request
 
 pytestmark = pytest.mark.e2e

@@ -14,10 +14,10 @@ import pytest
 from reference_broker.common import message as mc
 from reference_broker.common.java_hash import string_hash_code
 from reference_broker.common.message_batch import BatchEntry, encode_batch
+from reference_broker.common.record import decode_messages
 from reference_broker.remoting.codec import FrameDecoder
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request, json_dumps, json_loads
-from reference_broker.store.record import decode_messages
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
 from tests.broker.broker_helpers import (
     UNUSED_PORT,

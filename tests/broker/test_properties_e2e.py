@@ -13,11 +13,11 @@ import pytest
 from harness.launcher import Topology
 from reference_broker.common import message as mc
 from reference_broker.common.crc import crc32
+from reference_broker.common.record import decode_messages
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
 from reference_broker.remoting.headers import send_v1_to_v2
-from reference_broker.store.record import decode_messages
 from tests.broker.broker_helpers import pull_request, send_request
 
 pytestmark = pytest.mark.e2e

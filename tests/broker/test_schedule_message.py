@@ -29,7 +29,7 @@ from reference_broker.broker import delay_level as dl
 from reference_broker.broker import schedule_message
 from reference_broker.broker.schedule_message import ScheduleMessageService
 from reference_broker.common import message as mc
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.config import FlushDiskType, MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.status import GetMessageStatus, PutMessageResult, PutMessageStatus

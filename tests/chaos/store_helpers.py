@@ -10,7 +10,7 @@ from pathlib import Path
 from chaos.payload import BodyVerdict, classify, make_body, make_key
 from harness.launcher import Topology
 from reference_broker.client import ClientConfig, Message, MessageExt, Producer, PullConsumer, PullStatus, SendResult
-from reference_broker.store.record import decode_message_id
+from reference_broker.common.record import decode_message_id
 from reference_broker.tools import admin
 
 TOPIC = "DamageTopic"

@@ -20,7 +20,7 @@ import pytest
 
 from chaos import damage
 from harness.launcher import LaunchError
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.tools import admin
 from tests.chaos.store_helpers import Sent, broker_log, create_topic, intact_keys, produce, read_all, topology
 

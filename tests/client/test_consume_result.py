@@ -17,7 +17,7 @@ from reference_broker.client.message import (
 from reference_broker.client.offset_store import OffsetTable, ReadOffsetType
 from reference_broker.client.process_queue import ProcessQueue
 from reference_broker.client.scheduler import Scheduler
-from reference_broker.store.record import MessageExt
+from reference_broker.common.record import MessageExt
 from tests.client.helpers import wait_for
 
 MQ = MessageQueue("T", "broker-a", 0)

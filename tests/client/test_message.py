@@ -9,8 +9,8 @@ from reference_broker.client.message import Message, MessageQueue
 from reference_broker.client.subscription import build_subscription_data
 from reference_broker.client.validators import check_group, check_message, check_topic
 from reference_broker.common.java_hash import string_hash_code
+from reference_broker.common.record import MessageExt
 from reference_broker.remoting.codes import ResponseCode
-from reference_broker.store.record import MessageExt
 
 
 def test_message_keeps_tags_keys_delay_and_wait_in_properties() -> None:

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference_broker.client.process_queue import ProcessQueue
-from reference_broker.store.record import MessageExt
+from reference_broker.common.record import MessageExt
 
 
 def msg(offset: int, body: bytes = b"xx", max_offset: int | None = None) -> MessageExt:

@@ -10,11 +10,7 @@ from reference_broker.client.message import MessageQueue, PullStatus, SendStatus
 from reference_broker.client.subscription import build_subscription_data
 from reference_broker.common import message as mc
 from reference_broker.common.java_hash import string_hash_code
-from reference_broker.remoting.codec import FrameDecoder
-from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import RemotingCommand, create_response, encode, json_loads
-from reference_broker.remoting.headers import SEND_V2_KEYS, build_pull_sys_flag, send_v2_to_v1
-from reference_broker.store.record import (
+from reference_broker.common.record import (
     MessageExtBrokerInner,
     crc32,
     decode_messages,
@@ -22,6 +18,10 @@ from reference_broker.store.record import (
     host_bytes,
     record_length,
 )
+from reference_broker.remoting.codec import FrameDecoder
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import RemotingCommand, create_response, encode, json_loads
+from reference_broker.remoting.headers import SEND_V2_KEYS, build_pull_sys_flag, send_v2_to_v1
 
 MQ = MessageQueue("T", "broker-a", 3)
 

@@ -11,7 +11,7 @@ import struct
 from collections import Counter
 from pathlib import Path
 
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.config import FlushDiskType, MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.status import GetMessageStatus

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from reference_broker.common import message as mc
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.status import PutMessageResult, PutMessageStatus

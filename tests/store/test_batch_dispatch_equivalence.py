@@ -34,12 +34,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.java_hash import string_hash_code
-from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
-from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.index_file import HASH_SLOT_SIZE, HEADER_SIZE, IndexFile, IndexService
 from reference_broker.store.message_store import MessageStore
 from tests.store.store_helpers import make_config, new_store

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reference_broker.common import message as mc
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.clean import (
     MAX_MANUAL_DELETE_FILE_TIMES,
     CleanCommitLogService,

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from reference_broker.common import message as mc
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
+from reference_broker.common.dispatch import DispatchRequest
+from reference_broker.common.record import MessageExtBrokerInner
 from reference_broker.store.checkpoint import NO_INDEX_FILE, IndexSafePoint, StoreCheckpoint
 from reference_broker.store.commit_log import CommitLog, MessageExtBatch
 from reference_broker.store.config import MessageStoreConfig
-from reference_broker.store.dispatch import DispatchRequest
-from reference_broker.store.record import MessageExtBrokerInner
 from reference_broker.store.status import AppendMessageResult, PutMessageStatus
 
 FILE = 1024

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
 from reference_broker.common.message_batch import BatchEntry, encode_batch
-from reference_broker.store import record as rec
+from reference_broker.common.record import MessageExtBrokerInner
 from reference_broker.store.commit_log import CommitLog, EncodedBatch, MessageExtBatch
-from reference_broker.store.record import MessageExtBrokerInner
 from reference_broker.store.status import PutMessageStatus
 from tests.store.test_prop_crc import assert_whole_record_crc, logs_fixture, open_log
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from reference_broker.common.record import MessageExtBrokerInner, stored_props_length
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.commit_log import CommitLog
 from reference_broker.store.config import MessageStoreConfig
@@ -20,7 +21,6 @@ from reference_broker.store.flush import (
     GroupCommitRequest,
     GroupCommitService,
 )
-from reference_broker.store.record import MessageExtBrokerInner, stored_props_length
 from reference_broker.store.status import PutMessageStatus
 
 WAIT_S = 5.0  # upper bound for a future to complete; tests finish in milliseconds

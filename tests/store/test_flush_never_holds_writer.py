@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
 from reference_broker.store import mapped_file as mapped_file_module
-from reference_broker.store import record as rec
 from reference_broker.store.config import FlushDiskType
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.status import GetMessageStatus, PutMessageResult, PutMessageStatus

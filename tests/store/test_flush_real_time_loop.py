@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from reference_broker.common import record as rec
 from reference_broker.store import flush as flush_module
-from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.commit_log import CommitLog
 from reference_broker.store.config import MessageStoreConfig

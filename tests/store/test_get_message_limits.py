@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from reference_broker.common import message as mc
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.config import BrokerRole
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.status import GetMessageStatus, PutMessageResult

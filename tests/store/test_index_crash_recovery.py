@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.index_file import HEADER_SIZE, INDEX_SIZE
 from tests.store.store_helpers import TOPIC, Stores, make_config, make_msg, put_ok, stores_fixture, wait_dispatched

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.java_hash import string_hash_code
 from reference_broker.common.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from reference_broker.store.checkpoint import StoreCheckpoint
-from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.index_file import (
     HEADER_SIZE,
     IndexFile,

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.message_batch import BatchEntry, encode_batch
-from reference_broker.store import record as rec
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.commit_log import CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.config import MessageStoreConfig
-from reference_broker.store.dispatch import DispatchRequest
 from reference_broker.store.status import AppendMessageResult, AppendMessageStatus, GetMessageStatus, PutMessageStatus
 from tests.store.store_helpers import Stores, make_config, stores_fixture, wait_dispatched
 

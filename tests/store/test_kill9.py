@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
+from reference_broker.common.record import MessageExt, MessageExtBrokerInner, decode_message
 from reference_broker.store.config import FlushDiskType
 from reference_broker.store.message_store import MessageStore
-from reference_broker.store.record import MessageExt, MessageExtBrokerInner, decode_message
 from reference_broker.store.status import PutMessageStatus
 from tests.store import writer_proc as wp
 from tests.store.durability_checks import check_consume_queues, check_readable, scan_commit_log

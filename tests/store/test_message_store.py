@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from reference_broker.common import record as rec
 from reference_broker.common.java_hash import string_hash_code
-from reference_broker.store import record as rec
 from reference_broker.store.message_store import MessageStore, StoreLockedError
 from reference_broker.store.status import GetMessageStatus, PutMessageResult
 from tests.store.store_helpers import (

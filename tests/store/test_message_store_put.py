@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
 from reference_broker.store import mapped_file
 from reference_broker.store import message_store as message_store_module
-from reference_broker.store import record as rec
 from reference_broker.store.config import BrokerRole, FlushDiskType
 from reference_broker.store.flush import GroupCommitRequest, GroupCommitService
 from reference_broker.store.message_store import MessageStore

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.status import GetMessageStatus, PutMessageResult

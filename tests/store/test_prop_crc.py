@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from reference_broker.common import message as mc
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
+from reference_broker.common.record import MessageExtBrokerInner
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE, CommitLog, MessageExtBatch
 from reference_broker.store.config import ROCKETMQ_KEYS, MessageStoreConfig, coerce_value
-from reference_broker.store.record import MessageExtBrokerInner
 from reference_broker.store.status import AppendMessageResult, PutMessageStatus
 
 FILE = 64 * 1024

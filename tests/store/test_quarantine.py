@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from reference_broker.common import quarantine_names as qn
-from reference_broker.store import record as rec
+from reference_broker.common import record as rec
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.quarantine import QuarantineError, count_intact, list_quarantine

@@ -8,11 +8,11 @@ import zlib
 import pytest
 
 from reference_broker.common import message as mc
+from reference_broker.common import record as rec
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.java_hash import string_hash_code
-from reference_broker.store import record as rec
+from reference_broker.common.record import MessageExtBrokerInner, MessageIdError
 from reference_broker.store.config import MessageStoreConfig
-from reference_broker.store.dispatch import DispatchRequest
-from reference_broker.store.record import MessageExtBrokerInner, MessageIdError
 
 STORE_HOST = ("10.0.0.2", 10911)
 STORE_TS = 1_700_000_000_123

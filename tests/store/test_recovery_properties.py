@@ -40,13 +40,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from reference_broker.common.record import MessageExt, MessageExtBrokerInner
 from reference_broker.store import commit_log as commit_log_module
 from reference_broker.store.config import FlushDiskType, MessageStoreConfig
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE
 from reference_broker.store.consume_queue import UNIT as CQ_UNIT
 from reference_broker.store.flush import FlushRealTimeService
 from reference_broker.store.message_store import MessageStore
-from reference_broker.store.record import MessageExt, MessageExtBrokerInner
 from reference_broker.store.status import PutMessageStatus
 from tests.store.durability_checks import BODY_POS, check_consume_queues, check_readable, make_config, scan_commit_log
 

@@ -24,9 +24,9 @@ from pathlib import Path
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from reference_broker.common.record import MessageExtBrokerInner
 from reference_broker.store.config import FlushDiskType, MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
-from reference_broker.store.record import MessageExtBrokerInner
 from reference_broker.store.status import PutMessageStatus
 
 TOPIC = "KillTopic"

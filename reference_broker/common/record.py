@@ -52,8 +52,8 @@ from typing import Any, Final
 
 from reference_broker.common import message as mc
 from reference_broker.common.crc import raw_crc32
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.java_hash import tags_hash_code
-from reference_broker.store.dispatch import DispatchRequest
 
 MESSAGE_MAGIC_CODE: Final = -626843481  # 0xDAA320A7
 MESSAGE_MAGIC_CODE_V2: Final = -626843477  # 0xDAA320AB (5.x: 2-byte topic length)
