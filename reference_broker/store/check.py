@@ -51,10 +51,8 @@ from reference_broker.common.java_hash import hash_codes
 from reference_broker.store.check_log import CommitLogView, check_names, first_nonzero, mapped, offset_files
 from reference_broker.store.check_report import CheckReport, ProblemKind
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT
-from reference_broker.store.index_file import HEADER_SIZE, INDEX_SIZE
+from reference_broker.store.index_format import ENTRY_DTYPE, HEADER, HEADER_SIZE, INDEX_SIZE
 
-_INDEX_HEADER: Final = struct.Struct(">qqqqii")
-_ENTRY_DTYPE: Final = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 _CKPT: Final = struct.Struct(">qqq")
 _CKPT_OFFSETS: Final = struct.Struct(">qq")
 _CKPT_OFFSETS_AT: Final = 40
@@ -268,14 +266,14 @@ def _check_index_file(p: Path, rel: str, log: CommitLogView, r: CheckReport, opt
                                                    "--index-num: maxHashSlotNum, maxIndexNum)")
             return
         slots_n, num = layout
-        _b_ts, _e_ts, _b_phy, _e_phy, _slot_count, count = _INDEX_HEADER.unpack_from(mm, 0)
+        _b_ts, _e_ts, _b_phy, _e_phy, _slot_count, count = HEADER.unpack_from(mm, 0)
         count = max(count, 1)  # IndexHeader.load: a count <= 0 reads as 1
         if count > num:
             r.add(ProblemKind.INDEX_FILE, rel, 36, f"indexCount {count} exceeds the file's {num} entries")
             count = num
         entries_at = HEADER_SIZE + slots_n * 4
         slots = np.frombuffer(mm, ">i4", slots_n, HEADER_SIZE)
-        ents = np.frombuffer(mm, _ENTRY_DTYPE, count - 1, entries_at + INDEX_SIZE)  # entry 0 is never written
+        ents = np.frombuffer(mm, ENTRY_DTYPE, count - 1, entries_at + INDEX_SIZE)  # entry 0 is never written
         try:
             bad = np.flatnonzero((slots < 0) | (slots >= count))
             for s in bad[: r.max_per_kind].tolist():

@@ -27,17 +27,13 @@ Pure functions over a buffer: the caller owns the file.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
-_SLOT: Final = struct.Struct(">i")
-_ENTRY: Final = struct.Struct(">iqii")
-_ENTRY_DTYPE: Final = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
-HEADER_SIZE: Final = 40
-ENTRY_SIZE: Final = _ENTRY.size
+from reference_broker.store.index_format import ENTRY, ENTRY_DTYPE, HEADER_SIZE, INDEX_SIZE, SLOT
+
 # A power loss keeps or loses whole sectors: an entry inside one sector is all there or all zero.
 _SECTOR: Final = 512
 
@@ -50,7 +46,7 @@ class RepairReport:
 
 
 def _entry_at(entries_at: int, n: int) -> int:
-    return entries_at + n * ENTRY_SIZE
+    return entries_at + n * INDEX_SIZE
 
 
 def _walk(buf: memoryview, entries_at: int, hash_slot_num: int, index_num: int, count: int, slot: int,
@@ -65,12 +61,12 @@ def _walk(buf: memoryview, entries_at: int, hash_slot_num: int, index_num: int, 
     while e >= count:
         if e >= index_num or steps > index_num:
             return None
-        key_hash, phy, _diff, prev = _ENTRY.unpack_from(buf, _entry_at(entries_at, e))
+        key_hash, phy, _diff, prev = ENTRY.unpack_from(buf, _entry_at(entries_at, e))
         if key_hash < 0 or key_hash % hash_slot_num != slot or phy < floor_phy or prev < 0 or prev >= e:
             return None
         if prev == 0:
             start = _entry_at(entries_at, e)
-            end = start + ENTRY_SIZE
+            end = start + INDEX_SIZE
             second = (end - 1) // _SECTOR * _SECTOR
             # An entry across two sectors may have kept its hash and lost its link (a 0, as in a fresh file).
             # The link's sector is known to be newer than the entry only if it holds bytes written after it
@@ -88,7 +84,7 @@ def _scan(buf: memoryview, entries_at: int, hash_slot_num: int, count: int,
     result = {int(s): 0 for s in slots}
     if count <= 1:
         return result
-    entries = np.frombuffer(buf, dtype=_ENTRY_DTYPE, count=count - 1, offset=_entry_at(entries_at, 1))
+    entries = np.frombuffer(buf, dtype=ENTRY_DTYPE, count=count - 1, offset=_entry_at(entries_at, 1))
     try:
         hashes = entries["hash"].astype(np.int64)
     finally:
@@ -108,7 +104,7 @@ def cut_back(buf: memoryview, hash_slot_num: int, index_num: int, count: int, fl
     (the next puts overwrite them, and no chain reaches them any more).
     """
     report = RepairReport()
-    entries_at = HEADER_SIZE + hash_slot_num * _SLOT.size
+    entries_at = HEADER_SIZE + hash_slot_num * SLOT.size
     table = np.frombuffer(buf, dtype=">i4", count=hash_slot_num, offset=HEADER_SIZE)
     try:
         bad = np.nonzero((table >= count) | (table < 0))[0]
@@ -123,7 +119,7 @@ def cut_back(buf: memoryview, hash_slot_num: int, index_num: int, count: int, fl
                 continue
             if found > 0:
                 # The entry below the cut is durable: it must hash to this slot, else scan.
-                (key_hash,) = _SLOT.unpack_from(buf, _entry_at(entries_at, found))
+                (key_hash,) = SLOT.unpack_from(buf, _entry_at(entries_at, found))
                 if key_hash < 0 or key_hash % hash_slot_num != s:
                     unsure.append(s)
                     continue
@@ -143,11 +139,11 @@ def first_entry_at_or_past(buf: memoryview, hash_slot_num: int, count: int, phy_
 
     Entries are put in log order, so their offsets never decrease: a binary search.
     """
-    entries_at = HEADER_SIZE + hash_slot_num * _SLOT.size
+    entries_at = HEADER_SIZE + hash_slot_num * SLOT.size
     lo, hi = 1, count
     while lo < hi:
         mid = (lo + hi) // 2
-        (_h, phy, _d, _p) = _ENTRY.unpack_from(buf, _entry_at(entries_at, mid))
+        (_h, phy, _d, _p) = ENTRY.unpack_from(buf, _entry_at(entries_at, mid))
         if phy < phy_offset:
             lo = mid + 1
         else:

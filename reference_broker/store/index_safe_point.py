@@ -1,7 +1,7 @@
 """IndexSafePoints: the index service's part in crash recovery — taking a safe point, loading against
 one after an abnormal exit, and dropping entries past the recovered log end (why: index_recovery.py).
 
-A mixin of IndexService (index_file.py), kept apart so the service's module stays about the index itself.
+A mixin of IndexService (index_service.py), kept apart so the service's module stays about the index itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from reference_broker.store.checkpoint import NO_INDEX_FILE, IndexSafePoint
 if TYPE_CHECKING:
     from reference_broker.store.index_file import IndexFile
 
-log = logging.getLogger("reference_broker.store.index_file")
+log = logging.getLogger("reference_broker.store.index_service")
 
 
 class IndexSafePoints:

@@ -42,7 +42,7 @@ from reference_broker.store.flush import (
     GroupCommitRequest,
     GroupCommitService,
 )
-from reference_broker.store.index_file import IndexService
+from reference_broker.store.index_service import IndexService
 from reference_broker.store.message_store_reads import StoreReads
 from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.reput import ReputMessageService

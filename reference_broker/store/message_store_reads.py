@@ -16,7 +16,7 @@ from reference_broker.store.commit_log import CommitLog
 from reference_broker.store.config import BrokerRole, MessageStoreConfig
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
 from reference_broker.store.consume_queue import UNIT as _UNIT
-from reference_broker.store.index_file import IndexService, QueryOffsetResult
+from reference_broker.store.index_service import IndexService, QueryOffsetResult
 from reference_broker.store.record_check import record_intact
 from reference_broker.store.status import GetMessageResult, GetMessageStatus
 

@@ -40,7 +40,9 @@ from reference_broker.common.java_hash import string_hash_code
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
-from reference_broker.store.index_file import HASH_SLOT_SIZE, HEADER_SIZE, IndexFile, IndexService
+from reference_broker.store.index_file import IndexFile
+from reference_broker.store.index_format import HASH_SLOT_SIZE, HEADER_SIZE
+from reference_broker.store.index_service import IndexService
 from reference_broker.store.message_store import MessageStore
 from tests.store.store_helpers import make_config, new_store
 

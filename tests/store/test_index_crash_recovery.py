@@ -18,7 +18,7 @@ import pytest
 
 from reference_broker.common import record as rec
 from reference_broker.store.config import MessageStoreConfig
-from reference_broker.store.index_file import HEADER_SIZE, INDEX_SIZE
+from reference_broker.store.index_format import HEADER_SIZE, INDEX_SIZE
 from tests.store.store_helpers import TOPIC, Stores, make_config, make_msg, put_ok, stores_fixture, wait_dispatched
 
 HUGE = 2**63 - 1

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from reference_broker.store.checkpoint import IndexSafePoint, StoreCheckpoint
-from reference_broker.store.index_file import HEADER_SIZE, INDEX_SIZE, IndexFile
+from reference_broker.store.index_file import IndexFile
+from reference_broker.store.index_format import HEADER_SIZE, INDEX_SIZE
 
 SLOTS = 10  # few slots: long chains that cross the cut
 NUM = 400
