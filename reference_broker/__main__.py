@@ -29,7 +29,7 @@ def bench() -> None:
 
 
 def _sizes_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
-    from reference_broker.bench.store_bench import parse_sizes
+    from reference_broker.bench.store_plan import parse_sizes
 
     if value is None:
         return None
@@ -62,7 +62,9 @@ def store(quick: bool, as_json: bool, directory: Path | None, no_fio: bool, size
           scale: float, many_queues: int) -> None:
     """Benchmark the message store: append, group commit, queue fan-out and recovery, next to fio."""
     from reference_broker.bench.report import format_table
-    from reference_broker.bench.store_bench import BenchError, Plan, disk_needed_bytes, raise_fd_limit, run_store_bench
+    from reference_broker.bench.store_bench import run_store_bench
+    from reference_broker.bench.store_plan import Plan, disk_needed_bytes
+    from reference_broker.bench.store_workload import BenchError, raise_fd_limit
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     plan = Plan.make(quick=quick, scale=scale, sizes=sizes, fio=not no_fio, many_queues=many_queues)

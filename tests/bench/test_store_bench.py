@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from reference_broker.__main__ import main
 from reference_broker.bench import fio as fio_mod
 from reference_broker.bench.report import format_table
-from reference_broker.bench.store_bench import (
+from reference_broker.bench.store_plan import (
     GiB,
     MiB,
     Plan,
