@@ -272,6 +272,11 @@ class RemotingServer:
         """Requests decoded and not yet answered, over all connections."""
         return sum(len(conn.tasks) for conn in self._connections)
 
+    def protocol_factory(self) -> asyncio.Protocol:
+        """One connection's protocol object, as the listener makes for each accepted socket; tests drive it
+        over a fake transport (tests/remoting/test_server_protocol.py). Call on the server's event loop."""
+        return _Connection(self)
+
     @property
     def connections(self) -> list[ConnectionContext]:
         return [conn.ctx for conn in self._connections if not conn.closed]
@@ -280,7 +285,7 @@ class RemotingServer:
         if self._server is not None:
             raise RuntimeError("server already started")
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_address=True)
+        self._server = await loop.create_server(self.protocol_factory, host, port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
 
     def stop_listening(self) -> None:
