@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.launcher import Process, Topology, free_port
+from harness.launcher import Process, Topology
+from harness.ports import free_port
 
 BARE_TOPIC = "BareBenchmark"
 

@@ -2,14 +2,13 @@
 started with a broker.conf per broker, waited for until ready, stopped cleanly (SIGTERM) or killed (SIGKILL).
 
 The scenarios and the chaos suite share it; tests use it for end-to-end runs. Ports are picked free on
-127.0.0.1; every process logs to ``<root>/<name>.log``.
+127.0.0.1 (harness/ports.py); every process logs to ``<root>/<name>.log``.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.ports import free_port
+
 READY_TIMEOUT_S = 30.0
 BOOT_LINE_BROKER = "boot success"
 BOOT_LINE_NAMESRV = "The Name Server boot success"
@@ -26,26 +27,6 @@ BOOT_LINE_NAMESRV = "The Name Server boot success"
 
 class LaunchError(RuntimeError):
     """A process of the topology did not start; the message carries the tail of its log."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (brokers also use port + 1 for HA, so both are checked)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
-        if port < 65535 and _port_free(host, port + 1):
-            return port
-    raise LaunchError("no free port pair found")
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def _tail(path: Path, lines: int = 30) -> str:

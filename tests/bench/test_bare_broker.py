@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.launcher import Process, Topology, free_port
+from harness.launcher import Process, Topology
+from harness.ports import free_port
 from reference_broker.bench.bare_broker import CQ_UNIT
 from reference_broker.client import Message, Producer
 from reference_broker.common import message as mc

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from harness.launcher import Topology, free_port
+from harness.launcher import Topology
+from harness.ports import free_port
 from reference_broker.common.record import decode_messages
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from harness.ports import free_port
 from reference_broker.namesrv.server import NameServer
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
@@ -141,16 +141,9 @@ def test_expiry_over_the_wire() -> None:
         st.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.mark.e2e
 def test_cli_subprocess() -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "reference_broker", "namesrv", "-p", str(port),
                              "--host", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

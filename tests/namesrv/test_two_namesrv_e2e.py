@@ -17,9 +17,9 @@ from harness.launcher import (
     BrokerProcess,
     Process,
     env_broker_conf,
-    free_port,
     write_broker_conf,
 )
+from harness.ports import free_port
 from reference_broker.client.config import ClientConfig
 from reference_broker.client.instance import MQClientInstance, get_instance
 from reference_broker.client.message import ConsumeConcurrentlyStatus, ConsumeFromWhere, Message, SendStatus

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.launcher import free_port
+from harness.ports import free_port
 from reference_broker.client import ClientConfig, Message, Producer
 from reference_broker.tools import admin
 
