@@ -17,7 +17,9 @@ from chaos import ExperimentSpec, FaultName, FlushMode, LoadSpec, make_fault, ru
 from chaos.leftovers import Ledger
 from harness.records import validate_run
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# machine: every cell applies the sysctl profile "default" (the sysctl_profiles lock and state file), and the
+# power-loss and disk-fill cells use loop devices.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.machine]
 
 # Known reference-broker defect (reported; see the chaos report): after a power loss, recovery truncates the
 # consume queues only in memory; a second power loss before those pages are flushed brings the stale units

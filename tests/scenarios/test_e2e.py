@@ -72,6 +72,7 @@ def test_throughput_two_worker_processes_merge_their_events(tmp_path):
     assert {p.name.split("-")[1] for p in (run / "events").glob("part-*.parquet")} == {"w0", "w1"}
 
 
+@pytest.mark.machine  # applies the sysctl profile "default" (the sysctl_profiles lock and state file)
 def test_latency_against_an_existing_name_server_and_topic(tmp_path):
     with Topology(tmp_path / "topo", broker_conf={"mappedFileSizeCommitLog": str(64 << 20)}) as topo:
         # An existing topic with history: the run consumes from its own start time and records only its own.
