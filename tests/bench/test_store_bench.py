@@ -1,4 +1,5 @@
-"""The store benchmark: the CLI end to end (small workload), its argument errors, sizes, targets and fio."""
+"""The store benchmark: the CLI end to end (small workload), its argument errors, and fio (sizes, plan and
+targets: test_store_plan.py)."""
 
 from __future__ import annotations
 
@@ -16,15 +17,7 @@ from click.testing import CliRunner
 from reference_broker.__main__ import main
 from reference_broker.bench import fio as fio_mod
 from reference_broker.bench.report import format_table
-from reference_broker.bench.store_plan import (
-    GiB,
-    MiB,
-    Plan,
-    evaluate_targets,
-    parse_size,
-    parse_sizes,
-    size_label,
-)
+from reference_broker.bench.store_plan import MiB
 
 REPO = Path(__file__).resolve().parents[2]
 MANY = 200  # queues in the fan-out comparison of the small run (10,000 by default)
@@ -111,31 +104,6 @@ def test_bad_arguments_are_usage_errors(args: list[str], message: str) -> None:
     res = CliRunner().invoke(main, ["bench", "store", *args])
     assert res.exit_code == 2, res.output
     assert message in res.output
-
-
-def test_sizes() -> None:
-    assert parse_size("64M") == 64 * MiB
-    assert parse_size("1g") == parse_size("1GiB") == parse_size("1GB") == GiB
-    assert parse_size("1.5G") == 3 * GiB // 2
-    assert parse_sizes("4G, 1G,1024M") == (GiB, 4 * GiB)
-    assert [size_label(n) for n in (GiB, 4 * GiB, 64 * MiB, 1536 * MiB, 1_000_001)] == [
-        "1G", "4G", "64M", "1536M", "1000001"]
-
-
-def test_plan_defaults() -> None:
-    full, quick = Plan.make(quick=False), Plan.make(quick=True)
-    assert full.sizes == (GiB, 4 * GiB) and quick.sizes == (64 * MiB, 128 * MiB)
-    assert full.many_queues == quick.many_queues == 10_000
-    assert Plan.make(quick=True, scale=0.01).async_messages == 500
-
-
-def test_targets_use_the_queue_count_and_allow_missing_figures() -> None:
-    r = {"append_async_msgs_per_s": 160_000.0, "sync64_vs_async_ratio": 0.4, "queues_10000_vs_1_ratio": None,
-         "recovery_abnormal_checkpoint_s": 0.5, "recovery_full_scan_bytes_per_s": 350e6}
-    t = evaluate_targets(r)
-    assert {k: v["met"] for k, v in t.items()} == {
-        "append_async": True, "sync64_vs_async": False, "queues_10000_vs_1": None,
-        "recovery_abnormal_checkpoint": True, "recovery_full_scan": True}
 
 
 # ---- fio ---------------------------------------------------------------------------------------
