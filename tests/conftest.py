@@ -23,8 +23,12 @@ again so the locust processes the scenario tests start are patched as usual.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
+
+from tests import xdist_groups
 
 # Small files for every broker the tests start through harness/launcher.py (see env_broker_conf there):
 # 64 MiB commit-log files and an 8 MiB index instead of 1 GiB and ~420 MB, all reserved up front.
@@ -68,3 +72,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = _group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:
+        xdist_groups.write_groups(items, worker["workerid"])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # On the controller of a parallel run, before it starts the workers (they inherit the variable).
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no":
+        os.environ[xdist_groups.GROUPS_DIR_ENV] = tempfile.mkdtemp(prefix="rmq-lab-xdist-groups-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and xdist_groups.GROUPS_DIR_ENV in os.environ:
+        shutil.rmtree(os.environ.pop(xdist_groups.GROUPS_DIR_ENV), ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getoption("dist") != "loadgroup" or xdist_groups.GROUPS_DIR_ENV not in os.environ:
+        return None  # xdist's own
+    return xdist_groups.make_scheduler(config, log)
