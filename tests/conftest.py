@@ -10,6 +10,7 @@ keep it safe there, applied to every collected test by ``pytest_collection_modif
   markers, and everything under tests/sysctl_profiles/) run on one worker, one after another;
 - shared fixtures: tests that use a module-, package- or session-scoped fixture of this suite (a name server
   and broker per module, one SparkSession) run on one worker, so the fixture is built once;
+  (the groups reach xdist's scheduler through tests/xdist_groups.py: see there why not by the node ids);
 - ports and directories: servers get their ports from harness/ports.py (claimed across processes) and
   every test writes under its own tmp_path.
 
