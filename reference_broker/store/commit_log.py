@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +18,6 @@ from typing import Final
 
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
-from reference_broker.common.crc import raw_crc32
 from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.message_batch import BatchDecodeError, decode_batch_entries
 from reference_broker.common.names import is_path_safe
@@ -56,9 +54,9 @@ class EncodedBatch:
     properties_suffix: bytes = b""  # "\x02NAME\x01value…", appended to every entry's properties (CLUSTER)
 
 
-# A batch record ready for the put lock: Struct, size, BODYCRC, flag, body, stored properties, sysflag,
-# born timestamp, born address, born port, reconsume times, prepared-transaction offset.
-_BatchRecord = tuple[struct.Struct, int, int, int, bytes, bytes, int, int, bytes, int, int, int]
+# A checked batch entry: body, stored properties, flag, sysflag, born timestamp, born address, born port,
+# reconsume times, prepared-transaction offset, BODYCRC (-1: compute).
+_Entry = tuple[bytes, bytes, int, int, int, bytes, int, int, int, int]
 
 
 def _illegal_batch() -> PutMessageResult:
@@ -265,21 +263,16 @@ class CommitLog:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         born_ip = rec.host_bytes(msg.born_host[0])
         store_ip = self.store_ip
-        born_v6 = len(born_ip) == 16
-        store_v6 = len(store_ip) == 16
-        # The host-width bits describe this record's hosts, not a record it was rebuilt from.
-        sys_flag = msg.sys_flag & ~(mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG)
-        if born_v6:
-            sys_flag |= mc.BORNHOST_V6_FLAG
-        if store_v6:
-            sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
-        st = rec.record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
-        total = st.size
+        total = rec.record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(store_ip) == 16)
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:  # would not fit even an empty file
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
-        crc = raw_crc32(body) & 0x7FFFFFFF
-        tran = sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
+        # Encoded before the lock (MessageExtEncoder); the lock fills in offsets, time and CRC and copies the
+        # record into the mapping whole (DefaultAppendMessageCallback.doAppend).
+        data = rec.encode_to_bytes(topic_b, body, props_b, queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
+                                   born_ip, msg.born_host[1], store_ip, self.store_port, msg.reconsume_times,
+                                   msg.prepared_transaction_offset)
+        tran = msg.sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
         no_cq = tran == mc.TRANSACTION_PREPARED_TYPE or tran == mc.TRANSACTION_ROLLBACK_TYPE
         key = f"{topic}-{queue_id}"
         table = self.topic_queue_table
@@ -296,20 +289,12 @@ class CommitLog:
                     if nxt is None:
                         return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
                     mf = nxt
-                pos = mf.staged_position
-                phys = mf.file_from_offset + pos
+                phys = mf.file_from_offset + mf.staged_position
                 if append_crc and self.prop_crc_since is None:
                     self._set_prop_crc_since(phys)  # once: the first record with the CRC
                 qoff = 0 if no_cq else table.get(key, 0)
-                st.pack_into(mf.wbuf, pos, total, rec.MESSAGE_MAGIC_CODE, crc, queue_id, msg.flag, qoff, phys, sys_flag,
-                             msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip, self.store_port,
-                             msg.reconsume_times, msg.prepared_transaction_offset, len(body), body, len(topic_b),
-                             topic_b, len(props_b), props_b)
-                if append_crc:
-                    rec.write_prop_crc(mf.wbuf, pos, total)
-                mf.staged_position = pos + total
-                if mf.stage is None:
-                    mf.wrote_position = pos + total  # readers see it now; with staging, once committed
+                rec.seal_record(data, 0, total, qoff, phys, store_ts, append_crc)
+                mf.append_record(data)
                 mf.store_timestamp = store_ts
                 if not no_cq:
                     table[key] = qoff + 1
@@ -341,10 +326,9 @@ class CommitLog:
         """Fill the rest of ``mf`` with a blank record and open the next file (END_OF_FILE)."""
         free = mf.free_space()
         if free >= rec.END_FILE_MIN_BLANK_LENGTH:
-            rec.write_blank(mf.wbuf, mf.staged_position, free)
-        mf.staged_position = mf.file_size
-        if mf.stage is None:
-            mf.wrote_position = mf.file_size
+            mf.append_record(rec.BLANK.pack(free, rec.BLANK_MAGIC_CODE), free)
+        else:
+            mf.advance(free)
         try:
             return self.mapped_file_queue.last_file_for_write()
         except OSError as e:
@@ -359,24 +343,23 @@ class CommitLog:
         if bad is not None:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         topic_b = batch.topic.encode("utf-8")
-        store_v6 = len(self.store_ip) == 16
-        prepared: list[_BatchRecord] = []
+        entries: list[_Entry] = []
         for m in batch.messages:
             m.topic = batch.topic
             m.queue_id = batch.queue_id
-            r = self._prepare(topic_b, m.body, m.encoded_properties(), m.sys_flag, rec.host_bytes(m.born_host[0]),
-                              store_v6, m.flag, m.born_timestamp, m.born_host[1], m.reconsume_times,
-                              m.prepared_transaction_offset, -1)
+            r = self._entry(topic_b, m.body, m.encoded_properties(), m.flag, m.sys_flag, m.born_timestamp,
+                            rec.host_bytes(m.born_host[0]), m.born_host[1], m.reconsume_times,
+                            m.prepared_transaction_offset, -1)
             if isinstance(r, PutMessageResult):
                 return r
-            prepared.append(r)
-        return self._append_batch(batch.topic, batch.queue_id, topic_b, prepared)
+            entries.append(r)
+        return self._append_batch(batch.topic, batch.queue_id, topic_b, entries)
 
     def put_encoded_batch(self, batch: EncodedBatch) -> PutMessageResult:
         """``put_messages`` for a batch still in its wire encoding: each record is written from its entry
         (MessageExtBatchEncoder), with no message object per entry; a body that does not parse is illegal."""
         try:
-            entries = decode_batch_entries(batch.body)
+            raw_entries = decode_batch_entries(batch.body)
         except BatchDecodeError as exc:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
         bad = self._topic_problem(batch.topic) or header_problem(batch.queue_id, 0, batch.sys_flag,
@@ -384,26 +367,25 @@ class CommitLog:
         if bad is not None:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         topic_b = batch.topic.encode("utf-8")
-        store_v6 = len(self.store_ip) == 16
         born_ip = rec.host_bytes(batch.born_host[0])
         suffix = batch.properties_suffix
-        prepare = self._prepare
-        prepared: list[_BatchRecord] = []
-        for flag, body, props, crc in entries:
+        entry = self._entry
+        entries: list[_Entry] = []
+        for flag, body, props, crc in raw_entries:
             if suffix:
                 # MessageExtBatchEncoder: a separator only when the entry's properties do not end with one
                 props = props + suffix if props and props[-1] != 2 else props + suffix[1:]
-            r = prepare(topic_b, body, props, batch.sys_flag, born_ip, store_v6, flag, batch.born_timestamp,
-                        batch.born_host[1], 0, 0, crc)
+            r = entry(topic_b, body, props, flag, batch.sys_flag, batch.born_timestamp, born_ip, batch.born_host[1],
+                      0, 0, crc)
             if isinstance(r, PutMessageResult):
                 return r
-            prepared.append(r)
-        return self._append_batch(batch.topic, batch.queue_id, topic_b, prepared)
+            entries.append(r)
+        return self._append_batch(batch.topic, batch.queue_id, topic_b, entries)
 
-    def _prepare(self, topic_b: bytes, body: bytes, encoded: bytes, sys_flag: int, born_ip: bytes, store_v6: bool,
-                 flag: int, born_ts: int, born_port: int, reconsume: int, prepared_offset: int, body_crc: int
-                 ) -> _BatchRecord | PutMessageResult:
-        """One record of a batch, everything but what the put lock decides; or why the batch is refused."""
+    def _entry(self, topic_b: bytes, body: bytes, encoded: bytes, flag: int, sys_flag: int, born_ts: int,
+               born_ip: bytes, born_port: int, reconsume: int, prepared_offset: int, body_crc: int
+               ) -> _Entry | PutMessageResult:
+        """One record of a batch, checked and with its stored properties; or why the batch is refused."""
         if _has_delay(encoded) or mc.transaction_value(sys_flag) != mc.TRANSACTION_NOT_TYPE:
             return _illegal_batch()  # batches carry neither delays nor transactions (CommitLog.asyncPutMessages)
         bad_header = header_problem(0, flag, sys_flag, born_ts, reconsume, prepared_offset)
@@ -415,28 +397,31 @@ class CommitLog:
             status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
                       if bad is AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED else PutMessageStatus.MESSAGE_ILLEGAL)
             return PutMessageResult(status, AppendMessageResult(bad))
-        born_v6 = len(born_ip) == 16
-        sys_flag &= ~(mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG)  # this record's hosts decide
-        if born_v6:
-            sys_flag |= mc.BORNHOST_V6_FLAG
-        if store_v6:
-            sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
-        st = rec.record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
-        return (st, st.size, raw_crc32(body) & 0x7FFFFFFF if body_crc < 0 else body_crc, flag, body, props_b,
-                sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset)
+        return (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset, body_crc)
 
-    def _append_batch(self, topic: str, queue_id: int, topic_b: bytes, prepared: list[_BatchRecord]
-                      ) -> PutMessageResult:
-        """Write prepared records whole into one file, consecutive queue offsets (asyncPutMessages)."""
-        grand = sum(r[1] for r in prepared)
+    def _append_batch(self, topic: str, queue_id: int, topic_b: bytes, entries: list[_Entry]) -> PutMessageResult:
+        """Encode the records outside the lock, then write them whole into one file with consecutive queue
+        offsets (CommitLog.asyncPutMessages, MessageExtBatchEncoder)."""
+        store_ip = self.store_ip
+        store_v6 = len(store_ip) == 16
+        topic_len = len(topic_b)
+        sizes = [rec.record_length(len(e[0]), topic_len, len(e[1]), len(e[5]) == 16, store_v6) for e in entries]
+        grand = sum(sizes)
         # The encoder buffer is maxMessageSize + 64 KiB: a longer batch is illegal (MessageExtBatchEncoder).
         if grand > self.config.max_message_size + 64 * 1024 or grand + 8 > self.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
+        data = bytearray(grand)
+        at = 0
+        store_port = self.store_port
+        encode = rec.encode_record
+        for (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset,
+             body_crc) in entries:
+            at += encode(data, at, topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port,
+                         store_ip, store_port, reconsume, prepared_offset, body_crc)
         key = f"{topic}-{queue_id}"
         append_crc = self.append_prop_crc
-        store_ip = self.store_ip
-        store_port = self.store_port
+        seal = rec.seal_record
         with self.put_lock:
             now = _now_ms()
             self.begin_time_in_lock = now
@@ -453,35 +438,26 @@ class CommitLog:
                     if nxt is None:
                         return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
                     mf = nxt
-                start_pos = pos = mf.staged_position
-                wbuf = mf.wbuf
-                base = mf.file_from_offset
+                start = mf.file_from_offset + mf.staged_position
                 if append_crc and self.prop_crc_since is None:
-                    self._set_prop_crc_since(base + start_pos)  # once: the first record with the CRC
+                    self._set_prop_crc_since(start)  # once: the first record with the CRC
                 first_q = qoff = self.topic_queue_table.get(key, 0)
                 ids: list[str] = []
                 id_prefix = self.msg_id_prefix_hex
-                topic_len = len(topic_b)
-                for (st, total, crc, flag, body, props_b, sys_flag, born_ts, born_ip, born_port, reconsume,
-                     prepared_offset) in prepared:
-                    phys = base + pos
-                    st.pack_into(wbuf, pos, total, rec.MESSAGE_MAGIC_CODE, crc, queue_id, flag, qoff, phys, sys_flag,
-                                 born_ts, born_ip, born_port, store_ts, store_ip, store_port, reconsume,
-                                 prepared_offset, len(body), body, topic_len, topic_b, len(props_b), props_b)
-                    if append_crc:
-                        rec.write_prop_crc(wbuf, pos, total)
+                at = 0
+                for total in sizes:
+                    phys = start + at
+                    seal(data, at, total, qoff, phys, store_ts, append_crc)
                     ids.append(f"{id_prefix}{phys:016X}")  # rec.create_message_id, prefix formatted once
-                    pos += total
+                    at += total
                     qoff += 1
-                mf.staged_position = pos
-                if mf.stage is None:
-                    mf.wrote_position = pos
+                mf.append_record(data)
                 mf.store_timestamp = store_ts
                 self.topic_queue_table[key] = qoff
             finally:
                 self.begin_time_in_lock = 0
         return PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(
-            AppendMessageStatus.PUT_OK, base + start_pos, grand, ",".join(ids), store_ts, first_q, len(prepared)))
+            AppendMessageStatus.PUT_OK, start, grand, ",".join(ids), store_ts, first_q, len(entries)))
 
     # ---- reads --------------------------------------------------------------------------------
     def get_data(self, offset: int, return_first_on_not_found: bool = False) -> SelectMappedBufferResult | None:

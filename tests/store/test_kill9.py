@@ -27,6 +27,7 @@ from reference_broker.common import record as rec
 from reference_broker.common.record import MessageExt, MessageExtBrokerInner, decode_message
 from reference_broker.store.config import FlushDiskType
 from reference_broker.store.message_store import MessageStore
+from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.status import PutMessageStatus
 from tests.store import writer_proc as wp
 from tests.store.durability_checks import check_consume_queues, check_readable, scan_commit_log
@@ -114,6 +115,10 @@ def verify(root: Path, flush: str, acked: dict[int, Ack], known: dict[int, int],
     assert not store.last_exit_ok, "a killed writer must leave abort behind"
     store.start()
     try:
+        # A kill cuts at most the record being copied: never a complete record (one once lost its whole-record
+        # CRC when the writer was killed between writing it and sealing it).
+        cut_intact = [e for e in list_quarantine(root) if e.intact_records]
+        assert not cut_intact, f"recovery cut intact records after a kill -9: {cut_intact}"
         records = scan_commit_log(store)  # every record decodes with its CRC
         check_consume_queues(store, records)  # every unit points at its own record
         by_index: dict[int, MessageExt] = {}
