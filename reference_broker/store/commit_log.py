@@ -23,7 +23,8 @@ from reference_broker.common.message_batch import BatchDecodeError, decode_batch
 from reference_broker.common.names import is_path_safe
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.config import MessageStoreConfig
-from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult, fsync_dir
+from reference_broker.store.mapped_file import MappedFile, SelectMappedBufferResult, fsync_dir
+from reference_broker.store.mapped_file_queue import MappedFileQueue
 from reference_broker.store.quarantine import preserve_cut
 from reference_broker.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
 

@@ -16,7 +16,7 @@ import logging
 from typing import Final
 
 from reference_broker.store.flush import ServiceThread
-from reference_broker.store.mapped_file import MappedFileQueue
+from reference_broker.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 
