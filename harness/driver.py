@@ -1,7 +1,7 @@
 """The driver under the scenarios: what a workload needs of a broker, and its RocketMQ implementation.
 
 Scenarios speak only to ``Driver`` (send, consume, pause/resume, backlog, topics, broker facts), so other
-brokers (NATS JetStream, RabbitMQ; DESIGN §8) can be driven by the same workloads later. Outcomes follow the
+brokers (NATS JetStream, RabbitMQ; docs/design.md) can be driven by the same workloads later. Outcomes follow the
 run-record vocabulary (``harness.records.Outcome``): "ok" = acknowledged, "fail" = definitely not stored,
 "unknown" = the request may have been acted on (a timeout or a lost connection after it was written).
 

@@ -97,7 +97,7 @@ def runtime_metrics(table: Mapping[str, str]) -> dict[MetricName, float]:
 
 
 def file_set(store_root: Path, path: Path) -> str | None:
-    """Which file set of the store layout (DESIGN §3) ``path`` belongs to."""
+    """Which file set of the store layout (docs/design.md, On-disk layout) ``path`` belongs to."""
     try:
         first = path.relative_to(store_root).parts[0]
     except (ValueError, IndexError):
@@ -322,7 +322,7 @@ def io_read_bytes(pid: int) -> int | None:
 
 
 def commitlog_files(store_root: Path) -> list[tuple[int, Path]]:
-    """(start offset, path) of the commit-log files, named by their 20-digit start offset (DESIGN §3)."""
+    """(start offset, path) of the commit-log files, named by their 20-digit start offset (UtilAll.offset2FileName)."""
     out = []
     for p in (store_root / "commitlog").iterdir() if (store_root / "commitlog").is_dir() else []:
         if p.name.isdigit() and len(p.name) == 20:

@@ -56,7 +56,7 @@ SERVICE_NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: "
     "the broker's disk is full [{disk}], messages are put to the slave, message store has been shut down, etc."
 )
-CQ_WRITE_RETRIES = 3  # seed Q&A 18 (4.9.8 retries 30 times, 1 s apart)
+CQ_WRITE_RETRIES = 3  # docs/claims.md `cq-write-failure` (4.9.8's ConsumeQueue retries 30 times, 1 s apart)
 
 
 def raise_open_files_limit() -> int:
@@ -484,7 +484,7 @@ class MessageStore(StoreReads):
         return None
 
     def _throttle(self) -> None:
-        """Seed Q&A 19: slow each put by 1 ms while dispatch is far behind."""
+        """docs/claims.md `dispatch-throttle`: slow each put by 1 ms while dispatch is far behind."""
         if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
             time.sleep(0.001)
 
@@ -566,7 +566,7 @@ class MessageStore(StoreReads):
             if bad is not None:
                 return self._rejected(bad)
         if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
-            time.sleep(0.001)  # seed Q&A 19: dispatch is far behind, slow the writer down
+            time.sleep(0.001)  # docs/claims.md `dispatch-throttle`: dispatch is far behind, slow the writer down
         result = cl.put_message(msg)
         if result.status is PutMessageStatus.PUT_OK:
             self._put_count += 1
