@@ -387,7 +387,7 @@ class MessageStore(StoreReads):
                     ts = run[0].store_timestamp  # one unit of this queue in the run: the many-queues case
                 else:
                     ts = self._put_cq_positions(cq, run)
-            except Exception as e:  # boundary: one queue's records must not stop the others
+            except Exception as e:  # noqa: BLE001 - boundary: one queue's records must not stop the others
                 self._dispatch_failed(f"consume queue {topic!r}:{queue_id}", run, e)
                 continue
             if ts > last_ts:
@@ -397,7 +397,7 @@ class MessageStore(StoreReads):
         if self.config.message_index_enable:
             try:
                 self.index_service.build_index_batch(reqs)
-            except Exception as e:  # boundary: the index must not stop the consume queues
+            except Exception as e:  # noqa: BLE001 - boundary: the index must not stop the consume queues
                 self._dispatch_failed("index", reqs, e)
             if self.index_service.index_file_error and not flags.flag & RunningFlags.WRITE_INDEX_FILE_ERROR:
                 log.error("index files cannot be built: the store stops accepting writes")
@@ -406,7 +406,7 @@ class MessageStore(StoreReads):
             for req in reqs:
                 try:
                     listener(req)
-                except Exception as e:  # boundary: a listener's bug must not stop dispatch
+                except Exception as e:  # noqa: BLE001 - boundary: a listener's bug must not stop dispatch
                     self._dispatch_failed(f"listener {listener!r}", [req], e)
 
     def _dispatch_failed(self, what: str, reqs: list[DispatchRequest], exc: BaseException) -> None:

@@ -116,7 +116,7 @@ def test_sync_flush_concurrent_puts(sync_store: MessageStore) -> None:
                 assert sync_store.commit_log.flushed_where >= r.append.wrote_offset + r.append.wrote_bytes
                 with lock:
                     results.append(r)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - a thread's top: surfaced by the test
             errors.append(e)
 
     workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]

@@ -208,7 +208,7 @@ def run_child(cfg: MessageStoreConfig, ops: list[Op], wait_dispatch: bool, clock
         try:
             out.write_text(json.dumps(_child(cfg, ops, wait_dispatch, clock_step_ms)))
             code = 0
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the forked child's top: reported to the parent
             err.write_text(traceback.format_exc())
         finally:
             os._exit(code)  # abrupt: no shutdown, abort stays, nothing else is flushed
