@@ -56,7 +56,7 @@ SERVICE_NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: "
     "the broker's disk is full [{disk}], messages are put to the slave, message store has been shut down, etc."
 )
-CQ_WRITE_RETRIES = 3  # seed Q&A 18 (4.9.8 retries 30 times, 1 s apart)
+CQ_WRITE_RETRIES = 3  # docs/claims.md `cq-write-failure` (4.9.8's ConsumeQueue retries 30 times, 1 s apart)
 
 
 def raise_open_files_limit() -> int:
@@ -387,7 +387,7 @@ class MessageStore(StoreReads):
                     ts = run[0].store_timestamp  # one unit of this queue in the run: the many-queues case
                 else:
                     ts = self._put_cq_positions(cq, run)
-            except Exception as e:  # boundary: one queue's records must not stop the others
+            except Exception as e:  # noqa: BLE001 - boundary: one queue's records must not stop the others
                 self._dispatch_failed(f"consume queue {topic!r}:{queue_id}", run, e)
                 continue
             if ts > last_ts:
@@ -397,7 +397,7 @@ class MessageStore(StoreReads):
         if self.config.message_index_enable:
             try:
                 self.index_service.build_index_batch(reqs)
-            except Exception as e:  # boundary: the index must not stop the consume queues
+            except Exception as e:  # noqa: BLE001 - boundary: the index must not stop the consume queues
                 self._dispatch_failed("index", reqs, e)
             if self.index_service.index_file_error and not flags.flag & RunningFlags.WRITE_INDEX_FILE_ERROR:
                 log.error("index files cannot be built: the store stops accepting writes")
@@ -406,7 +406,7 @@ class MessageStore(StoreReads):
             for req in reqs:
                 try:
                     listener(req)
-                except Exception as e:  # boundary: a listener's bug must not stop dispatch
+                except Exception as e:  # noqa: BLE001 - boundary: a listener's bug must not stop dispatch
                     self._dispatch_failed(f"listener {listener!r}", [req], e)
 
     def _dispatch_failed(self, what: str, reqs: list[DispatchRequest], exc: BaseException) -> None:
@@ -484,7 +484,7 @@ class MessageStore(StoreReads):
         return None
 
     def _throttle(self) -> None:
-        """Seed Q&A 19: slow each put by 1 ms while dispatch is far behind."""
+        """docs/claims.md `dispatch-throttle`: slow each put by 1 ms while dispatch is far behind."""
         if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
             time.sleep(0.001)
 
@@ -566,7 +566,7 @@ class MessageStore(StoreReads):
             if bad is not None:
                 return self._rejected(bad)
         if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
-            time.sleep(0.001)  # seed Q&A 19: dispatch is far behind, slow the writer down
+            time.sleep(0.001)  # docs/claims.md `dispatch-throttle`: dispatch is far behind, slow the writer down
         result = cl.put_message(msg)
         if result.status is PutMessageStatus.PUT_OK:
             self._put_count += 1

@@ -187,7 +187,7 @@ def test_kill9_under_load_from_four_writer_threads(tmp_path: Path) -> None:
 
 def _torn_page_start(root: Path) -> tuple[int, int]:
     """(page start, phys of the record it cuts): the last 4 KiB page boundary that falls inside a record's
-    topic or properties, where BODYCRC cannot see a tear (ROCKETMQ_FACTS §1.1: the body starts at @88)."""
+    topic or properties, where BODYCRC cannot see a tear (common/record.py's field table: the body starts at @88)."""
     path = sorted((root / "commitlog").iterdir())[0]
     buf = path.read_bytes()
     reqs, _end, _why = rec.scan_records(buf, 0, len(buf), False)
