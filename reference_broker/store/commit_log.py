@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -492,7 +493,7 @@ class CommitLog:
             return -1
         try:
             return rec.store_timestamp_at(res.data, 0)
-        except Exception:  # damaged bytes: no timestamp
+        except (struct.error, ValueError):  # damaged or short bytes (a released view: ValueError): no timestamp
             return -1
         finally:
             res.release()

@@ -9,6 +9,7 @@ them). Records from the commit log's ``prop_crc_since`` marker on must carry the
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -168,7 +169,7 @@ class CommitLogRecovery:
             if magic not in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2):
                 return False
             ts = rec.store_timestamp_at(buf, 0)
-        except Exception:
+        except (struct.error, ValueError):  # a short or released file: not a candidate
             return False
         if ts == 0:
             return False

@@ -2,7 +2,7 @@
 
 This module owns the file naming rule (UtilAll.offset2FileName: 20 zero-padded digits of the
 file's first absolute offset), reference counting (ReferenceResource: a file is never unmapped
-while a reader holds it; seed Q&A 21), the writer's end and its staging rule, flush and commit (MappedFile,
+while a reader holds it; docs/claims.md, `mmap-refcount`), the writer's end and its staging rule, flush and commit (MappedFile,
 4.9.8).
 
 Deliberate differences from RocketMQ:
@@ -10,7 +10,7 @@ Deliberate differences from RocketMQ:
   creation by default, or in ``alloc_chunk`` steps). RocketMQ maps a sparse file; in Python a write
   through the mapping into a hole on a full disk raises SIGBUS and kills the process, whereas a failed
   fallocate is a clean ``OSError`` that becomes CREATE_MAPEDFILE_FAILED (commit log) or a failed
-  consume-queue write (retried, then read-only; seed Q&A 18).
+  consume-queue write (retried, then read-only; docs/claims.md, `cq-write-failure`).
 - Flushing uses ``fdatasync`` on the file descriptor, which writes back pages dirtied through the
   mapping and, unlike ``mmap.flush``, releases the GIL so the writer is never held by a flush.
 - The commit log's page cache is warmed ahead of the writer (``warm_ahead``, from ``WarmAheadService``) where
