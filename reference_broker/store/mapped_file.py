@@ -2,8 +2,8 @@
 
 This module owns the file naming rule (UtilAll.offset2FileName: 20 zero-padded digits of the
 file's first absolute offset), reference counting (ReferenceResource: a file is never unmapped
-while a reader holds it; docs/claims.md, `mmap-refcount`), the writer's end and its staging rule, flush and commit (MappedFile,
-4.9.8).
+while a reader holds it; docs/claims.md, `mmap-refcount`), the writer's end and its staging rule, flush
+and commit (MappedFile, 4.9.8).
 
 Deliberate differences from RocketMQ:
 - Space is reserved with ``posix_fallocate`` before it is written through the mapping (whole file at
