@@ -199,7 +199,7 @@ def evaluate(fault: str, flush: str, check: CheckLike | None, cycles: Sequence[C
     power_loss = fault.startswith("power_loss")
     # The loss rules judge every acknowledged message that is gone: never delivered, or not in the broker.
     absent = {**lost, **absent}
-    crash_cycles = [c for c in cycles if c.cycle >= 0 and c.kind in ("kill9", "power_loss")]
+    crash_cycles = [c for c in cycles if c.cycle >= 0 and c.kind in ("kill9", "power_loss", "power_loss_torn")]
     flush_timeouts = {k for k, a in absent.items() if _status_name(a.status) == FLUSH_TIMEOUT_STATUS}
     per_crash: list[CrashLoss] = []
     lost_log_bytes = 0

@@ -25,8 +25,7 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from reference_broker.broker.config_manager import ConfigManager, file_to_string
-from reference_broker.broker.topic_config import dump_json
+from reference_broker.broker.config_manager import ConfigManager, dump_json, file_to_string
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
 from reference_broker.store.status import PutMessageStatus

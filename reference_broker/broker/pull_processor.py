@@ -20,7 +20,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Final
 
 from reference_broker.broker.client_manager import SubscriptionData
-from reference_broker.broker.topic_config import is_readable
+from reference_broker.common.perm import is_readable
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response
 from reference_broker.remoting.headers import (

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from reference_broker.broker import topic_config as tcm
 from reference_broker.broker.persisted_reply import reply_when_persisted
-from reference_broker.broker.topic_config import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
+from reference_broker.common.perm import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.remoting.codes import RequestCode, ResponseCode, SerializeType
 from reference_broker.remoting.command import FRAME_PREFIX, RemotingCommand, create_response
 from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, bad_names, field, int_field, int_of, str_of

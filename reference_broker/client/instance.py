@@ -25,7 +25,6 @@ from reference_broker.client.config import ClientConfig
 from reference_broker.client.errors import ClientErrorCode, MQBrokerError, MQClientError
 from reference_broker.client.message import MessageQueue
 from reference_broker.client.route import (
-    MASTER_ID,
     TopicPublishInfo,
     TopicRouteData,
     publish_info_from_route,
@@ -33,6 +32,7 @@ from reference_broker.client.route import (
 )
 from reference_broker.client.scheduler import Scheduler, Worker
 from reference_broker.client.subscription import SubscriptionData
+from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.client import RemotingClient, ResponseCallback
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from reference_broker.common import topic_names
+
 NAME_VALUE_SEPARATOR: Final = "\u0001"
 PROPERTY_SEPARATOR: Final = "\u0002"
 _NV_B: Final = b"\x01"
@@ -55,12 +57,13 @@ def transaction_value(sys_flag: int) -> int:
     return sys_flag & TRANSACTION_ROLLBACK_TYPE
 
 
-# Topics (common/.../topic/TopicValidator.java) and prefixes (MixAll).
-SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
-RMQ_SYS_TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
-RMQ_SYS_TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
+# The topics a message's properties and the put path name (defined in topic_names.py; kept here under the
+# names the record code and the clients read them by).
+SCHEDULE_TOPIC: Final = topic_names.RMQ_SYS_SCHEDULE_TOPIC
+RMQ_SYS_TRANS_HALF_TOPIC: Final = topic_names.RMQ_SYS_TRANS_HALF_TOPIC
+RMQ_SYS_TRANS_OP_HALF_TOPIC: Final = topic_names.RMQ_SYS_TRANS_OP_HALF_TOPIC
+RETRY_GROUP_TOPIC_PREFIX: Final = topic_names.RETRY_GROUP_TOPIC_PREFIX
+DLQ_GROUP_TOPIC_PREFIX: Final = topic_names.DLQ_GROUP_TOPIC_PREFIX
 
 
 def properties_to_bytes(props: dict[str, str] | None) -> bytes:
