@@ -16,16 +16,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("reference_broker", "harness", "chaos", "spark_reports", "scenarios", "sysctl_profiles")
-
-# Cycles another change removes (the spark_reports jobs' ``__main__`` blocks import ``cli``, which imports
-# every job). Listed here so the test below stays able to fail on every other cycle; once they are gone the
-# strict xfail turns into a failure and this set must be emptied.
-PENDING_PACKAGES: frozenset[str] = frozenset({"spark_reports"})
-
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -161,19 +153,9 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
             if len(c) > 1 or c[0] in graph[c[0]]]
 
 
-def _pending(cycle: str) -> bool:
-    return all(m.split(".")[0] in PENDING_PACKAGES for m in cycle.split(" -> "))
-
 
 def test_no_import_cycles() -> None:
-    found = [c for c in cycles(import_graph()) if not _pending(c)]
-    assert not found, "import cycles:\n" + "\n".join(found)
-
-
-@pytest.mark.xfail(strict=True, reason="spark_reports jobs' __main__ blocks import cli; removed by another change "
-                                       "(then empty PENDING_PACKAGES and delete this test)")
-def test_no_pending_import_cycles() -> None:
-    found = [c for c in cycles(import_graph()) if _pending(c)]
+    found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(found)
 
 
