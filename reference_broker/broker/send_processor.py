@@ -4,8 +4,9 @@ SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36)
 
 The order of checks and the remark texts follow msgCheck; put results map to response codes as
 handlePutMessageResult does (FLUSH_DISK_TIMEOUT and the slave codes mean *stored*). The store call runs on
-the event loop: under ASYNC_FLUSH its callback fires at once; under SYNC_FLUSH the group-commit thread fires
-it, and the answer crosses back to the loop, so no thread waits per message.
+the event loop and returns a pending put: ready at once (ASYNC_FLUSH, or a message that does not wait), else
+completed by the store's group-commit thread once its durability conditions hold, the answer crossing back to
+the loop, so no thread waits per message.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from reference_broker.broker import topic_config as tcm
@@ -26,7 +26,7 @@ from reference_broker.remoting.codes import RequestCode, ResponseCode, Serialize
 from reference_broker.remoting.command import FRAME_PREFIX, RemotingCommand, create_response
 from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, bad_names, field, int_field, int_of, str_of
 from reference_broker.store.commit_log import EncodedBatch
-from reference_broker.store.config import FlushDiskType
+from reference_broker.store.durability import PendingPut
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -135,7 +135,6 @@ class SendMessageProcessor:
         self.groups = broker.subscription_group_manager
         self.cluster_name = broker.broker_config.broker_cluster_name
         self._cluster_suffix = f"\x02{PROPERTY_CLUSTER}\x01{self.cluster_name}".encode()
-        self._sync_flush = self.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         # Topics that passed msgCheck, valid while the topic table's data version stays the same.
         self._checked: dict[str, tcm.TopicConfig] = {}
         self._checked_version = -1
@@ -308,39 +307,16 @@ class SendMessageProcessor:
             topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag, 0), properties=props,
             sys_flag=sys_flag, born_timestamp=int_of(f, k.born_timestamp, 0), born_host=born_host,
             reconsume_times=reconsume_times, properties_bytes=props_b)
-        if self._sync_flush:
-            return self._reply_later(cmd, self._put(lambda cb: self.store.put_message_callback(msg, cb)),
-                                     msg.queue_id)
-        result = self.store.put_message(msg)  # ASYNC_FLUSH: returns as soon as the record is appended
-        return put_result_reply(cmd, result, msg.queue_id)
+        return self._reply(cmd, self.store.put(msg), msg.queue_id)
 
-    def _put(self, call: Callable[[Callable[[PutMessageResult], None]], None]
-             ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
-        """Run a store put whose callback fires either inside the call (ASYNC_FLUSH) or later on the
-        group-commit thread (SYNC_FLUSH); only the latter needs a future and a hop back to the loop."""
-        loop = asyncio.get_running_loop()
-        me = threading.get_ident()
-        inline: list[PutMessageResult] = []
-        in_call = [True]
-        fut: asyncio.Future[PutMessageResult] = loop.create_future()
-
-        def done(result: PutMessageResult) -> None:
-            if in_call[0] and threading.get_ident() == me:
-                inline.append(result)
-            else:
-                loop.call_soon_threadsafe(_resolve, fut, result)
-
-        call(done)
-        in_call[0] = False
-        return inline[0] if inline else fut
-
-    def _reply_later(self, cmd: RemotingCommand, put: PutMessageResult | asyncio.Future[PutMessageResult],
-                     queue_id: int) -> Reply:
-        if isinstance(put, PutMessageResult):
-            return put_result_reply(cmd, put, queue_id)
+    def _reply(self, cmd: RemotingCommand, put: PendingPut, queue_id: int) -> Reply:
+        """The answer at once when the put's result is ready (ASYNC_FLUSH, WAIT=false, a refusal), else an
+        awaitable one: the store completes the put on its own thread and the answer crosses to the loop."""
+        if put.done:
+            return put_result_reply(cmd, put.result, queue_id)
 
         async def wait() -> RemotingCommand | bytes:
-            return put_result_reply(cmd, await put, queue_id)
+            return put_result_reply(cmd, await _on_loop(put), queue_id)
 
         return wait()
 
@@ -360,8 +336,7 @@ class SendMessageProcessor:
         # (4.9.8: MessageExtBatch keeps the encoded body and MessageExtBatchEncoder writes from it).
         batch = EncodedBatch(topic, queue_id, cmd.body, sys_flag, int_of(f, k.born_timestamp, 0), born_host,
                              self._cluster_suffix)
-        return self._reply_later(cmd, self._put(lambda cb: self.store.put_messages_callback(batch, cb)),
-                                 queue_id)
+        return self._reply(cmd, self.store.put_batch(batch), queue_id)
 
     # ---- retry and DLQ ------------------------------------------------------------------------------
     def _retry_to_dlq(self, topic: str, reconsume_times: int, max_reconsume: int) -> str | RemotingCommand | None:
@@ -437,20 +412,32 @@ class SendMessageProcessor:
             topic=new_topic, body=msg_ext.body, queue_id=queue_id, flag=msg_ext.flag, properties=props,
             sys_flag=msg_ext.sys_flag, born_timestamp=msg_ext.born_timestamp, born_host=msg_ext.born_host,
             reconsume_times=reconsume + 1)
-        put = self._put(lambda cb: self.store.put_message_callback(msg, cb))
+        put = self.store.put(msg)
 
         def answer(result: PutMessageResult) -> RemotingCommand:
             if result.status.is_stored:
                 return create_response(cmd, ResponseCode.SUCCESS)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, result.status.name)
 
-        if isinstance(put, PutMessageResult):
-            return answer(put)
+        if put.done:
+            return answer(put.result)
 
         async def wait() -> RemotingCommand:
-            return answer(await put)
+            return answer(await _on_loop(put))
 
         return wait()
+
+
+def _on_loop(put: PendingPut) -> asyncio.Future[PutMessageResult]:
+    """A future of the running loop completed with the put's result, from whichever thread completes it."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[PutMessageResult] = loop.create_future()
+
+    def done(result: PutMessageResult) -> None:
+        loop.call_soon_threadsafe(_resolve, fut, result)
+
+    put.add_done_callback(done)
+    return fut
 
 
 def _resolve(fut: asyncio.Future[PutMessageResult], result: PutMessageResult) -> None:
