@@ -105,10 +105,20 @@ class BrokerController:
         self.lock_manager = RebalanceLockManager()
         self.hold_service: PullRequestHoldService | None = None
         self.server = RemotingServer()
-        self.client_processor = ClientManageProcessor(self)
-        self.send_processor = SendMessageProcessor(self)
-        self.pull_processor = PullMessageProcessor(self)
-        self.admin_processor = AdminProcessor(self)
+        self.client_processor = ClientManageProcessor(
+            self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
+            self.consumer_manager, self.producer_manager, self.lock_manager, self.spawn)
+        self.send_processor = SendMessageProcessor(self.store, self.topic_config_manager,
+                                                   self.subscription_group_manager, broker_config,
+                                                   self.server.pending_requests)
+        self.pull_processor = PullMessageProcessor(self.store, self.topic_config_manager,
+                                                   self.subscription_group_manager, self.consumer_manager,
+                                                   self.consumer_offset_manager, broker_config,
+                                                   lambda: self.hold_service)
+        self.admin_processor = AdminProcessor(
+            self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
+            broker_config, config_properties=self.config_properties, runtime_info=self.runtime_info,
+            delay_offsets=self._delay_offsets)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._periodic: list[asyncio.Task[None]] = []
@@ -330,6 +340,10 @@ class BrokerController:
                     text = "" if value is None else str(value)
                 lines.append(f"{key}={text}")
         return "\n".join(lines) + "\n"
+
+    def _delay_offsets(self) -> dict[int, int]:
+        """The delay levels' delivered offsets (empty before the schedule service is loaded)."""
+        return {} if self.schedule_service is None else self.schedule_service.offset_table
 
     # ---- runtime info ------------------------------------------------------------------------------------
     def runtime_info(self) -> dict[str, str]:

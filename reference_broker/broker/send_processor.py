@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from reference_broker.broker import topic_config as tcm
@@ -30,7 +30,10 @@ from reference_broker.store.durability import PendingPut
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from reference_broker.broker.controller import BrokerController
+    from reference_broker.broker.broker_config import BrokerConfig
+    from reference_broker.broker.subscription_group import SubscriptionGroupManager
+    from reference_broker.broker.topic_config import TopicConfigManager
+    from reference_broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +131,17 @@ _V2: Final = _Keys(*(SEND_V1_KEYS[name] for name in _V1))
 
 
 class SendMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
-        self.cluster_name = broker.broker_config.broker_cluster_name
+    """Given what it uses: the store it puts into, the topic and group tables, the broker's configuration,
+    and how many requests the server holds (``pending_requests``, for the fast-failure remark)."""
+
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 broker_config: BrokerConfig, pending_requests: Callable[[], int]) -> None:
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.config = broker_config
+        self.pending_requests = pending_requests
+        self.cluster_name = broker_config.broker_cluster_name
         self._cluster_suffix = f"\x02{PROPERTY_CLUSTER}\x01{self.cluster_name}".encode()
         # Topics that passed msgCheck, valid while the topic table's data version stays the same.
         self._checked: dict[str, tcm.TopicConfig] = {}
@@ -183,14 +191,14 @@ class SendMessageProcessor:
     def _waited_too_long(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """BrokerFastFailure.cleanExpiredRequestInQueue: a send that queued longer than
         waitTimeMillsInSendQueue (200 ms) is refused with SYSTEM_BUSY rather than served late."""
-        if not cmd.received_at or not self.broker.broker_config.broker_fast_failure_enable:
+        if not cmd.received_at or not self.config.broker_fast_failure_enable:
             return None
         waited_ms = (asyncio.get_running_loop().time() - cmd.received_at) * 1000
-        if waited_ms <= self.broker.broker_config.wait_time_mills_in_send_queue:
+        if waited_ms <= self.config.wait_time_mills_in_send_queue:
             return None
         return create_response(cmd, ResponseCode.SYSTEM_BUSY,
                                f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "
-                               f"{waited_ms:.0f}ms, size of queue: {self.broker.server.pending_requests()}")
+                               f"{waited_ms:.0f}ms, size of queue: {self.pending_requests()}")
 
     # ---- checks (AbstractSendMessageProcessor.msgCheck) -----------------------------------------
     def _check(self, cmd: RemotingCommand, topic: str, f: dict[str, str], k: _Keys, queue_id: int,
@@ -217,7 +225,7 @@ class SendMessageProcessor:
 
     def _full_check(self, cmd: RemotingCommand, topic: str, default_topic: str, default_queue_nums: int,
                     peer: str) -> tuple[tcm.TopicConfig | None, RemotingCommand | None]:
-        bc = self.broker.broker_config
+        bc = self.config
         if not is_writeable(bc.broker_permission) and self.topics.is_order_topic(topic):
             return None, create_response(cmd, ResponseCode.NO_PERMISSION,
                                          f"the broker[{bc.broker_ip1}] sending message is forbidden")
@@ -282,9 +290,9 @@ class SendMessageProcessor:
             if redirected is not None:
                 topic, queue_id = redirected, 0
         if props.get(mc.PROPERTY_TRANSACTION_PREPARED) == "true":
-            if self.broker.broker_config.reject_transaction_message:
+            if self.config.reject_transaction_message:
                 return create_response(cmd, ResponseCode.NO_PERMISSION,
-                                       f"the broker[{self.broker.broker_config.broker_ip1}] sending transaction "
+                                       f"the broker[{self.config.broker_ip1}] sending transaction "
                                        "message is forbidden")
             # Deliberate gap: half messages and check-back are on the roadmap (DESIGN §8), not built yet.
             return create_response(cmd, ResponseCode.NO_PERMISSION,
@@ -342,7 +350,7 @@ class SendMessageProcessor:
     def _retry_to_dlq(self, topic: str, reconsume_times: int, max_reconsume: int) -> str | RemotingCommand | None:
         """handleRetryAndDLQ for a producer sending to %RETRY%group: past the limit, to %DLQ%group."""
         group = topic[len(mc.RETRY_GROUP_TOPIC_PREFIX):]
-        sgc = self.broker.subscription_group_manager.find_subscription_group_config(group)
+        sgc = self.groups.find_subscription_group_config(group)
         if sgc is None:
             return create_response(RemotingCommand(0), ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                    f"subscription group not exist, {group} "
@@ -363,12 +371,12 @@ class SendMessageProcessor:
         bad = bad_names(cmd, group=group)  # not checked by 4.9.8, whose dispatch then stops (common/names.py)
         if bad is not None:
             return bad
-        sgc = self.broker.subscription_group_manager.find_subscription_group_config(group)
+        sgc = self.groups.find_subscription_group_config(group)
         if sgc is None:
             return create_response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                    f"subscription group not exist, {group} "
                                    "See http://rocketmq.apache.org/docs/faq/ for further details.")
-        bc = self.broker.broker_config
+        bc = self.config
         if not is_writeable(bc.broker_permission):
             return create_response(cmd, ResponseCode.NO_PERMISSION,
                                    f"the broker[{bc.broker_ip1}] sending message is forbidden")
