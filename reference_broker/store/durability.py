@@ -106,12 +106,15 @@ class PendingPut:
 
     def _one_done(self, status: PutMessageStatus) -> None:
         with _LOCK:
-            self._left -= 1
-            if self._left:
+            left = self._left - 1
+            if left:
+                self._left = left
                 return
-            # Every waiter has completed, so wait() returns its status at once.
+            # Every waiter has completed, so wait() returns its status at once. The result is final before
+            # ``done`` turns true: the loop thread reads both without the lock.
             statuses = [status] if len(self._waiters) == 1 else [w.wait() for w in self._waiters]
             self.result = self._combined(statuses, True)
+            self._left = 0
             callbacks, self._callbacks = self._callbacks, None
         if callbacks:
             for cb in callbacks:
