@@ -1,7 +1,7 @@
 """The driver under the scenarios: what a workload needs of a broker, and its RocketMQ implementation.
 
 Scenarios speak only to ``Driver`` (send, consume, pause/resume, backlog, topics, broker facts), so other
-brokers (NATS JetStream, RabbitMQ; DESIGN §8) can be driven by the same workloads later. Outcomes follow the
+brokers (NATS JetStream, RabbitMQ; docs/design.md) can be driven by the same workloads later. Outcomes follow the
 run-record vocabulary (``harness.records.Outcome``): "ok" = acknowledged, "fail" = definitely not stored,
 "unknown" = the request may have been acted on (a timeout or a lost connection after it was written).
 
@@ -413,7 +413,7 @@ class RocketMQDriver(Driver):
         try:
             mq = None if queue is None else self._queue(topic, queue)
             return outcome_of_result(producer.send(Message(topic, body, keys=key), mq))
-        except Exception as exc:  # GreenletExit & co. propagate: the caller records the abandoned send
+        except Exception as exc:  # noqa: BLE001 - the send's outcome; GreenletExit & co. propagate (abandoned send)
             return outcome_of_error(exc)
 
     def send_async(self, topic: str, key: str, body: bytes, callback: SendCallback, queue: int | None = None) -> None:
@@ -426,7 +426,7 @@ class RocketMQDriver(Driver):
         try:
             mq = None if queue is None else self._queue(topic, queue)
             producer.send_async(Message(topic, body, keys=key), done, mq)
-        except Exception as exc:  # refused before anything was written (invalid message, not started)
+        except Exception as exc:  # noqa: BLE001 - the send's outcome: refused before anything was written
             callback(outcome_of_error(exc))
 
     def send_batch(self, topic: str, keys: Sequence[str], bodies: Sequence[bytes],
@@ -436,7 +436,7 @@ class RocketMQDriver(Driver):
             mq = None if queue is None else self._queue(topic, queue)
             msgs = [Message(topic, body, keys=key) for key, body in zip(keys, bodies, strict=True)]
             return outcome_of_result(producer.send_batch(msgs, mq))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the send's outcome, whatever the client raised
             return outcome_of_error(exc)
 
     # ---- consuming ------------------------------------------------------------------------------------

@@ -177,16 +177,16 @@ class Agent:
         for c in self.consumers:
             try:
                 c.stop()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - shutdown: one failed stop must not skip the rest
                 log.warning("stopping consumer: %s", exc)
         try:
             self.driver.stop()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - shutdown: one failed stop must not skip the rest
             log.warning("stopping the driver: %s", exc)
         if self.writer is not None:
             try:
                 self.writer.close()
-            except Exception as exc:  # RecordWriteError: the run is incomplete, and must say so
+            except Exception as exc:  # noqa: BLE001 - shutdown (RecordWriteError): the run is incomplete, and says so
                 self.counts.error = f"event writer: {exc}"
                 log.error("%s: %s", self.worker, self.counts.error)
         if Agent.current is self:

@@ -1,6 +1,6 @@
 """Reading run records (schema v1) from `runs/<run-id>/` directories: meta, events, metrics, faults, check.
 
-The schema is the harness contract (DESIGN.md §4); this module reads it as files with Spark and the
+The schema is the harness contract (docs/design.md, Run records); this module reads it as files with Spark and the
 standard library and does not import the harness's writer. Optional event columns that a writer
 left out read as nulls; columns are cast to the contract's types so Parquet written with wider or
 narrower integers still lines up.

@@ -1,5 +1,5 @@
 """This module owns ``bench producer`` and ``bench consumer``, modelled on RocketMQ's benchmark tools
-(example/.../benchmark/Producer.java and Consumer.java, 4.9.8; FACTS §7.2): the same options and the same
+(example/.../benchmark/Producer.java and Consumer.java, 4.9.8): the same options and the same
 periodic line, plus the percentiles RocketMQ's tools do not print, the client's CPU per message, and a JSON
 summary. ``--processes`` runs several producer processes and merges their samples (exact percentiles), so
 the load generator is not what limits the figure.

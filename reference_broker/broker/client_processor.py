@@ -199,7 +199,7 @@ class ClientManageProcessor:
         return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"consumerIdList": ids}))
 
     def query_consumer_offset(self, cmd: RemotingCommand) -> RemotingCommand:
-        """ConsumerManageProcessor.queryConsumerOffset, including the "in memory → 0" rule (FACTS §3.4, §8)."""
+        """ConsumerManageProcessor.queryConsumerOffset, including the "in memory → 0" rule (4.9.8; see #334)."""
         group = field(cmd, "consumerGroup")
         topic = field(cmd, "topic")
         queue_id = int_field(cmd, "queueId")

@@ -91,7 +91,7 @@ class ConfigManager(ABC):
             self.decode(text)
             log.info("load %s OK", path)
             return True
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a config file's boundary: any decode failure falls back to .bak
             self.last_error = f"{path}: {type(e).__name__}: {e}"
             log.error("load %s failed (%s: %s), and try to load backup file", path, type(e).__name__, e)
             return self._load_bak()
@@ -105,7 +105,7 @@ class ConfigManager(ABC):
                 self.decode(text)
                 log.info("load %s OK", bak)
                 return True
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a config file's boundary: reported, the broker starts empty
             reason = f"{bak}: {type(e).__name__}: {e}"
             self.last_error = f"{self.last_error}; {reason}" if self.last_error else reason
             log.error("load %s failed (%s: %s)", bak, type(e).__name__, e)

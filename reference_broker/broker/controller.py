@@ -248,7 +248,7 @@ class BrokerController:
                     result = fn()
                     if asyncio.iscoroutine(result):
                         await result
-                except Exception:
+                except Exception:  # a periodic task's run: the next period runs anyway
                     log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 
         assert self.loop is not None

@@ -1,5 +1,5 @@
 """This module owns PULL_MESSAGE (11): checks, the store read, the status → code mapping, long polling and
-the piggy-backed offset commit (broker/.../processor/PullMessageProcessor.java, 4.9.8; FACTS §3.4).
+the piggy-backed offset commit (broker/.../processor/PullMessageProcessor.java, 4.9.8).
 
 | GetMessageStatus                          | response code                                           |
 |-------------------------------------------|---------------------------------------------------------|

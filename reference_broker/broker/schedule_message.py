@@ -268,7 +268,7 @@ class ScheduleMessageService:
             if task == PERSIST_TASK:
                 try:
                     self.persist()
-                except Exception:
+                except Exception:  # the timer thread's loop: retried next period
                     log.exception("persist delay offsets failed")
                 with self._cond:
                     self._running = None
@@ -278,7 +278,7 @@ class ScheduleMessageService:
             wait_ms = 0
             try:
                 outcome, wait_ms, delivered = self._run_level(task)
-            except Exception:
+            except Exception:  # the timer thread's loop: the level runs again
                 log.exception("ScheduleMessageService, executeOnTimeup exception (level %d)", task)
                 outcome, delivered = LevelRun.ERROR, False
             self._after_run(task, outcome, wait_ms, delivered)

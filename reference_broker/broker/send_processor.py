@@ -294,7 +294,7 @@ class SendMessageProcessor:
                 return create_response(cmd, ResponseCode.NO_PERMISSION,
                                        f"the broker[{self.config.broker_ip1}] sending transaction "
                                        "message is forbidden")
-            # Deliberate gap: half messages and check-back are on the roadmap (DESIGN §8), not built yet.
+            # Deliberate gap: half messages and check-back are on the roadmap (docs/design.md, Roadmap), not built yet.
             return create_response(cmd, ResponseCode.NO_PERMISSION,
                                    "transactional messages are not supported by this broker yet")
         # 4.9.8 parses the header's properties and re-encodes the map with CLUSTER added. A text that is
@@ -362,7 +362,7 @@ class SendMessageProcessor:
         return None
 
     def _send_back(self, cmd: RemotingCommand, peer: str) -> Reply:
-        """asyncConsumerSendMsgBack (FACTS §3.1)."""
+        """SendMessageProcessor.asyncConsumerSendMsgBack (4.9.8)."""
         group = field(cmd, "group")
         offset = int_field(cmd, "offset")
         delay_level = int_field(cmd, "delayLevel", 0)
@@ -406,7 +406,7 @@ class SendMessageProcessor:
             if not is_writeable(dlq.perm):
                 return create_response(cmd, ResponseCode.NO_PERMISSION,
                                        f"the topic[{new_topic}] sending message is forbidden")
-            # Known RocketMQ failure (FACTS §8, #2724): a DELAY left on the message sends it through
+            # Known RocketMQ failure (apache/rocketmq #2724): a DELAY left on the message sends it through
             # SCHEDULE_TOPIC_XXXX once more before the DLQ. Clearing it goes straight to the DLQ.
             props.pop(mc.PROPERTY_DELAY_TIME_LEVEL, None)
         else:

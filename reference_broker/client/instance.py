@@ -398,7 +398,7 @@ class MQClientInstance:
         for consumer in consumers:
             try:
                 consumer.do_rebalance()
-            except Exception:
+            except Exception:  # one consumer's failure must not skip the others
                 log.exception("doRebalance of %s failed", consumer.group)
 
     def persist_all_offsets(self) -> None:
@@ -407,7 +407,7 @@ class MQClientInstance:
         for consumer in consumers:
             try:
                 consumer.persist_consumer_offset()
-            except Exception:
+            except Exception:  # one consumer's failure must not skip the others
                 log.exception("persistConsumerOffset of %s failed", consumer.group)
 
 

@@ -99,17 +99,27 @@ def is_canonical(text: str, props: dict[str, str]) -> bool:
     return text.count(NAME_VALUE_SEPARATOR) == n and text.count(PROPERTY_SEPARATOR) == n - 1
 
 
+_FIND_KEYS: dict[bytes, tuple[bytes, bytes]] = {}
+
+
 def property_from_bytes(raw: bytes, name: bytes) -> bytes | None:
-    """Find one property value without decoding the whole map (the dispatch hot path)."""
+    """Find one property value without decoding the whole map (the dispatch hot path): the first
+    ``NAME\x01`` at the start or after a ``\x02``, up to the next ``\x02``. Values need no decoding to be
+    found, as the separators are ASCII."""
     if not raw:
         return None
-    key = name + _NV_B
-    pos = 0
-    if not raw.startswith(key):
-        pos = raw.find(_PS_B + key)
-        if pos < 0:
+    keys = _FIND_KEYS.get(name)
+    if keys is None:
+        keys = (name + _NV_B, _PS_B + name + _NV_B)
+        if len(_FIND_KEYS) < 256:
+            _FIND_KEYS[name] = keys
+    key, ps_key = keys
+    if raw.startswith(key):
+        start = len(key)
+    else:
+        start = raw.find(ps_key)
+        if start < 0:
             return None
-        pos += 1
-    start = pos + len(key)
+        start += len(ps_key)
     end = raw.find(_PS_B, start)
     return raw[start:] if end < 0 else raw[start:end]

@@ -25,7 +25,7 @@ from reference_broker.store.index_file import IndexService
 
 log = logging.getLogger(__name__)
 
-CQ_WRITE_RETRIES: Final = 3  # 4.9.8's putMessagePositionInfo retries 30 times, 1 s apart
+CQ_WRITE_RETRIES: Final = 3  # docs/claims.md `cq-write-failure` (4.9.8's ConsumeQueue retries 30 times, 1 s apart)
 DispatchHook = Callable[[DispatchRequest], None]
 
 
@@ -72,7 +72,7 @@ class CommitLogDispatcher:
             for req in reqs:
                 try:
                     hook(req)
-                except Exception as e:  # boundary: a hook's bug must not stop dispatch
+                except Exception as e:  # noqa: BLE001 - boundary: a hook's bug must not stop dispatch
                     self._failed(f"hook {hook!r}", [req], e)
 
     def _build(self, reqs: list[DispatchRequest]) -> None:
@@ -109,7 +109,7 @@ class CommitLogDispatcher:
                     ts = run[0].store_timestamp  # one unit of this queue in the run: the many-queues case
                 else:
                     ts = self._put_cq_positions(cq, run)
-            except Exception as e:  # boundary: one queue's records must not stop the others
+            except Exception as e:  # noqa: BLE001 - boundary: one queue's records must not stop the others
                 self._failed(f"consume queue {topic!r}:{queue_id}", run, e)
                 continue
             if ts > last_ts:
@@ -119,7 +119,7 @@ class CommitLogDispatcher:
         if self.config.message_index_enable:
             try:
                 self.index_service.build_index_batch(reqs)
-            except Exception as e:  # boundary: the index must not stop the consume queues
+            except Exception as e:  # noqa: BLE001 - boundary: the index must not stop the consume queues
                 self._failed("index", reqs, e)
             if self.index_service.index_file_error and not flags.flag & RunningFlags.WRITE_INDEX_FILE_ERROR:
                 log.error("index files cannot be built: the store stops accepting writes")

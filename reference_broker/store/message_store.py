@@ -392,8 +392,8 @@ class MessageStore:
         return PutMessageResult(status, None, remark)
 
     def _throttle(self) -> None:
-        """Slow each put by 1 ms while dispatch is far behind (putMsgIndexHightWater): the writer waits
-        for the dispatch thread instead of outrunning it without bound."""
+        """docs/claims.md `dispatch-throttle`: slow each put by 1 ms while dispatch is far behind
+        (putMsgIndexHightWater), so the writer waits for the dispatch thread instead of outrunning it."""
         if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
             time.sleep(0.001)
 

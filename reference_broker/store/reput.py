@@ -1,9 +1,9 @@
 """ReputMessageService: one thread dispatches commit-log records, in log order, to the dispatchers.
 
-Seed Q&A 2–3: once a record is in the commit log the put returns; a single separate thread builds
+docs/claims.md `dispatch-async`: once a record is in the commit log the put returns; a single separate thread builds
 the consume queues and the index from the log (ReputMessageService, 4.9.8). It reads the log itself
 (not an in-memory hand-off), so the same path serves recovery and, later, a slave's replicated bytes.
-The put path is slowed when this thread falls too far behind (seed Q&A 19; see MessageStore).
+The put path is slowed when this thread falls too far behind (docs/claims.md `dispatch-throttle`; see MessageStore).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class ReputMessageService(ServiceThread):
     def _skip_stuck(self) -> None:
         """Leave an offset that failed STUCK_RETRIES times in a row for the next file, so that dispatch of
         every later record goes on. 4.9.8 retries forever; the dispatchers themselves already skip what they
-        cannot take (MessageStore.do_dispatch), so this is the last line against a bug in the reading."""
+        cannot take (CommitLogDispatcher in dispatcher.py), so this is the last line against a bug in the reading."""
         at = self.reput_from_offset
         self.reput_from_offset = self.commit_log.roll_next_file(at)
         self.stuck_skips += 1

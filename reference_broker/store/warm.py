@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from reference_broker.store.mapped_file import MappedFileQueue
+from reference_broker.store.mapped_file_queue import MappedFileQueue
 from reference_broker.store.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)

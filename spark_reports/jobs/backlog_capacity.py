@@ -36,7 +36,7 @@ PAGE_BYTES: Final = 4096  # fio's random-read block and the page the kernel read
 # Faults that do not change what the broker writes: runs with them still measure the footprint.
 NEUTRAL_FAULTS: Final = frozenset({"drop_caches"})
 
-# The seed (design Q&A "message accumulation"): "线上96G物理内存,按照1K消息算,可以在物理内存缓存1亿条消息".
+# The seed (docs/claims.md, `page-cache-capacity`): "线上96G物理内存,按照1K消息算,可以在物理内存缓存1亿条消息".
 SEED_RAM_BYTES: Final = 96 * 2**30  # "96G" read as GiB: 96 GiB ÷ 1 KiB = 1.007 × 10^8, the seed's arithmetic
 SEED_MESSAGE_BYTES: Final = 1024  # "1K" messages
 SEED_CACHED_MESSAGES: Final = 10**8  # "1亿"

@@ -1,6 +1,6 @@
 """Latency report: send latency, send-to-consume latency and publish delay, per run and per 10 s window.
 
-Every figure comes from the raw event rows (HARNESS_FACTS §8: never an average of percentiles).
+Every figure comes from the raw event rows (docs/design.md, Run records: never an average of percentiles).
 - send latency = end_ns − start_ns of acknowledged sends (outcome "ok"), as OMB's publishLatency;
 - publish delay = start_ns − intended_ns of every send attempt, the coordinated-omission metric
   (OMB's publishDelayLatency); 0 for closed-loop runs, where intended_ns = start_ns;

@@ -1,6 +1,6 @@
 """Offset-overflow report: the seed's 15-row table recomputed in Spark, plus horizons at measured peak rates.
 
-Seed (RocketMQ design Q&A 14): years = Long.MAX_VALUE / (message size × messages a day) / 365, body
+Seed (docs/claims.md, `offset-616-years`): years = Long.MAX_VALUE / (message size × messages a day) / 365, body
 bytes only. Extension: the same horizon for the commit log at the highest ingest any run reached
 (most acknowledged sends in any 1 s window × mean commit-log record size), and for the consume-queue
 file offset, which grows by one 20-byte unit per message (worst case: every message in one queue).

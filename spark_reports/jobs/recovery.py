@@ -6,7 +6,7 @@ bench's order (clean, kill9-flushed, kill9-tail, kill9-no-checkpoint). A row's l
 it was stopped (the tail case adds a burst), so rows are assigned to the log size they belong to by that
 order, and named by the size asked for (meta params ``sizes_mib``) when the run states it.
 
-Judges RECOVERY_CHECKPOINT (seed Q&A 16): after kill -9 with the checkpoint, recovery scans only from the
+Judges RECOVERY_CHECKPOINT (docs/claims.md): after kill -9 with the checkpoint, recovery scans only from the
 checkpoint, so its time should not grow with the log; without the checkpoint it scans the whole log, which
 grows with the log and is slower. The rule is in ``judge`` and its constants.
 """
