@@ -194,7 +194,7 @@ class ScheduleMessageService:
             for level in self._levels:
                 self._schedule(level, now + self.first_delay_ms / 1000)
             self._schedule(PERSIST_TASK, now + self.persist_interval_ms / 1000)
-        self.store.dispatch_listeners.append(self._on_dispatch)
+        self.store.add_dispatch_hook(self._on_dispatch, during_recovery=False)
         self._thread = threading.Thread(target=self._timer_loop, name="ScheduleMessageTimerThread", daemon=True)
         self._thread.start()
 
@@ -209,7 +209,7 @@ class ScheduleMessageService:
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
-        self.store.dispatch_listeners = [f for f in self.store.dispatch_listeners if f != self._on_dispatch]
+        self.store.remove_dispatch_hook(self._on_dispatch)
         t = self._thread
         if t is not None:
             t.join(SHUTDOWN_WAIT_S)

@@ -6,7 +6,7 @@ Each batch entry point is checked, as a property, against the per-record path it
 - ``IndexFile.put_keys`` against ``IndexFile.put_key`` key after key (file bytes, header, count put);
 - ``IndexService.build_index_batch`` against ``IndexService.build_index`` record after record (file bytes,
   headers, query results, the index checkpoint);
-- ``MessageStore.do_dispatch(run)`` against ``do_dispatch([req])`` per record and against
+- ``CommitLogDispatcher.dispatch(run)`` against ``dispatch([req])`` per record and against
   ``ConsumeQueue.put_message_position_info`` per unit (consume-queue bytes).
 
 Each property also runs on hand-made ``@example`` cases for the situations the change had to keep
@@ -750,7 +750,7 @@ def test_build_index_batch_gives_up_when_files_have_no_room() -> None:
 
 
 # =====================================================================================================
-# MessageStore.do_dispatch(run) vs do_dispatch([req]) vs ConsumeQueue.put_message_position_info
+# CommitLogDispatcher.dispatch(run) vs dispatch([req]) vs ConsumeQueue.put_message_position_info
 # =====================================================================================================
 
 QUEUES = (("TopicA", 0), ("TopicA", 1), ("TopicB", 3))
@@ -795,9 +795,9 @@ class CqTrio:
     def run(self, case: CqCase) -> None:
         for start, end in case.windows:
             run = list(case.reqs[start:end])
-            self.batch.do_dispatch(run)
+            self.batch.dispatcher.dispatch(run)
             for r in run:
-                self.single.do_dispatch([r])
+                self.single.dispatcher.dispatch([r])
                 if to_cq(r):
                     cq = self.units.find_consume_queue(r.topic, r.queue_id)
                     assert cq is not None
@@ -916,7 +916,7 @@ def test_do_dispatch_run_never_moves_the_logics_checkpoint_past_per_record(case:
 
 # ---- differences found (and fixed) -----------------------------------------------------------------
 
-# Was: do_dispatch sets checkpoint.dispatched_logics_timestamp to the latest store time among the queues' first
+# Was: the dispatch sets checkpoint.dispatched_logics_timestamp to the latest store time among the queues' first
 # appended chunks after the per-unit fallbacks ran, so when a later unit of the run took the fallback (a new
 # consume-queue file, a gap, a re-dispatch) the value ends below the run's last record's time, which
 # per-record dispatch leaves
