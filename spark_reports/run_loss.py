@@ -16,10 +16,12 @@ from spark_reports.run_records import RunInfo, read_check, read_faults
 NO_FAULT: Final = "none"
 KILL9: Final = "kill9"
 POWER_LOSS: Final = "power_loss"
+POWER_LOSS_TORN: Final = "power_loss_torn"  # a power loss that also tears a page: a power loss all the same
+POWER_LOSSES: Final = frozenset({POWER_LOSS, POWER_LOSS_TORN})
 DISK_FILL: Final = "disk_fill"
 SYNC_FLUSH: Final = "SYNC_FLUSH"
 ASYNC_FLUSH: Final = "ASYNC_FLUSH"
-CRASHES: Final = (KILL9, POWER_LOSS)  # the "abnormal shutdowns" of the seed's flush-mode claims
+CRASHES: Final = (KILL9, POWER_LOSS, POWER_LOSS_TORN)  # the "abnormal shutdowns" of the seed's flush-mode claims
 # faults.jsonl entries that end a fault rather than inject one (harness FaultKind RESTART, RESUME, HEAL and
 # chaos/disk_fill.py's disk_free): they do not name what the run was exposed to.
 NOT_FAULTS: Final = frozenset({"restart", "resume", "heal", "disk_free"})
@@ -68,7 +70,7 @@ def power_loss_windows(faults: list[dict[str, Any]]) -> list[int]:
     windows = []
     for fault in faults:
         params = fault.get("params") or {}
-        if fault.get("kind") != POWER_LOSS:
+        if fault.get("kind") not in POWER_LOSSES:
             continue
         if "unflushed_bytes" in params:
             windows.append(int(params["unflushed_bytes"]))

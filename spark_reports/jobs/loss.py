@@ -29,6 +29,8 @@ from spark_reports.run_loss import (
     CRASHES,
     KILL9,
     POWER_LOSS,
+    POWER_LOSS_TORN,
+    POWER_LOSSES,
     SYNC_FLUSH,
     RunLoss,
     crash_counts,
@@ -46,7 +48,7 @@ TENS_OF_KB_BYTES: Final = 100 * KIB
 
 
 Faults = dict[str, list[dict[str, Any]]]  # faults.jsonl entries by run id
-_CRASH_WORDS: Final = {KILL9: "kill -9", POWER_LOSS: "power-loss"}
+_CRASH_WORDS: Final = {KILL9: "kill -9", POWER_LOSS: "power-loss", POWER_LOSS_TORN: "torn power-loss"}
 
 
 def _kinds(loss: RunLoss) -> set[str]:
@@ -96,7 +98,7 @@ def sync_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
     rule = ("Held when SYNC_FLUSH runs crashed by kill -9 or power loss lost none of the sends the broker "
             "acknowledged (check.json: acknowledged but never delivered). Faults covered: "
             f"{', '.join(covered) if covered else 'none'}.")
-    if POWER_LOSS not in covered:
+    if not POWER_LOSSES & set(covered):
         rule += " Power loss is not covered: it needs root (loop-mounted disk images); an OS crash is not injected."
     return _no_loss_finding(ClaimId.SYNC_NO_LOSS, rows, faults,
                             "No SYNC_FLUSH run with a kill9 or power_loss fault (python -m chaos matrix --flush sync; "
@@ -104,7 +106,7 @@ def sync_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
 
 
 def async_kill9_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
-    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and KILL9 in _kinds(r) and POWER_LOSS not in _kinds(r)]
+    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and KILL9 in _kinds(r) and not _kinds(r) & POWER_LOSSES]
     return _no_loss_finding(ClaimId.ASYNC_KILL9_NO_LOSS, rows, faults,
                             "No ASYNC_FLUSH run with kill -9 (and no power loss) faults "
                             "(python -m chaos matrix --flush async --faults kill9).",
@@ -115,7 +117,7 @@ def async_kill9_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
 def async_power_loss_tail(losses: list[RunLoss], faults: Faults) -> Finding:
     """Held when every async power-loss run lost no more than its unflushed window at the crashes."""
     claim = ClaimId.ASYNC_POWER_LOSS_TAIL
-    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and POWER_LOSS in _kinds(r)]
+    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and _kinds(r) & POWER_LOSSES]
     ids = tuple(r.run_id for r in rows)
     if not rows:
         return Finding(claim, Verdict.NOT_MEASURED, "no run", NAME, ids,

@@ -40,6 +40,17 @@ def test_power_loss_window_prefers_the_faults_own_unflushed_bytes():
     assert run_loss.crash_counts(faults + _crash("kill9", 2)) == {"power_loss": 2, "kill9": 2}
 
 
+def test_a_torn_power_loss_is_a_power_loss_with_its_own_name():
+    """chaos records torn runs as power_loss_torn: they count as crashes, their windows as power-loss windows,
+    and an async torn run is judged by the power-loss tail claim."""
+    torn = _crash("power_loss_torn", 2, window=4096)
+    assert run_loss.power_loss_windows(torn) == [4096, 4096]
+    assert run_loss.crash_counts(torn) == {"power_loss_torn": 2}
+    rows = [_row("t1", "ASYNC_FLUSH", "power_loss_torn", 900, lost=2, lost_bytes=100, unflushed=8192)]
+    finding = loss.async_power_loss_tail(rows, {"t1": torn})
+    assert finding.verdict is not Verdict.NOT_MEASURED and finding.runs == ("t1",)
+
+
 def test_sync_no_loss_held_with_the_faults_covered():
     rows = [_row("s1", "SYNC_FLUSH", "kill9", 500), _row("s2", "SYNC_FLUSH", "power_loss", 700),
             _row("a1", "ASYNC_FLUSH", "power_loss", 900, lost=5), _row("s3", "SYNC_FLUSH", "none", 100, lost=3)]
