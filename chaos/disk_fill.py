@@ -1,6 +1,6 @@
 """This module owns the disk-fill fault: the store on a small loop-mounted filesystem, a filler file that takes
-space until use passes 90 %, and the checks of RocketMQ's self-protection (seed Q&A 18; 4.9.8
-DefaultMessageStore.CleanCommitLogService, ROCKETMQ_FACTS §2.4):
+space until use passes 90 %, and the checks of RocketMQ's self-protection (docs/claims.md, `disk-full-protection`;
+4.9.8 DefaultMessageStore.CleanCommitLogService.isSpaceToDelete):
 
 - each cycle: fill past diskSpaceWarningLevelRatio (0.90); the broker must refuse sends with
   SERVICE_NOT_AVAILABLE (14) and RocketMQ's remark ("... the broker's disk is full ..."), keep serving pulls,

@@ -455,7 +455,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
             _service_times(result.cycles, workload)
             result.store_check = check_store_at_cell_end(broker, store_root, conf)
             say(f"{spec.scenario}: store check: {result.store_check['outcome']}")
-    except Exception as e:  # the verdict records it; cleanup below still runs
+    except Exception as e:  # noqa: BLE001 - a cell's boundary: the verdict records it; cleanup below still runs
         result.error = f"{type(e).__name__}: {e}"
         say(f"{spec.scenario}: error: {result.error}")
     finally:
@@ -528,7 +528,7 @@ def _judge(result: ExperimentResult, workload: Workload | None) -> None:
     allow_loss = spec.fault.is_power_loss and spec.flush is FlushMode.ASYNC
     try:
         result.check = check_run(result.run_dir, allow_loss=allow_loss)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - a cell's boundary: a failed check is the cell's error
         result.error = (result.error or "") + f" check failed: {type(e).__name__}: {e}"
         return
     if workload is None:

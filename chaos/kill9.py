@@ -1,7 +1,7 @@
 """This module owns the kill -9 fault: under load, SIGKILL the broker at a random moment, restart it on the
 same store, keep producing and consuming; N cycles.
 
-What it shows (seed Q&A 15, B.a): a process crash loses nothing acknowledged, even with ASYNC_FLUSH, because
+What it shows (docs/claims.md): a process crash loses nothing acknowledged, even with ASYNC_FLUSH, because
 written data sits in the page cache, which outlives the process; only a half-written last record may be cut
 by recovery. Each cycle records the written and flushed offsets sampled right before the kill, the broker's
 restart time and the commit-log end it recovered to.

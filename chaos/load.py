@@ -3,11 +3,12 @@ across faults, every operation recorded as a run-record event, and the final dra
 from its first offset so that "lost" means "not in the broker at all".
 
 Producer: asynchronous sends, at most ``in_flight`` outstanding (closed loop, so ``intended_ns`` = start).
-Outcomes, as the checker reads them: a SendResult of any status is "ok" (stored; FLUSH_DISK_TIMEOUT and the
-slave statuses included, but kept apart because a flush timeout is not a durability promise); a broker error
-code or a client error raised before the request left is "fail"; a timeout or a connection lost after the
-request was written (``MQClientError.unknown_outcome``) is "unknown" — maybe stored. After a failure the
-producer waits ``fail_backoff_s``, as an application would, instead of spinning on a refusing broker.
+Each send is classified and recorded by ``harness.send_outcome``, the rule the scenarios' driver follows too, so
+the checker reads the same rows whoever sent: a SendResult of any status is "ok" with its status's response code
+(FLUSH_DISK_TIMEOUT and the slave statuses are stored, but kept apart in ``Ack.status`` because a flush timeout
+is not a durability promise); a refusal is "fail"; a send whose request may have been written without an answer
+is "unknown" — maybe stored. After a failure the producer waits ``fail_backoff_s``, as an application would,
+instead of spinning on a refusing broker.
 
 Consumer: a PushConsumer (CLUSTERING, from the first offset, offsets committed to the broker), whose listener
 checks each body against its key (chaos.payload) and always returns CONSUME_SUCCESS. After a broker crash it
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 from chaos.payload import BodyVerdict, classify, make_body, make_key
 from harness.records import EventWriter, Outcome, RunRecord, WallClock
+from harness.send_outcome import outcome_of, record_send
 from reference_broker.client import (
     ClientConfig,
     ConsumeConcurrentlyContext,
@@ -33,7 +35,6 @@ from reference_broker.client import (
     ConsumeFromWhere,
     Message,
     MessageExt,
-    MQBrokerError,
     MQClientError,
     Producer,
     PullConsumer,
@@ -290,11 +291,9 @@ class Workload:
               error: MQClientError | None) -> None:
         end = self.clock.now_ns()
         try:
-            topic = self.spec.topic
+            o = outcome_of(result, error)
+            record_send(self._send_events, key, self.spec.topic, o, start, end, nbytes, intended)
             if result is not None:
-                mq = result.message_queue
-                self._send_events.record_send(key, topic, mq.queue_id, result.queue_offset, start, end, Outcome.OK,
-                                              -1, nbytes, intended)
                 try:
                     phys = decode_message_id(result.offset_msg_id or "")[2]
                 except MessageIdError:
@@ -305,12 +304,9 @@ class Workload:
                     self.sent_ok += 1
                 return
             assert error is not None
-            unknown = error.unknown_outcome and not isinstance(error, MQBrokerError)
-            outcome = Outcome.UNKNOWN if unknown else Outcome.FAIL
-            self._send_events.record_send(key, topic, -1, -1, start, end, outcome, int(error.code), nbytes, intended)
             self.recent_errors.append((end, int(error.code), error.remark))
             with self._lock:
-                if unknown:
+                if o.outcome is Outcome.UNKNOWN:
                     self.sent_unknown += 1
                 else:
                     self.sent_fail += 1

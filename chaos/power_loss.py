@@ -6,15 +6,15 @@ on it — it finds exactly what a machine that lost power would find, mmap write
 Each cycle records, from the broker's runtime info sampled right before the kill, the written and flushed
 commit-log offsets (the unflushed window), and, from the crash image, the store checkpoint (the offset the
 flush service had noted durable: ``physicMsgOffset``, our extension at byte 40 of the checkpoint page; see
-reference_broker/store/checkpoint.py). ``torn=True`` then zeroes or garbles a few 4 KiB commit-log pages past
-the flushed position (chaos.torn) before the restart. The sysctl profile in force decides how much the
+reference_broker/common/checkpoint_layout.py). ``torn=True`` (the fault ``power_loss_torn``, recorded under that
+name) then zeroes or garbles a few 4 KiB commit-log pages past the flushed position (chaos.torn) before the
+restart. The sysctl profile in force decides how much the
 kernel writes back on its own before the crash (vm.dirty_*); it is recorded in meta.json.
 """
 
 from __future__ import annotations
 
 import contextlib
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,27 +23,19 @@ from chaos.experiment import Cell, CycleRecord, Fault, FaultName, FlushMode
 from chaos.leftovers import Ledger
 from chaos.loopfs import LoopFs, unsupported_reason
 from chaos.torn import apply_torn_pages, candidate_range, choose_torn_pages
-from harness.records import FaultKind
-
-# StoreCheckpoint page (RocketMQ 4.9.8 StoreCheckpoint: three big-endian longs at 0; this lab's two offsets
-# at 40 — reference_broker/store/checkpoint.py's field table).
-_CHECKPOINT_TIMES = struct.Struct(">qqq")
-_CHECKPOINT_OFFSETS = struct.Struct(">qq")
-_CHECKPOINT_OFFSETS_AT = 40
+from reference_broker.common import checkpoint_layout
 
 
 def read_checkpoint(path: Path) -> dict[str, int] | None:
-    """The checkpoint's fields as the crash image holds them; None when the file is missing or short."""
+    """The checkpoint's timestamps and offsets as the crash image holds them, under their RocketMQ names; None
+    when the file is missing or shorter than the layout."""
     try:
         raw = path.read_bytes()
     except OSError:
         return None
-    if len(raw) < _CHECKPOINT_OFFSETS_AT + _CHECKPOINT_OFFSETS.size:
+    if len(raw) < checkpoint_layout.LAYOUT_END:
         return None
-    phys_ts, logics_ts, index_ts = _CHECKPOINT_TIMES.unpack_from(raw, 0)
-    phys_off, logics_off = _CHECKPOINT_OFFSETS.unpack_from(raw, _CHECKPOINT_OFFSETS_AT)
-    return {"physicMsgTimestamp": phys_ts, "logicsMsgTimestamp": logics_ts, "indexMsgTimestamp": index_ts,
-            "physicMsgOffset": phys_off, "logicsMsgOffset": logics_off}
+    return checkpoint_layout.unpack(raw).rocketmq_names()
 
 
 class PowerLoss(Fault):
@@ -85,7 +77,7 @@ class PowerLoss(Fault):
         cell.broker.kill()
         # The copy first, before anything else touches the disk: every moment here is more kernel writeback.
         swap = self.fs.crash_swap()
-        rec = CycleRecord(cycle=i, kind="power_loss", fault_ns=t_kill,
+        rec = CycleRecord(cycle=i, kind=self.name.value, fault_ns=t_kill,
                           written_offset=before.max_offset if before else -1,
                           flushed_offset=before.flushed_offset if before else -1)
         cell.settle_after_kill(rec, before)
@@ -95,7 +87,7 @@ class PowerLoss(Fault):
         torn: list[dict[str, Any]] = []
         if self.torn:
             torn = self._tear(cell, rec)
-        cell.record.add_fault(FaultKind.POWER_LOSS, cell.broker.name, ts_ns=t_kill, cycle=i, torn=self.torn,
+        cell.record.add_fault(self.name.value, cell.broker.name, ts_ns=t_kill, cycle=i, torn=self.torn,
                               written_offset=rec.written_offset, flushed_offset=rec.flushed_offset,
                               written_bound=rec.written_bound, unflushed_bytes=rec.window_bytes,
                               checkpoint=rec.extra["checkpoint"], copy_s=rec.extra["copy_s"], torn_pages=torn,

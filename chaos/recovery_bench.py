@@ -1,6 +1,6 @@
 """This module owns the recovery-time benchmark: how long the broker takes to come back after kill -9, as a
 function of the commit log's size, of the unflushed tail at the crash, and of whether the checkpoint is there
-(seed Q&A 16: with the checkpoint, abnormal recovery scans from the last flush; without it, the whole log).
+(docs/claims.md: with the checkpoint, abnormal recovery scans from the last flush; without it, the whole log).
 
 For each log size: fill a fresh store (ASYNC_FLUSH) to that size, then restart the broker four ways — clean
 stop (reference), kill -9 with the flush caught up (no tail), kill -9 right after a burst (a tail of unflushed

@@ -23,7 +23,7 @@ Rules (the issue's "tox -e crash fails when ..."):
      unflushed window at that crash: ``written_bound - flushed_offset``, where ``written_bound`` is the larger
      of the sampled written offset and the end of the last send acknowledged before the kill (the sample is
      taken a moment before the kill; sends acknowledged in between are covered by the second term).
-4. kill -9 (seed Q&A 15, B.a): the recovered commit log ends no earlier than the written offset sampled before
+4. kill -9 (docs/claims.md): the recovered commit log ends no earlier than the written offset sampled before
    the kill — only a half-written last record may be cut.
 5. The chaos accounting and the checker agree on the number of lost (never delivered) messages.
 6. No acknowledged message is in the commit log but unreachable through its consume queue (looked up by its
@@ -199,7 +199,7 @@ def evaluate(fault: str, flush: str, check: CheckLike | None, cycles: Sequence[C
     power_loss = fault.startswith("power_loss")
     # The loss rules judge every acknowledged message that is gone: never delivered, or not in the broker.
     absent = {**lost, **absent}
-    crash_cycles = [c for c in cycles if c.cycle >= 0 and c.kind in ("kill9", "power_loss")]
+    crash_cycles = [c for c in cycles if c.cycle >= 0 and c.kind in ("kill9", "power_loss", "power_loss_torn")]
     flush_timeouts = {k for k, a in absent.items() if _status_name(a.status) == FLUSH_TIMEOUT_STATUS}
     per_crash: list[CrashLoss] = []
     lost_log_bytes = 0

@@ -28,7 +28,8 @@ Departures from Jepsen ``total-queue`` (checker.clj), deliberate:
   have stored the message; e.g. the RocketMQ producer's internal retries (retryTimesWhenSendFailed), where an
   earlier attempt timed out after the broker stored it and the last attempt was refused. It is worth a look in
   a report, not a bug in the store, so it does not invalidate the run. (SendStatus FLUSH_DISK_TIMEOUT,
-  FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are recorded by the workloads as "ok": the master stored it.)
+  FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are "ok" with their response codes: the master stored it. Every
+  sender classifies its sends by one rule, ``harness.send_outcome``, so these counts do not depend on who sent.)
 - ``duplicated`` counts keys; ``duplicate_deliveries`` counts the surplus deliveries.
 
 Ordered runs (``ordered=True``, from meta.json ``params.ordered`` in ``check_run``) are also invalid on any

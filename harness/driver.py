@@ -1,9 +1,10 @@
 """The driver under the scenarios: what a workload needs of a broker, and its RocketMQ implementation.
 
 Scenarios speak only to ``Driver`` (send, consume, pause/resume, backlog, topics, broker facts), so other
-brokers (NATS JetStream, RabbitMQ; DESIGN §8) can be driven by the same workloads later. Outcomes follow the
-run-record vocabulary (``harness.records.Outcome``): "ok" = acknowledged, "fail" = definitely not stored,
-"unknown" = the request may have been acted on (a timeout or a lost connection after it was written).
+brokers (NATS JetStream, RabbitMQ; docs/design.md) can be driven by the same workloads later. A send's outcome
+is classified by ``harness.send_outcome``, the rule the chaos load follows too: "ok" = acknowledged, "fail" =
+definitely not stored, "unknown" = the request may have been acted on (a timeout or a lost connection after it
+was written).
 
 ``RocketMQDriver`` drives the project's client (``reference_broker.client``): one ``Producer`` per driver
 (every User of a process shares it, as RocketMQ shares one MQClientInstance per client id), push consumers
@@ -19,9 +20,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
-from harness.records.schema import Outcome
+from harness.send_outcome import SendOutcome as SendOutcome
+from harness.send_outcome import outcome_of, outcome_of_error, outcome_of_result
 from reference_broker.client import (
     ClientConfig,
     ConsumeConcurrentlyContext,
@@ -34,7 +36,6 @@ from reference_broker.client import (
     Producer,
     PushConsumer,
     SendResult,
-    SendStatus,
 )
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
@@ -42,29 +43,9 @@ from reference_broker.remoting.command import RemotingCommand, create_request, j
 from reference_broker.remoting.errors import RemotingError
 from reference_broker.tools import admin
 
-# Response codes recorded for the degraded-but-stored statuses (RocketMQ 4.9.8 ResponseCode: the broker
-# stored the message but a flush or replica wait timed out); the checker counts them as acknowledged.
-_STATUS_CODES: Final = {
-    SendStatus.SEND_OK: ResponseCode.SUCCESS,
-    SendStatus.FLUSH_DISK_TIMEOUT: 10,
-    SendStatus.SLAVE_NOT_AVAILABLE: 11,
-    SendStatus.FLUSH_SLAVE_TIMEOUT: 12,
-}
-
 
 class DriverError(RuntimeError):
     """A setup or admin operation failed (topic creation, a backlog query): not a per-message outcome."""
-
-
-@dataclass(frozen=True, slots=True)
-class SendOutcome:
-    """The fate of one send (for a batch: of every message in it; message i sits at ``queue_offset + i``)."""
-
-    outcome: Outcome
-    code: int = -1
-    queue_id: int = -1
-    queue_offset: int = -1
-    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,24 +156,7 @@ class Driver(abc.ABC):
         """``{"broker": {...config...}, "broker_impl": str | None, "brokers": {name: addr}}`` for meta.json."""
 
 
-# ---- outcome classification (pure) ---------------------------------------------------------------------
-
-
-def outcome_of_result(result: SendResult) -> SendOutcome:
-    """A SendResult is a stored message whatever its status (SendStatus docs); the status is kept as the code."""
-    mq = result.message_queue
-    return SendOutcome(Outcome.OK, int(_STATUS_CODES.get(result.send_status, ResponseCode.SUCCESS)), mq.queue_id,
-                       result.queue_offset)
-
-
-def outcome_of_error(exc: BaseException) -> SendOutcome:
-    """A client error: "unknown" when the request may have reached the broker (``unknown_outcome``: a timeout
-    or a connection lost after writing, also after earlier retries), else "fail" with its code. Anything that
-    is not a client error (a greenlet killed mid-send, a bug) is "unknown": nothing says it was not stored."""
-    if isinstance(exc, MQClientError):
-        outcome = Outcome.UNKNOWN if exc.unknown_outcome else Outcome.FAIL
-        return SendOutcome(outcome, int(exc.code), error=str(exc)[:200])
-    return SendOutcome(Outcome.UNKNOWN, -1, error=f"{type(exc).__name__}: {exc}"[:200])
+# ---- delivery and offset parsing (pure) ----------------------------------------------------------------
 
 
 def delivery_of(msg: MessageExt) -> Delivery:
@@ -413,20 +377,19 @@ class RocketMQDriver(Driver):
         try:
             mq = None if queue is None else self._queue(topic, queue)
             return outcome_of_result(producer.send(Message(topic, body, keys=key), mq))
-        except Exception as exc:  # GreenletExit & co. propagate: the caller records the abandoned send
+        except Exception as exc:  # noqa: BLE001 - the send's outcome; GreenletExit & co. propagate (abandoned send)
             return outcome_of_error(exc)
 
     def send_async(self, topic: str, key: str, body: bytes, callback: SendCallback, queue: int | None = None) -> None:
         producer = self._running()
 
         def done(result: SendResult | None, error: MQClientError | None) -> None:
-            callback(outcome_of_result(result) if result is not None else outcome_of_error(error or
-                                                                                         RuntimeError("no result")))
+            callback(outcome_of(result, error))
 
         try:
             mq = None if queue is None else self._queue(topic, queue)
             producer.send_async(Message(topic, body, keys=key), done, mq)
-        except Exception as exc:  # refused before anything was written (invalid message, not started)
+        except Exception as exc:  # noqa: BLE001 - the send's outcome: refused before anything was written
             callback(outcome_of_error(exc))
 
     def send_batch(self, topic: str, keys: Sequence[str], bodies: Sequence[bytes],
@@ -436,7 +399,7 @@ class RocketMQDriver(Driver):
             mq = None if queue is None else self._queue(topic, queue)
             msgs = [Message(topic, body, keys=key) for key, body in zip(keys, bodies, strict=True)]
             return outcome_of_result(producer.send_batch(msgs, mq))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the send's outcome, whatever the client raised
             return outcome_of_error(exc)
 
     # ---- consuming ------------------------------------------------------------------------------------

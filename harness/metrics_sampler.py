@@ -97,7 +97,7 @@ def runtime_metrics(table: Mapping[str, str]) -> dict[MetricName, float]:
 
 
 def file_set(store_root: Path, path: Path) -> str | None:
-    """Which file set of the store layout (DESIGN §3) ``path`` belongs to."""
+    """Which file set of the store layout (docs/design.md, On-disk layout) ``path`` belongs to."""
     try:
         first = path.relative_to(store_root).parts[0]
     except (ValueError, IndexError):
@@ -209,7 +209,7 @@ class MetricsSampler:
             if self._runtime_info is not None:
                 try:
                     table = self._runtime_info(b.addr)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - a probe: recorded, the sampling goes on
                     self._failed(f"runtime info of {b.name}", exc)
                     table = {}
                 values = runtime_metrics(table)
@@ -226,7 +226,7 @@ class MetricsSampler:
             try:
                 for group, msgs in self._backlog().items():
                     self._emit(MetricName.BACKLOG_MSGS, float(msgs), group, ts)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a probe: recorded, the sampling goes on
                 self._failed("backlog", exc)
         if self._counts is not None:
             self._rates(ts)
@@ -276,7 +276,7 @@ class MetricsSampler:
         while not self._stop.is_set():
             try:
                 self.sample()
-            except Exception as exc:  # a bug in a probe must not end the sampling
+            except Exception as exc:  # noqa: BLE001 - the sampler thread's top: a bug in a probe must not end it
                 self._failed("sample", exc)
             next_at += self.interval_s
             now = time.monotonic()
@@ -292,7 +292,7 @@ class MetricsSampler:
         if final_sample:
             try:
                 self.sample()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a probe: recorded, the stop goes on
                 self._failed("final sample", exc)
 
     def latest(self, metric: str, label: str = "") -> float | None:
@@ -322,7 +322,7 @@ def io_read_bytes(pid: int) -> int | None:
 
 
 def commitlog_files(store_root: Path) -> list[tuple[int, Path]]:
-    """(start offset, path) of the commit-log files, named by their 20-digit start offset (DESIGN §3)."""
+    """(start offset, path) of the commit-log files, named by their 20-digit start offset (UtilAll.offset2FileName)."""
     out = []
     for p in (store_root / "commitlog").iterdir() if (store_root / "commitlog").is_dir() else []:
         if p.name.isdigit() and len(p.name) == 20:

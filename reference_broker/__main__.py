@@ -132,7 +132,8 @@ def bench_producer(namesrv_addr: str, topic: str, threads: int, size: int, key_e
                    batch_size: int, async_send: bool, in_flight: int, rate: float, quantity: int, duration: float,
                    report_interval: float, processes: int, lean: bool, as_json: bool) -> None:
     """Send as fast as possible and print RocketMQ's benchmark line (plus percentiles)."""
-    from reference_broker.bench.client_bench import ProducerOptions, complete_line, run_producers
+    from reference_broker.bench.client_bench import complete_line, run_producers
+    from reference_broker.bench.producer_stats import ProducerOptions
 
     async_send = async_send or rate > 0 or lean
     if lean and key_enable:

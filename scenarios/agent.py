@@ -29,6 +29,7 @@ from gevent.lock import Semaphore
 
 from harness.driver import Consumer, Delivery, Driver, RocketMQDriver, SendOutcome
 from harness.records import EventWriter, Outcome, RunRecord, wall_clock
+from harness.send_outcome import record_send
 from scenarios.contract import Counts, RunInfo
 from scenarios.options import Settings
 from scenarios.pacing import Pacer
@@ -177,16 +178,16 @@ class Agent:
         for c in self.consumers:
             try:
                 c.stop()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - shutdown: one failed stop must not skip the rest
                 log.warning("stopping consumer: %s", exc)
         try:
             self.driver.stop()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - shutdown: one failed stop must not skip the rest
             log.warning("stopping the driver: %s", exc)
         if self.writer is not None:
             try:
                 self.writer.close()
-            except Exception as exc:  # RecordWriteError: the run is incomplete, and must say so
+            except Exception as exc:  # noqa: BLE001 - shutdown (RecordWriteError): the run is incomplete, and says so
                 self.counts.error = f"event writer: {exc}"
                 log.error("%s: %s", self.worker, self.counts.error)
         if Agent.current is self:
@@ -256,8 +257,7 @@ class Agent:
         self._slots.release()
         self._account(o, 1, end)
         if self.writer is not None:
-            self.writer.record_send(p.key, p.topic, o.queue_id, o.queue_offset, p.start, end, o.outcome, o.code,
-                                    p.nbytes, p.intended)
+            record_send(self.writer, p.key, p.topic, o, p.start, end, p.nbytes, p.intended)
         self._fire_send("send", p.topic, p.start, end, p.nbytes, o)
 
     def _send_sync(self) -> None:
@@ -291,9 +291,7 @@ class Agent:
         size = len(self._body)
         if self.writer is not None:
             for i, key in enumerate(keys):
-                offset = o.queue_offset + i if o.queue_offset >= 0 else -1
-                self.writer.record_send(key, topic, o.queue_id, offset, start, end, o.outcome, o.code, size,
-                                        start if intended is None else intended)
+                record_send(self.writer, key, topic, o, start, end, size, start if intended is None else intended, i)
         self._fire_send("send" if n == 1 else "send_batch", topic, start, end, size * n, o)
 
     def _account(self, o: SendOutcome, n: int, end: int) -> None:

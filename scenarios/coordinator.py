@@ -45,7 +45,7 @@ from scenarios.hub import Hub, LocalHub, MasterHub
 from scenarios.options import OptionError, Settings, parse_host, settings_from
 from scenarios.spec import RunContext, ScenarioSpec
 from scenarios.summary import format_summary, summarize
-from sysctl_profiles import applied_profile, load_profile, read_values
+from sysctl_profiles import SysctlProfileError, applied_profile, load_profile, read_values
 
 log = logging.getLogger("scenarios")
 
@@ -96,7 +96,7 @@ class Coordinator:
         else:
             try:
                 values = read_values(load_profile("default").keys)
-            except Exception as exc:  # a kernel without one of the keys: recorded as unknown
+            except (SysctlProfileError, OSError) as exc:  # a kernel without one of the keys: recorded as unknown
                 values = {}
                 log.warning("cannot read the sysctl values in force: %s", exc)
             self.sysctl = {"profile": None, "applied": False, "reason": "no profile requested",
@@ -129,8 +129,8 @@ class Coordinator:
         try:
             self.run = _Run(self)
             self.run.begin()
-        except Exception as exc:
-            log.exception("the run could not start: %s", exc)
+        except Exception as exc:  # the run's boundary: exit code EXIT_ERROR
+            log.exception("the run could not start")
             self.env.process_exit_code = EXIT_ERROR
             if self.run is not None:
                 self.run.abort(str(exc))
@@ -264,7 +264,7 @@ class _Run:
                 self.co.spec.controller(ctx)
             except gevent.GreenletExit:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # the user's controller: its error goes into the results
                 log.exception("the %s controller failed", self.co.spec.name)
                 self.results["controller_error"] = f"{type(exc).__name__}: {exc}"
 
@@ -324,7 +324,7 @@ class _Run:
                                     "cpu_us_per_msg": round(totals.cpu_s / totals.ok * 1e6, 2) if totals.ok else None}
             if errors:
                 self.results["load_errors"] = errors
-        except Exception as exc:
+        except Exception as exc:  # ending the run: the error goes into the results
             log.exception("ending the run")
             self.results["end_error"] = f"{type(exc).__name__}: {exc}"
         finally:
@@ -337,7 +337,7 @@ class _Run:
                                            "last_error": self.sampler.stats.last_error}
             try:
                 rec.finish(results=self.results)
-            except Exception as exc:
+            except Exception as exc:  # finishing the record: the error goes into the results
                 log.exception("finishing the record")
                 self.results["finish_error"] = str(exc)
         check = None
@@ -351,7 +351,7 @@ class _Run:
                 code = EXIT_ERROR if problems else EXIT_VALID
             if self.results.get("load_errors") or self.results.get("end_error"):
                 code = EXIT_ERROR
-        except Exception as exc:
+        except Exception as exc:  # checking the run: the error goes into the results
             log.exception("checking the run")
             self.results["check_error"] = str(exc)
         try:
@@ -359,7 +359,7 @@ class _Run:
             text = format_summary(summary)
             (rec.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
             (rec.run_dir / "summary.txt").write_text(text + "\n")
-        except Exception as exc:
+        except Exception as exc:  # the summary: a run without one still ends
             log.exception("summarizing the run")
             text = f"run {rec.run_id} ({rec.run_dir}): no summary ({exc})"
         return text, code
@@ -373,7 +373,7 @@ class _Run:
         if self.record is not None:
             try:
                 self.record.finish(results={"aborted": why})
-            except Exception:
+            except Exception:  # aborting: nothing more to report to
                 log.exception("finishing an aborted record")
 
 

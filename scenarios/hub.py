@@ -149,7 +149,7 @@ class WorkerLink:
     def _send(self, kind: str, counts: Counts, **extra: Any) -> None:
         try:
             self.runner.send_message(kind, {"run_id": self.run_id, "counts": counts.to_dict(), **extra})
-        except Exception as exc:  # the master went away: the run goes on locally, finished at quit
+        except Exception as exc:  # noqa: BLE001 - the master's boundary: if it went away, the run goes on locally
             log.warning("cannot report to the master: %s", exc)
 
     def _report_loop(self) -> None:
@@ -167,7 +167,7 @@ class WorkerLink:
         error = None
         try:
             counts = run_command(agent, data["op"], dict(data.get("args") or {}))
-        except Exception as exc:
+        except Exception as exc:  # a command from the master: the error is sent back
             log.exception("command %s failed", data.get("op"))
             error = f"{type(exc).__name__}: {exc}"
             counts = agent.snapshot()

@@ -21,7 +21,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harness.records import load_events, load_meta, load_metrics
+from harness.records import RunRecordError, load_events, load_meta, load_metrics
 
 PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9)
 _COLUMNS: Final = ["op", "key", "topic", "intended_ns", "start_ns", "end_ns", "outcome", "bytes"]
@@ -87,7 +87,7 @@ def _counts(sends: pa.Table, receives: pa.Table) -> dict[str, Any]:
 def _metrics_block(run_dir: Path) -> dict[str, Any]:
     try:
         m = load_metrics(run_dir)
-    except Exception:
+    except (RunRecordError, OSError, pa.ArrowException):
         return {}
     if m.num_rows == 0:
         return {}
@@ -122,7 +122,7 @@ def summarize(run_dir: str | Path, check: dict[str, Any] | None = None) -> dict[
     meta = load_meta(root)
     try:
         ev = load_events(root, columns=_COLUMNS)
-    except Exception:
+    except (RunRecordError, OSError, pa.ArrowException):
         ev = pa.table({c: pa.array([], pa.int64() if c.endswith("_ns") or c == "bytes" else pa.string())
                        for c in _COLUMNS})
     sends = ev.filter(pc.equal(ev["op"], "send"))

@@ -39,33 +39,34 @@ class Verdict(StrEnum):
 class Claim:
     id: ClaimId
     text: str  # the claim as the seed makes it
-    source: str  # where in the seeds
+    source: str  # where docs/claims.md paraphrases the seed's claim
     experiment: str  # the command(s) that produce the runs which test it
 
 
-# The seed documents' claims, in the order of the front page (DESIGN.md §1).
+# The seed documents' claims, in the order of the front page (docs/claims.md).
 CLAIMS: Final[tuple[Claim, ...]] = (
     Claim(ClaimId.SYNC_NO_LOSS, "SYNC_FLUSH loses no acknowledged message on abnormal shutdown "
-          "(kill -9, OS crash, power loss).", "seed Q&A: flush modes",
+          "(kill -9, OS crash, power loss).", "docs/claims.md#sync-no-loss",
           "python -m chaos matrix --flush sync --faults kill9,power_loss"),
     Claim(ClaimId.ASYNC_KILL9_NO_LOSS, "ASYNC_FLUSH loses nothing on kill -9: the data is in the page cache.",
-          "seed Q&A: flush modes", "python -m chaos matrix --flush async --faults kill9"),
+          "docs/claims.md#async-kill9-no-loss", "python -m chaos matrix --flush async --faults kill9"),
     Claim(ClaimId.ASYNC_POWER_LOSS_TAIL, "ASYNC_FLUSH loses only the unflushed tail on power loss "
-          "(\"tens of KB\").", "seed Q&A: flush modes",
+          "(\"tens of KB\").", "docs/claims.md#async-power-loss-tail",
           "python -m chaos matrix --flush async --faults power_loss"),
     Claim(ClaimId.RECOVERY_CHECKPOINT, "An abnormal restart recovers the consume queues from the checkpoint "
           "(only the tail is scanned); without the checkpoint a full scan is needed, and is slow.",
-          "seed Q&A 16", "python -m chaos recovery-bench"),
+          "docs/claims.md#recovery-checkpoint", "python -m chaos recovery-bench"),
     Claim(ClaimId.DISK_FULL_PROTECTION, "With the disk above 90 % the broker refuses writes while reads go on, "
-          "and accepts writes again once space is back.", "seed Q&A 18", "python -m chaos disk-fill"),
-    Claim(ClaimId.QUEUES_10K, "10,000+ queues per broker without write degradation.", "seed: consume queue design",
+          "and accepts writes again once space is back.", "docs/claims.md#disk-full-protection",
+          "python -m chaos disk-fill"),
+    Claim(ClaimId.QUEUES_10K, "10,000+ queues per broker without write degradation.", "docs/claims.md#queues-10k",
           "locust -f scenarios/queues.py --headless -t 60s"),
     Claim(ClaimId.COLD_BACKLOG_READ, "Reading a cold backlog (from disk) is no worse than ~5,000 msg/s.",
-          "seed Q&A: message accumulation", "locust -f scenarios/backlog.py --headless --cold"),
+          "docs/claims.md#cold-backlog-read", "locust -f scenarios/backlog.py --headless --cold"),
     Claim(ClaimId.PAGE_CACHE_CAPACITY, "RAM caches the backlog: 96 GB holds about 10^8 messages of 1 KiB.",
-          "seed Q&A: message accumulation", "locust -f scenarios/backlog.py --headless"),
+          "docs/claims.md#page-cache-capacity", "locust -f scenarios/backlog.py --headless"),
     Claim(ClaimId.OFFSET_616_YEARS, "A signed 64-bit commit-log offset overflows only after 616 years at 10^10 "
-          "messages of 4 KiB a day.", "seed Q&A: offset overflow", "python -m spark_reports offset-overflow"),
+          "messages of 4 KiB a day.", "docs/claims.md#offset-616-years", "python -m spark_reports offset-overflow"),
 )
 CLAIM_BY_ID: Final = {c.id: c for c in CLAIMS}
 

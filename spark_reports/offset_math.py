@@ -1,7 +1,7 @@
 """Offset-overflow arithmetic: how long a signed 64-bit offset lasts at a given ingest rate.
 
 Pure functions and constants; the Spark job applies the same formula as column expressions.
-The seed Q&A ("Commit Log 与 Consume Queue 使用 long 类型标识 offset, 是否会溢出?") divides Long.MAX_VALUE
+The store design Q&A (docs/claims.md, `offset-616-years`) divides Long.MAX_VALUE
 by (message size × messages a day) and by 365 days, and prints 10 significant digits
 (4096 B × 100亿 a day → 616.9314558 years).
 """

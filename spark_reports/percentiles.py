@@ -1,7 +1,7 @@
 """Which percentiles the reports print, how they are defined, and the reference computation.
 
 Percentiles come from raw samples, per run and per window, never by averaging per-window
-percentiles (HARNESS_FACTS §8). Spark's ``percentile_approx`` returns a sample whose rank is
+percentiles (docs/design.md, Run records). Spark's ``percentile_approx`` returns a sample whose rank is
 ceil(p·n) (the nearest-rank definition, evaluated in floating point) to within n / accuracy ranks;
 small groups (about 10,000 samples, Spark's sketch compression threshold) come out exact. Run
 totals use accuracy 100,000 so p99.99 stays distinct from the maximum on millions of samples (at

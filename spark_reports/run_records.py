@@ -1,44 +1,63 @@
-"""Reading run records (schema v1) from `runs/<run-id>/` directories: meta, events, metrics, faults, check.
+"""Reading run records from `runs/<run-id>/` directories with Spark: meta, events, metrics, faults, check.
 
-The schema is the harness contract (DESIGN.md §4); this module reads it as files with Spark and the
-standard library and does not import the harness's writer. Optional event columns that a writer
-left out read as nulls; columns are cast to the contract's types so Parquet written with wider or
-narrower integers still lines up.
+The schema is the harness contract (docs/design.md, Run records), defined once in ``harness.records.schema``: the
+file names, the schema version, and the column names and types of events and metrics, which this module turns
+into Spark types (``spark_type``). It reads files only: nothing here imports the harness's writer or the broker.
+Columns a writer left out read as nulls (an optional column: its default); columns are cast to the contract's
+types so Parquet written with wider or narrower integers still lines up.
 """
 
+# pyarrow ships no type information; its names are Any here.
+# mypy: disable-error-code="import-untyped"
+
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 from typing import Any, Final
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
+from harness.records.schema import (
+    CHECK_FILE,
+    EVENTS_DIR,
+    EVENTS_FULL_SCHEMA,
+    EVENTS_JSONL,
+    EVENTS_OPTIONAL_DEFAULTS,
+    FAULTS_FILE,
+    META_FILE,
+    METRICS_DIR,
+    METRICS_JSONL,
+    SCHEMA_VERSION,
+)
+from harness.records.schema import METRICS_SCHEMA as ARROW_METRICS_SCHEMA
 from spark_reports.run_source import STAGED_FILE
 
-SCHEMA_VERSION: Final = 1
-
-EVENT_COLUMNS: Final[Mapping[str, DataType]] = {
-    "op": StringType(),
-    "key": StringType(),
-    "topic": StringType(),
-    "queue_id": IntegerType(),
-    "queue_offset": LongType(),
-    "intended_ns": LongType(),
-    "start_ns": LongType(),
-    "end_ns": LongType(),
-    "outcome": StringType(),
-    "code": IntegerType(),
-    "bytes": IntegerType(),
-    "worker": StringType(),
-    "born_ns": LongType(),
-    "store_ns": LongType(),
+# The contract's Arrow types and the Spark types they read as; a type not here fails loudly at import.
+_SPARK_TYPES: Final[Mapping[pa.DataType, DataType]] = {
+    pa.string(): StringType(),
+    pa.int32(): IntegerType(),
+    pa.int64(): LongType(),
+    pa.float64(): DoubleType(),
 }
-EVENTS_SCHEMA: Final = StructType([StructField(name, kind, True) for name, kind in EVENT_COLUMNS.items()])
 
+
+def spark_type(arrow_type: pa.DataType) -> DataType:
+    """The Spark type of one of the contract's Arrow column types."""
+    try:
+        return _SPARK_TYPES[arrow_type]
+    except KeyError:
+        raise TypeError(f"run-record column type {arrow_type} has no Spark type here") from None
+
+
+EVENT_COLUMNS: Final[Mapping[str, DataType]] = {f.name: spark_type(f.type) for f in EVENTS_FULL_SCHEMA}
+"""Every event column (required, then optional) with its Spark type."""
+EVENT_DEFAULTS: Final[Mapping[str, object]] = dict(EVENTS_OPTIONAL_DEFAULTS)
+EVENTS_SCHEMA: Final = StructType([StructField(name, kind, True) for name, kind in EVENT_COLUMNS.items()])
 
 class RunRecordError(ValueError):
     """A run directory that does not follow schema v1."""
@@ -109,7 +128,7 @@ class RunInfo:
     @property
     def events_source(self) -> tuple[str, bool] | None:
         """(location, is a Parquet directory) of the run's events, or None."""
-        return data_source(self, "events", "events.jsonl")
+        return data_source(self, EVENTS_DIR, EVENTS_JSONL)
 
 
 def data_source(run: RunInfo, parquet_dir: str, jsonl: str) -> tuple[str, bool] | None:
@@ -127,7 +146,7 @@ def data_source(run: RunInfo, parquet_dir: str, jsonl: str) -> tuple[str, bool] 
 
 
 def read_run(path: Path) -> RunInfo:
-    meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise RunRecordError(f"{path}: schema_version {version!r}, this reader knows {SCHEMA_VERSION}")
@@ -141,16 +160,16 @@ def read_run(path: Path) -> RunInfo:
 
 def discover_runs(runs_dir: Path) -> list[RunInfo]:
     """Every run under ``runs_dir`` (or ``runs_dir`` itself if it is one run), sorted by run id."""
-    if (runs_dir / "meta.json").is_file():
+    if (runs_dir / META_FILE).is_file():
         return [read_run(runs_dir)]
     if not runs_dir.is_dir():
         raise RunRecordError(f"{runs_dir}: not a directory")
-    runs = [read_run(p) for p in sorted(runs_dir.iterdir()) if (p / "meta.json").is_file()]
+    runs = [read_run(p) for p in sorted(runs_dir.iterdir()) if (p / META_FILE).is_file()]
     return sorted(runs, key=lambda r: r.run_id)
 
 
 def read_faults(run: RunInfo) -> list[dict[str, Any]]:
-    path = run.path / "faults.jsonl"
+    path = run.path / FAULTS_FILE
     if not path.is_file():
         return []
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -158,7 +177,7 @@ def read_faults(run: RunInfo) -> list[dict[str, Any]]:
 
 
 def read_check(run: RunInfo) -> dict[str, Any] | None:
-    path = run.path / "check.json"
+    path = run.path / CHECK_FILE
     if not path.is_file():
         return None
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -167,31 +186,31 @@ def read_check(run: RunInfo) -> dict[str, Any] | None:
 
 # Parquet is read with every integer column as 64-bit: Spark widens int32 files to long, but fails on
 # int64 files read as int; the contract's int32 columns are narrowed afterwards.
-_READ_SCHEMA: Final = StructType([
-    StructField(name, LongType() if isinstance(kind, IntegerType) else kind, True)
-    for name, kind in EVENT_COLUMNS.items()
-])
+def _read_schema(columns: Mapping[str, DataType]) -> StructType:
+    return StructType([StructField(name, LongType() if isinstance(kind, IntegerType) else kind, True)
+                       for name, kind in columns.items()])
 
 
-def _typed(df: DataFrame, columns: Sequence[str]) -> DataFrame:
-    return df.select("run_id", *[F.col(name).cast(EVENT_COLUMNS[name]).alias(name) for name in columns])
+def _typed(columns: Mapping[str, DataType], defaults: Mapping[str, object],
+           names: Sequence[str]) -> Callable[[DataFrame], DataFrame]:
+    """``run_id`` and ``names`` cast to the contract's types; a null in a column with a default reads as it."""
+    def cast(name: str) -> Column:
+        col = F.col(name).cast(columns[name])
+        return (F.coalesce(col, F.lit(defaults[name])) if name in defaults else col).alias(name)
+
+    return lambda df: df.select("run_id", *[cast(name) for name in names])
 
 
-def load_events(spark: SparkSession, runs: Iterable[RunInfo],
-                columns: Sequence[str] = tuple(EVENT_COLUMNS)) -> DataFrame:
-    """All runs' events as one DataFrame: ``run_id`` plus ``columns`` with the contract's types.
+def _load(spark: SparkSession, sources: Iterable[tuple[RunInfo, tuple[str, bool] | None]],
+          columns: Mapping[str, DataType], typed: Callable[[DataFrame], DataFrame]) -> list[DataFrame]:
+    """One frame per JSONL run and one for every Parquet run together, each with a ``run_id`` column.
 
-    Parquet runs are read in one scan (Spark packs the small per-worker files of many runs into a few
-    tasks) and each row gets its run id from the directory its file sits in; JSONL runs are read one by one.
-    """
-    unknown = [c for c in columns if c not in EVENT_COLUMNS]
-    if unknown:
-        raise ValueError(f"not event columns: {unknown}")
+    Parquet runs are read in one scan (Spark packs the small per-worker files of many runs into a few tasks) and
+    each row gets its run id from the directory its file sits in; JSONL runs are read one by one."""
     parquet_runs: dict[str, str] = {}
     parquet_paths: list[str] = []
     frames = []
-    for run in runs:
-        source = run.events_source
+    for run, source in sources:
         if source is None:
             continue
         location, is_dir = source
@@ -199,33 +218,46 @@ def load_events(spark: SparkSession, runs: Iterable[RunInfo],
             parquet_runs[run.path.name] = run.run_id
             parquet_paths.append(f"{location}/*.parquet")
             continue
-        raw = spark.read.schema(EVENTS_SCHEMA).json(location).withColumn("run_id", F.lit(run.run_id))
-        frames.append(_typed(raw, columns))
+        schema = StructType([StructField(name, kind, True) for name, kind in columns.items()])
+        frames.append(typed(spark.read.schema(schema).json(location).withColumn("run_id", F.lit(run.run_id))))
     if parquet_runs:
-        raw = spark.read.schema(_READ_SCHEMA).parquet(*parquet_paths)
-        # .../<run dir>/events/<file>: the third path segment from the end (cheaper per row than a regex).
+        raw = spark.read.schema(_read_schema(columns)).parquet(*parquet_paths)
+        # .../<run dir>/<events|metrics>/<file>: the third path segment from the end (cheaper per row than a regex).
         run_dir = F.substring_index(F.substring_index(F.col("_metadata.file_path"), "/", -3), "/", 1)
         mapping = F.create_map(*[F.lit(x) for item in parquet_runs.items() for x in item])
-        frames.append(_typed(raw.withColumn("run_id", mapping[run_dir]), columns))
+        frames.append(typed(raw.withColumn("run_id", mapping[run_dir])))
+    return frames
+
+
+def _union(spark: SparkSession, frames: list[DataFrame], columns: Mapping[str, DataType],
+           names: Sequence[str]) -> DataFrame:
     if not frames:
-        fields = [StructField("run_id", StringType())] + [StructField(c, EVENT_COLUMNS[c], True) for c in columns]
+        fields = [StructField("run_id", StringType())] + [StructField(c, columns[c], True) for c in names]
         return spark.createDataFrame([], StructType(fields))
     return reduce(DataFrame.unionByName, frames)
 
 
-# Metrics (long format; harness/records/schema.py METRICS_SCHEMA): one row per sample.
-METRIC_COLUMNS: Final[Mapping[str, DataType]] = {
-    "ts_ns": LongType(),
-    "metric": StringType(),
-    "value": DoubleType(),
-    "label": StringType(),
-}
+def load_events(spark: SparkSession, runs: Iterable[RunInfo],
+                columns: Sequence[str] = tuple(EVENT_COLUMNS)) -> DataFrame:
+    """All runs' events as one DataFrame: ``run_id`` plus ``columns`` with the contract's types (an optional
+    column a run lacks reads as its default)."""
+    unknown = [c for c in columns if c not in EVENT_COLUMNS]
+    if unknown:
+        raise ValueError(f"not event columns: {unknown}")
+    typed = _typed(EVENT_COLUMNS, EVENT_DEFAULTS, columns)
+    frames = _load(spark, ((run, run.events_source) for run in runs), EVENT_COLUMNS, typed)
+    return _union(spark, frames, EVENT_COLUMNS, columns)
+
+
+# Metrics (long format): one row per sample.
+METRIC_COLUMNS: Final[Mapping[str, DataType]] = {f.name: spark_type(f.type) for f in ARROW_METRICS_SCHEMA}
+METRIC_DEFAULTS: Final[Mapping[str, object]] = {"label": ""}  # the schema's "no label"
 METRICS_SCHEMA: Final = StructType([StructField(name, kind, True) for name, kind in METRIC_COLUMNS.items()])
 
 
 def metrics_source(run: RunInfo) -> tuple[str, bool] | None:
     """(location, is a Parquet directory) of the run's metrics, or None."""
-    return data_source(run, "metrics", "metrics.jsonl")
+    return data_source(run, METRICS_DIR, METRICS_JSONL)
 
 
 def load_metrics(spark: SparkSession, runs: Iterable[RunInfo]) -> DataFrame:
@@ -234,32 +266,6 @@ def load_metrics(spark: SparkSession, runs: Iterable[RunInfo]) -> DataFrame:
     Parquet runs are read in one scan, as `load_events` does; a missing label reads as "" (the schema's
     "no label") so filters on label need no null handling.
     """
-    def typed(df: DataFrame) -> DataFrame:
-        return df.select(
-            "run_id", F.col("ts_ns").cast(LongType()).alias("ts_ns"), F.col("metric").cast(StringType()),
-            F.col("value").cast(DoubleType()).alias("value"),
-            F.coalesce(F.col("label").cast(StringType()), F.lit("")).alias("label"))
-
-    run_list = list(runs)
-    parquet_runs: dict[str, str] = {}
-    parquet_paths: list[str] = []
-    frames = []
-    for run in run_list:
-        source = metrics_source(run)
-        if source is None:
-            continue
-        location, is_dir = source
-        if is_dir:
-            parquet_runs[run.path.name] = run.run_id
-            parquet_paths.append(f"{location}/*.parquet")
-            continue
-        frames.append(typed(spark.read.schema(METRICS_SCHEMA).json(location)
-                            .withColumn("run_id", F.lit(run.run_id))))
-    if parquet_runs:
-        raw = spark.read.schema(METRICS_SCHEMA).parquet(*parquet_paths)
-        run_dir = F.substring_index(F.substring_index(F.col("_metadata.file_path"), "/", -3), "/", 1)
-        mapping = F.create_map(*[F.lit(x) for item in parquet_runs.items() for x in item])
-        frames.append(typed(raw.withColumn("run_id", mapping[run_dir])))
-    if not frames:
-        return spark.createDataFrame([], StructType([StructField("run_id", StringType()), *METRICS_SCHEMA.fields]))
-    return reduce(DataFrame.unionByName, frames)
+    typed = _typed(METRIC_COLUMNS, METRIC_DEFAULTS, tuple(METRIC_COLUMNS))
+    frames = _load(spark, ((run, metrics_source(run)) for run in runs), METRIC_COLUMNS, typed)
+    return _union(spark, frames, METRIC_COLUMNS, tuple(METRIC_COLUMNS))

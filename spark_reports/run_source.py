@@ -45,7 +45,7 @@ def stage_runs(spark: SparkSession, url: str, stage_dir: Path) -> Path:
         else:
             run_dirs = [s.getPath() for s in fs.listStatus(root)
                         if s.isDirectory() and fs.exists(hpath(s.getPath(), "meta.json"))]
-    except Exception as exc:  # py4j wraps the JVM's IOException
+    except Exception as exc:  # noqa: BLE001 - the JVM's boundary: py4j wraps the JVM's IOException
         raise RunSourceError(f"{url}: cannot list run records: {str(exc).splitlines()[0]}") from None
     stage_dir.mkdir(parents=True, exist_ok=True)
     single = len(run_dirs) == 1 and run_dirs[0] == root

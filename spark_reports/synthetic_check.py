@@ -1,6 +1,6 @@
 """A small pure-Python total-queue count over a synthetic history, written to the run's check.json.
 
-It follows Jepsen's total-queue definitions (HARNESS_FACTS §3.1), keyed by message key: attempted =
+It follows Jepsen's total-queue definitions (jepsen.checker/total-queue), keyed by message key: attempted =
 keys sent; acknowledged = keys with an "ok" send; lost = acknowledged keys never delivered;
 recovered = delivered keys whose sends were never acknowledged; duplicated = deliveries beyond the
 first; unexpected = delivered keys never sent. It exists so the synthetic records carry verdicts

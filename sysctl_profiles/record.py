@@ -1,6 +1,6 @@
 """Writing what was in force into a run: a standalone record file or the "sysctl" entry of meta.json.
 
-The entry is `{"profile", "applied", "reason", "values"}` (DESIGN.md §4: "sysctl profile requested and
+The entry is `{"profile", "applied", "reason", "values"}` (docs/design.md, Run records: "sysctl profile requested and
 the values actually in force"). Values are the kernel's text, whitespace-normalised, so multi-field
 values survive as they are. meta.json belongs to the harness's run-record module; this module only
 replaces its "sysctl" key (creating a minimal file when absent) and does not import that module.

@@ -143,7 +143,7 @@ class RunRecord:
         for w in self._writers:
             try:
                 w.close()
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - every writer is closed; the first error is raised below
                 first = first or e
         self._writers.clear()
         if first is not None:

@@ -114,6 +114,7 @@ class FaultKind(StrEnum):
 
     KILL9 = "kill9"
     POWER_LOSS = "power_loss"
+    POWER_LOSS_TORN = "power_loss_torn"  # a power loss that also tears the last unflushed page
     DISK_FILL = "disk_fill"
     PAUSE = "pause"
     RESUME = "resume"

@@ -151,7 +151,7 @@ class _Flusher:
                 self._work()
                 if stop:
                     break
-        except BaseException as e:  # surfaced by the recording thread or close()
+        except BaseException as e:  # noqa: BLE001 - the recording thread's top: surfaced by close()
             self.error = e
         finally:
             self._done.release()
@@ -212,7 +212,7 @@ class _RowBuffer:
                 try:
                     self._sink.write(self._to_table(taken))
                     self.rows_written += n
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - the sink's boundary: surfaced as RecordWriteError
                     if error is None:
                         error = RecordWriteError(f"writing {n} rows failed, they are dropped: {e}")
                         error.__cause__ = e

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import orjson
 
-from reference_broker.bench.client_bench import SEND_NS_PROPERTY, ProducerOptions, Window, producer_line
+from reference_broker.bench.producer_stats import SEND_NS_PROPERTY, ProducerOptions, Window, producer_line
 from reference_broker.client import Message, Producer
 from reference_broker.client import protocol as client_protocol
 from reference_broker.client.message_id import UniqIdGenerator

@@ -84,7 +84,7 @@ def bench_append_async(root: Path, messages: int, *, keyed: bool, **config: Any)
 def bench_append_sync(root: Path, threads: int, duration_s: float) -> dict[str, Any]:
     """SYNC_FLUSH (group commit) with ``threads`` concurrent writers, i.e. puts in flight.
 
-    Writers are modelled as a broker serves them: one thread submits with ``put_message_callback``
+    Writers are modelled as a broker serves them: one thread submits with ``put``
     and keeps ``threads`` puts in flight; the group-commit thread completes them. (Sixty-four OS
     threads each blocking on a put measure Python's thread hand-offs rather than the store.)
     """
@@ -104,13 +104,13 @@ def bench_append_sync(root: Path, threads: int, duration_s: float) -> dict[str, 
     make = factory.make
     with running_store(root, FlushDiskType.SYNC_FLUSH) as store:
         warm_up(store)
-        put = store.put_message_callback
+        put = store.put
         i = 0
         t0 = time.perf_counter()
         deadline = t0 + duration_s
         while time.perf_counter() < deadline:
             in_flight.acquire()
-            put(make(i, i % PRODUCER_QUEUES), done)
+            put(make(i, i % PRODUCER_QUEUES)).add_done_callback(done)
             i += 1
         for _ in range(threads):  # drain what is still in flight
             if not in_flight.acquire(timeout=30):

@@ -76,7 +76,7 @@ def _timed_recovery(root: Path, expect_normal: bool, messages: int, **config: An
     cached = resident_bytes(root / "commitlog")
     counter = DispatchCounter()
     store = new_store(root, **config)
-    store.dispatch_listeners.append(counter)
+    store.add_dispatch_hook(counter, during_recovery=True)
     try:
         t0 = time.perf_counter()
         load_and_start(store)

@@ -20,7 +20,11 @@ from reference_broker.remoting.headers import BadRequest, bad_names, field, int_
 from reference_broker.remoting.server import ConnectionContext
 
 if TYPE_CHECKING:
-    from reference_broker.broker.controller import BrokerController
+    from reference_broker.broker.broker_config import BrokerConfig
+    from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
+    from reference_broker.broker.subscription_group import SubscriptionGroupManager
+    from reference_broker.broker.topic_config import TopicConfigManager
+    from reference_broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +39,21 @@ CODES = (
 
 
 class AdminProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    """Given what it uses: the store, the topic, group and offset tables, the broker's configuration, and
+    the controller's views of itself (its settings as properties text, its runtime info, the delay offsets)."""
+
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 offsets: ConsumerOffsetManager, broker_config: BrokerConfig, *,
+                 config_properties: Callable[[], str], runtime_info: Callable[[], dict[str, str]],
+                 delay_offsets: Callable[[], dict[int, int]]) -> None:
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.config = broker_config
+        self.config_properties = config_properties
+        self.runtime_info = runtime_info
+        self.delay_offsets = delay_offsets
         # request code -> (the table's data version, its encoded body): see _table_body
         self._tables: dict[int, tuple[dict[str, int], bytes]] = {}
 
@@ -52,7 +69,7 @@ class AdminProcessor:
         return body
 
     def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        managers = (self.broker.topic_config_manager, self.broker.subscription_group_manager)
+        managers = (self.topics, self.groups)
         marks = config_marks(managers)
         try:
             # An update answers once the file is written, as AdminBrokerProcessor does, but the write happens
@@ -63,18 +80,17 @@ class AdminProcessor:
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
 
     def process(self, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
-        store = b.store
+        store = self.store
         code = cmd.code
         if code == RequestCode.UPDATE_AND_CREATE_TOPIC:
             return self._update_topic(cmd)
         if code == RequestCode.DELETE_TOPIC_IN_BROKER:
             topic = field(cmd, "topic")
-            b.topic_config_manager.delete_topic_config(topic)
-            b.consumer_offset_manager.clean_offset_by_topic(topic)
+            self.topics.delete_topic_config(topic)
+            self.offsets.clean_offset_by_topic(topic)
             return create_response(cmd, ResponseCode.SUCCESS)
         if code == RequestCode.GET_ALL_TOPIC_CONFIG:
-            tcm = b.topic_config_manager
+            tcm = self.topics
             return create_response(cmd, ResponseCode.SUCCESS, body=self._table_body(
                 code, tcm.data_version.to_json(), lambda: tcm.encode().encode()))
         if code == RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
@@ -82,10 +98,10 @@ class AdminProcessor:
             bad = bad_names(cmd, group=cfg.group_name)
             if bad is not None:
                 return bad
-            b.subscription_group_manager.update_subscription_group_config(cfg)
+            self.groups.update_subscription_group_config(cfg)
             return create_response(cmd, ResponseCode.SUCCESS)
         if code == RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG:
-            sgm = b.subscription_group_manager
+            sgm = self.groups
             return create_response(cmd, ResponseCode.SUCCESS, body=self._table_body(code, sgm.data_version.to_json(), (
                 lambda: json_dumps({
                     "subscriptionGroupTable": {k: group_to_json(v) for k, v in sgm.subscription_group_table.items()},
@@ -106,15 +122,14 @@ class AdminProcessor:
         if code == RequestCode.GET_BROKER_CONFIG:
             # AdminBrokerProcessor.getBrokerConfig: every setting as a properties text, RocketMQ's key names.
             return create_response(cmd, ResponseCode.SUCCESS, None, {"version": "0"},
-                                   b.config_properties().encode())
+                                   self.config_properties().encode())
         if code == RequestCode.GET_BROKER_RUNTIME_INFO:
-            return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"table": b.runtime_info()}))
+            return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"table": self.runtime_info()}))
         if code == RequestCode.GET_ALL_CONSUMER_OFFSET:
             return create_response(cmd, ResponseCode.SUCCESS,
-                                   body=b.consumer_offset_manager.encode().encode())
+                                   body=self.offsets.encode().encode())
         if code == RequestCode.GET_ALL_DELAY_OFFSET:
-            sched = b.schedule_service
-            table = {} if sched is None else {str(k): v for k, v in sorted(sched.offset_table.items())}
+            table = {str(k): v for k, v in sorted(self.delay_offsets().items())}
             return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"offsetTable": table}))
         if code == RequestCode.QUERY_MESSAGE:
             return self._query_message(cmd)
@@ -127,12 +142,11 @@ class AdminProcessor:
         return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported")
 
     def _update_topic(self, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
         topic = field(cmd, "topic")
         problem = validate_topic(topic, for_creation=True)
         if problem is not None:
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, problem)
-        if topic == b.broker_config.broker_cluster_name:  # AdminBrokerProcessor.updateAndCreateTopic
+        if topic == self.config.broker_cluster_name:  # AdminBrokerProcessor.updateAndCreateTopic
             return create_response(cmd, ResponseCode.SYSTEM_ERROR,
                                    f"the topic[{topic}] is conflict with system reserved words.")
         read_q = int_field(cmd, "readQueueNums")
@@ -151,11 +165,11 @@ class AdminProcessor:
                                    f"No enum constant org.apache.rocketmq.common.TopicFilterType.{filter_type}")
         tc = TopicConfig(topic, read_q, write_q, perm, filter_type,
                          int_field(cmd, "topicSysFlag", 0), cmd.ext_fields.get("order", "false") == "true")
-        b.topic_config_manager.update_topic_config(tc)
+        self.topics.update_topic_config(tc)
         return create_response(cmd, ResponseCode.SUCCESS)
 
     def _query_message(self, cmd: RemotingCommand) -> RemotingCommand:
-        store = self.broker.store
+        store = self.store
         topic = field(cmd, "topic")
         key = field(cmd, "key")
         max_num = int_field(cmd, "maxNum")

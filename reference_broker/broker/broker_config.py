@@ -21,6 +21,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
+from reference_broker.broker.delay_level import parse_delay_levels
+from reference_broker.common.names import validate_topic
+from reference_broker.common.perm import PERM_READ, PERM_WRITE
 from reference_broker.store.config import ROCKETMQ_KEYS, MessageStoreConfig, coerce_value
 
 
@@ -38,7 +41,7 @@ class BrokerConfig:
     namesrv_addr: str | None = field(default_factory=lambda: os.environ.get("NAMESRV_ADDR"))  # namesrvAddr
     # RocketMQ defaults brokerIP1 to the first non-loopback address; no socket lookups here.
     broker_ip1: str = "127.0.0.1"  # brokerIP1
-    broker_permission: int = 6  # brokerPermission: PERM_READ | PERM_WRITE
+    broker_permission: int = PERM_READ | PERM_WRITE  # brokerPermission
     default_topic_queue_nums: int = 8  # defaultTopicQueueNums (auto-created topics, TBW102)
     auto_create_topic_enable: bool = True  # autoCreateTopicEnable
     cluster_topic_enable: bool = True  # clusterTopicEnable
@@ -173,9 +176,7 @@ def _delete_when(value: Any) -> None:
 
 
 def _message_delay_level(value: Any) -> None:
-    # The schedule service's own parser. Imported here: delay_level → topic_config → this module.
-    from reference_broker.broker.delay_level import parse_delay_levels
-
+    # The schedule service's own parser.
     try:
         parse_delay_levels(str(value))
     except ValueError as e:
@@ -183,8 +184,6 @@ def _message_delay_level(value: Any) -> None:
 
 
 def _topic(value: Any) -> None:
-    from reference_broker.broker.topic_config import validate_topic  # imports this module
-
     problem = validate_topic(str(value))
     if problem is not None:
         raise ValueError(problem)

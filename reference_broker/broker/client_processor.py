@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from reference_broker.broker.client_manager import ClientChannelInfo, MessageQueueKey
@@ -23,7 +23,11 @@ from reference_broker.remoting.headers import BadRequest, bad_names, field, int_
 from reference_broker.remoting.server import ConnectionContext
 
 if TYPE_CHECKING:
-    from reference_broker.broker.controller import BrokerController
+    from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+    from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
+    from reference_broker.broker.subscription_group import SubscriptionGroupManager
+    from reference_broker.broker.topic_config import TopicConfigManager
+    from reference_broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +63,20 @@ def _json_body(cmd: RemotingCommand) -> dict[str, Any]:
 
 
 class ClientManageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    """Given what it uses: the store (offset queries), the topic, group and offset tables, the client
+    registries, and ``spawn`` (the broker's fire-and-forget runner on its loop, for notifications)."""
+
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 offsets: ConsumerOffsetManager, consumers: ConsumerManager, producers: ProducerManager,
+                 locks: RebalanceLockManager, spawn: Callable[[Coroutine[Any, Any, Any]], None]) -> None:
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.consumers = consumers
+        self.producers = producers
+        self.locks = locks
+        self.spawn = spawn
         self.heartbeat_limits = HeartbeatLimits()
 
     def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
@@ -92,9 +108,8 @@ class ClientManageProcessor:
         slice by slice, yielding to the loop in between (RocketMQ serves heartbeats on their own executor so
         they never hold up sends; here they share the loop). One that created groups or retry topics answers
         once they are on disk (see persisted_reply.py)."""
-        b = self.broker
         data = parse_heartbeat(_json_body(cmd), self.heartbeat_limits)
-        managers = (b.subscription_group_manager, b.topic_config_manager)
+        managers = (self.groups, self.topics)
         marks = config_marks(managers)
         ctx.attributes["client_id"] = data.client_id
         now = _now_ms()
@@ -119,13 +134,12 @@ class ClientManageProcessor:
 
     def _register_consumers(self, ctx: ConnectionContext, cmd: RemotingCommand, client_id: str,
                             consumers: list[ConsumerData], now: int) -> None:
-        b = self.broker
         for c in consumers:
-            sgc = b.subscription_group_manager.find_subscription_group_config(c.group)
+            sgc = self.groups.find_subscription_group_config(c.group)
             if sgc is not None:
                 # ClientManageProcessor: a clustering group gets its retry topic at its first heartbeat.
-                b.topic_config_manager.create_retry_topic(c.group, sgc.retry_queue_nums)
-            changed = b.consumer_manager.register(c.group, ClientChannelInfo(ctx, client_id, cmd.language,
+                self.topics.create_retry_topic(c.group, sgc.retry_queue_nums)
+            changed = self.consumers.register(c.group, ClientChannelInfo(ctx, client_id, cmd.language,
                                                                              cmd.version, now),
                                                   c.consume_type, c.message_model, c.consume_from_where,
                                                   c.subscriptions, now)
@@ -136,44 +150,41 @@ class ClientManageProcessor:
                             now: int) -> None:
         info = ClientChannelInfo(ctx, data.client_id, cmd.language, cmd.version, now)
         for group in data.producer_groups:
-            self.broker.producer_manager.register(group, info)
+            self.producers.register(group, info)
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         """Broker2Client.notifyConsumerIdsChanged: a oneway request to every member of the group."""
-        for channel in self.broker.consumer_manager.channels(group):
+        for channel in self.consumers.channels(group):
             if isinstance(channel, Channel) and not channel.closed:
                 req = create_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
                 req.flag |= 2  # oneway (RPC_ONEWAY)
-                self.broker.spawn(channel.send(req))
+                self.spawn(channel.send(req))
 
     def unregister_client(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
         """unregisterClient: drop this connection from the producer group and the consumer group named in the
         header. ConsumerManager.unregisterConsumer then tells the group's remaining members (CHANGE) whenever
         the group is known, unless the group's notifyConsumerIdsChangedEnable is off."""
-        b = self.broker
         producer_group = cmd.ext_fields.get("producerGroup")
         consumer_group = cmd.ext_fields.get("consumerGroup")
         if producer_group:
-            b.producer_manager.unregister(producer_group, ctx)
+            self.producers.unregister(producer_group, ctx)
         if consumer_group:
-            sgc = b.subscription_group_manager.find_subscription_group_config(consumer_group)
-            known = consumer_group in b.consumer_manager.table
-            b.consumer_manager.unregister(consumer_group, ctx)
+            sgc = self.groups.find_subscription_group_config(consumer_group)
+            known = consumer_group in self.consumers.table
+            self.consumers.unregister(consumer_group, ctx)
             if known and (sgc is None or sgc.notify_consumer_ids_changed_enable):
                 self.notify_consumer_ids_changed(consumer_group)
         return create_response(cmd, ResponseCode.SUCCESS)
 
     def on_channel_close(self, ctx: ConnectionContext) -> None:
-        b = self.broker
-        b.producer_manager.channel_closed(ctx)
-        for group in b.consumer_manager.channel_closed(ctx):
+        self.producers.channel_closed(ctx)
+        for group in self.consumers.channel_closed(ctx):
             self.notify_consumer_ids_changed(group)
 
     def scan_not_active(self) -> None:
-        b = self.broker
         now = _now_ms()
-        b.producer_manager.scan_not_active(now)
-        for group, channel in b.consumer_manager.scan_not_active(now):
+        self.producers.scan_not_active(now)
+        for group, channel in self.consumers.scan_not_active(now):
             if isinstance(channel, Channel):
                 channel.close()
             self.notify_consumer_ids_changed(group)
@@ -181,22 +192,21 @@ class ClientManageProcessor:
     # ---- consumers -----------------------------------------------------------------------------------
     def consumer_list(self, cmd: RemotingCommand) -> RemotingCommand:
         group = field(cmd, "consumerGroup")
-        ids = self.broker.consumer_manager.client_ids(group)
+        ids = self.consumers.client_ids(group)
         if not ids:
             log.warning("getConsumerGroupInfo failed, %s", group)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"consumerIdList": ids}))
 
     def query_consumer_offset(self, cmd: RemotingCommand) -> RemotingCommand:
-        """ConsumerManageProcessor.queryConsumerOffset, including the "in memory → 0" rule (FACTS §3.4, §8)."""
-        b = self.broker
+        """ConsumerManageProcessor.queryConsumerOffset, including the "in memory → 0" rule (4.9.8; see #334)."""
         group = field(cmd, "consumerGroup")
         topic = field(cmd, "topic")
         queue_id = int_field(cmd, "queueId")
-        offset = b.consumer_offset_manager.query_offset(group, topic, queue_id)
+        offset = self.offsets.query_offset(group, topic, queue_id)
         if offset >= 0:
             return create_response(cmd, ResponseCode.SUCCESS, None, {"offset": str(offset)})
-        store = b.store
+        store = self.store
         min_offset = store.get_min_offset_in_queue(topic, queue_id)
         # A group with no offset reads from 0 while message 0 is still in memory — the well-known surprise
         # that makes a new CONSUME_FROM_LAST_OFFSET group consume a young topic from its start.
@@ -207,7 +217,7 @@ class ClientManageProcessor:
 
     def _in_disk(self, topic: str, queue_id: int, cq_offset: int) -> bool:
         """checkInDiskByConsumeOffset: is the message at this queue offset beyond the in-memory window?"""
-        store = self.broker.store
+        store = self.store
         phy = store.get_commit_log_offset_in_queue(topic, queue_id, cq_offset)
         if phy < 0:
             return False
@@ -220,7 +230,7 @@ class ClientManageProcessor:
         bad = bad_names(cmd, topic, group)
         if bad is not None:
             return bad
-        self.broker.consumer_offset_manager.commit_offset(
+        self.offsets.commit_offset(
             ctx.peer, group, topic, int_field(cmd, "queueId"), int_field(cmd, "commitOffset"))
         return create_response(cmd, ResponseCode.SUCCESS)
 
@@ -234,12 +244,12 @@ class ClientManageProcessor:
 
     def lock_batch(self, cmd: RemotingCommand) -> RemotingCommand:
         group, client_id, mqs = self._lock_body(cmd)
-        locked = self.broker.lock_manager.try_lock_batch(group, mqs, client_id, _now_ms())
+        locked = self.locks.try_lock_batch(group, mqs, client_id, _now_ms())
         return create_response(cmd, ResponseCode.SUCCESS,
                                body=json_dumps({"lockOKMQSet": [mq.to_json() for mq in sorted(locked)]}))
 
     def unlock_batch(self, cmd: RemotingCommand) -> RemotingCommand:
         group, client_id, mqs = self._lock_body(cmd)
-        self.broker.lock_manager.unlock_batch(group, mqs, client_id)
+        self.locks.unlock_batch(group, mqs, client_id)
         return create_response(cmd, ResponseCode.SUCCESS)
 

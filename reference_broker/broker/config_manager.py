@@ -18,12 +18,13 @@ subscriptionGroup.json:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from reference_broker.broker.config_persister import CoalescingPersister
 from reference_broker.store.mapped_file import fsync_dir
@@ -33,6 +34,11 @@ log = logging.getLogger(__name__)
 # How long a request that changed a config waits for it to reach the disk before it answers anyway (the
 # RocketMQ client's heartbeat timeout is 3 s; a failing write is logged and retried, as RocketMQ logs it).
 PERSIST_WAIT_S: Final = 2.0
+
+
+def dump_json(obj: Any, pretty: bool) -> str:
+    """A config file's JSON: tab-indented when ``pretty`` (what persist writes), non-ASCII kept as is."""
+    return json.dumps(obj, indent="\t" if pretty else None, ensure_ascii=False)
 
 
 def file_to_string(path: Path) -> str | None:
@@ -91,7 +97,7 @@ class ConfigManager(ABC):
             self.decode(text)
             log.info("load %s OK", path)
             return True
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a config file's boundary: any decode failure falls back to .bak
             self.last_error = f"{path}: {type(e).__name__}: {e}"
             log.error("load %s failed (%s: %s), and try to load backup file", path, type(e).__name__, e)
             return self._load_bak()
@@ -105,7 +111,7 @@ class ConfigManager(ABC):
                 self.decode(text)
                 log.info("load %s OK", bak)
                 return True
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a config file's boundary: reported, the broker starts empty
             reason = f"{bak}: {type(e).__name__}: {e}"
             self.last_error = f"{self.last_error}; {reason}" if self.last_error else reason
             log.error("load %s failed (%s: %s)", bak, type(e).__name__, e)

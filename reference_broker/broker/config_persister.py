@@ -119,7 +119,7 @@ class CoalescingPersister:
     def _write_once(self, generation: int) -> bool:
         try:
             self._write()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the writer thread's boundary: counted, retried
             with self._cond:
                 self.failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"

@@ -18,8 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from reference_broker.broker.config_manager import ConfigManager
-from reference_broker.broker.topic_config import dump_json
+from reference_broker.broker.config_manager import ConfigManager, dump_json
 
 log = logging.getLogger(__name__)
 

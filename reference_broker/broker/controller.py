@@ -38,6 +38,7 @@ from reference_broker.broker.send_processor import SendMessageProcessor
 from reference_broker.broker.subscription_group import SubscriptionGroupManager
 from reference_broker.broker.topic_config import TopicConfigManager
 from reference_broker.common.crc import crc32
+from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request, json_dumps
@@ -104,10 +105,20 @@ class BrokerController:
         self.lock_manager = RebalanceLockManager()
         self.hold_service: PullRequestHoldService | None = None
         self.server = RemotingServer()
-        self.client_processor = ClientManageProcessor(self)
-        self.send_processor = SendMessageProcessor(self)
-        self.pull_processor = PullMessageProcessor(self)
-        self.admin_processor = AdminProcessor(self)
+        self.client_processor = ClientManageProcessor(
+            self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
+            self.consumer_manager, self.producer_manager, self.lock_manager, self.spawn)
+        self.send_processor = SendMessageProcessor(self.store, self.topic_config_manager,
+                                                   self.subscription_group_manager, broker_config,
+                                                   self.server.pending_requests)
+        self.pull_processor = PullMessageProcessor(self.store, self.topic_config_manager,
+                                                   self.subscription_group_manager, self.consumer_manager,
+                                                   self.consumer_offset_manager, broker_config,
+                                                   lambda: self.hold_service)
+        self.admin_processor = AdminProcessor(
+            self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
+            broker_config, config_properties=self.config_properties, runtime_info=self.runtime_info,
+            delay_offsets=self._delay_offsets)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._periodic: list[asyncio.Task[None]] = []
@@ -150,7 +161,8 @@ class BrokerController:
         self.hold_service = PullRequestHoldService(
             loop, self.store.get_max_offset_in_queue,
             CHECK_INTERVAL_LONG_S if bc.long_polling_enable else CHECK_INTERVAL_SHORT_S)
-        self.store.reput.arriving_listener = self.hold_service.arriving
+        # messageArrivingListener: live records only (the hold service starts after recovery).
+        self.store.add_dispatch_hook(self._arriving, during_recovery=False)
         self.hold_service.start()
         server = self.server
         routes: dict[int, Handler] = {}
@@ -201,7 +213,7 @@ class BrokerController:
             await asyncio.get_running_loop().run_in_executor(None, self.schedule_service.shutdown)
         if self.listening and self.broker_config.namesrv_addr:
             await asyncio.get_running_loop().run_in_executor(None, self.unregister_all)
-        self.store.reput.arriving_listener = None
+        self.store.remove_dispatch_hook(self._arriving)
         # Each manager's writer thread stops, then the final state is written here: a change requested just
         # before shutdown (a heartbeat's new groups) reaches the disk before the broker exits.
         for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager):
@@ -211,6 +223,12 @@ class BrokerController:
                 log.exception("cannot persist %s", manager.config_file_path())
         await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
         log.info("broker %s shut down (normally: %s)", self.broker_addr, self.store.shutdown_normally)
+
+    def _arriving(self, req: DispatchRequest) -> None:
+        """A record dispatched (dispatch thread): held pulls on its queue may now be answered."""
+        hold = self.hold_service
+        if hold is not None:
+            hold.arriving(req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code, req.store_timestamp)
 
     def _stop_accepting(self) -> None:
         """The first step of shutdown: close the listener, and leave every request that arrives from now on
@@ -230,7 +248,7 @@ class BrokerController:
                     result = fn()
                     if asyncio.iscoroutine(result):
                         await result
-                except Exception:
+                except Exception:  # a periodic task's run: the next period runs anyway
                     log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 
         assert self.loop is not None
@@ -322,6 +340,10 @@ class BrokerController:
                     text = "" if value is None else str(value)
                 lines.append(f"{key}={text}")
         return "\n".join(lines) + "\n"
+
+    def _delay_offsets(self) -> dict[int, int]:
+        """The delay levels' delivered offsets (empty before the schedule service is loaded)."""
+        return {} if self.schedule_service is None else self.schedule_service.offset_table
 
     # ---- runtime info ------------------------------------------------------------------------------------
     def runtime_info(self) -> dict[str, str]:

@@ -25,8 +25,7 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from reference_broker.broker.config_manager import ConfigManager, file_to_string
-from reference_broker.broker.topic_config import dump_json
+from reference_broker.broker.config_manager import ConfigManager, dump_json, file_to_string
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
 from reference_broker.store.status import PutMessageStatus
@@ -191,9 +190,9 @@ class DelayOffsetManager(ConfigManager):
                 if text is None:
                     continue
                 if not text.strip():
-                    raise ValueError("the file is empty")
+                    raise ValueError("the file is empty")  # noqa: TRY301 - one more load failure, handled below
                 self.decode(text)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a config file's boundary: any decode failure tries the next file
                 errors.append(f"{candidate}: {type(e).__name__}: {e}")
                 log.error("load %s failed (%s: %s)%s", candidate, type(e).__name__, e,
                           ", trying the backup file" if candidate == path else "")

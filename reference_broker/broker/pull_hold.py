@@ -129,7 +129,7 @@ class PullRequestHoldService:
             await asyncio.sleep(self.check_interval_s)
             try:
                 self.check_hold_requests()
-            except Exception:
+            except Exception:  # the hold service's loop: the next check runs anyway
                 log.exception("checkHoldRequest failed")
 
     def start(self) -> None:

@@ -1,5 +1,5 @@
 """This module owns PULL_MESSAGE (11): checks, the store read, the status → code mapping, long polling and
-the piggy-backed offset commit (broker/.../processor/PullMessageProcessor.java, 4.9.8; FACTS §3.4).
+the piggy-backed offset commit (broker/.../processor/PullMessageProcessor.java, 4.9.8).
 
 | GetMessageStatus                          | response code                                           |
 |-------------------------------------------|---------------------------------------------------------|
@@ -16,11 +16,11 @@ suspend flag and without committing the offset again — as executeRequestWhenWa
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 from reference_broker.broker.client_manager import SubscriptionData
-from reference_broker.broker.topic_config import is_readable
+from reference_broker.common.perm import is_readable
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response
 from reference_broker.remoting.headers import (
@@ -35,7 +35,13 @@ from reference_broker.store.config import BrokerRole
 from reference_broker.store.status import GetMessageStatus
 
 if TYPE_CHECKING:
-    from reference_broker.broker.controller import BrokerController
+    from reference_broker.broker.broker_config import BrokerConfig
+    from reference_broker.broker.client_manager import ConsumerManager
+    from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
+    from reference_broker.broker.pull_hold import PullRequestHoldService
+    from reference_broker.broker.subscription_group import SubscriptionGroupManager
+    from reference_broker.broker.topic_config import TopicConfigManager
+    from reference_broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +49,19 @@ FAQ: Final = " See http://rocketmq.apache.org/docs/faq/ for further details."
 
 
 class PullMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.store = broker.store
+    """Given what it uses: the store, the topic and group tables, the consumers' subscriptions, the offset
+    table, the broker's configuration, and the long-polling service (``hold``: None until the broker started)."""
+
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 consumers: ConsumerManager, offsets: ConsumerOffsetManager, broker_config: BrokerConfig,
+                 hold: Callable[[], PullRequestHoldService | None]) -> None:
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.consumers = consumers
+        self.offsets = offsets
+        self.config = broker_config
+        self.hold = hold
 
     def handle(self, ctx: object, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         """The answer at once, or — for a pull to hold — an awaitable answered when it is woken."""
@@ -70,8 +86,7 @@ class PullMessageProcessor:
 
     def process(self, cmd: RemotingCommand, peer: str, allow_suspend: bool) -> RemotingCommand | Awaitable[str]:
         """The response, or the hold service's future when the request is held (then re-run it)."""
-        b = self.broker
-        bc = b.broker_config
+        bc = self.config
         group = field(cmd, "consumerGroup")
         topic = field(cmd, "topic")
         queue_id = int_field(cmd, "queueId")
@@ -85,7 +100,7 @@ class PullMessageProcessor:
         if not is_readable(bc.broker_permission):
             return create_response(cmd, ResponseCode.NO_PERMISSION,
                                    f"the broker[{bc.broker_ip1}] pulling message is forbidden")
-        sgc = b.subscription_group_manager.find_subscription_group_config(group)
+        sgc = self.groups.find_subscription_group_config(group)
         if sgc is None:
             return create_response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                    f"subscription group [{group}] does not exist,{FAQ}")
@@ -94,7 +109,7 @@ class PullMessageProcessor:
         has_suspend = bool(sys_flag & PULL_FLAG_SUSPEND)
         has_commit = bool(sys_flag & PULL_FLAG_COMMIT_OFFSET)
         has_sub = bool(sys_flag & PULL_FLAG_SUBSCRIPTION)
-        tc = b.topic_config_manager.select_topic_config(topic)
+        tc = self.topics.select_topic_config(topic)
         if tc is None:
             log.error("the topic %s not exist, consumer: %s", topic, peer)
             return create_response(cmd, ResponseCode.TOPIC_NOT_EXIST,
@@ -109,7 +124,7 @@ class PullMessageProcessor:
         if has_sub:
             sub = SubscriptionData.build(topic, cmd.ext_fields.get("subscription"), sub_version)
         else:
-            cgi = b.consumer_manager.table.get(group)
+            cgi = self.consumers.table.get(group)
             if cgi is None:
                 return create_response(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                        "the consumer's group info not exist" + FAQ)
@@ -154,12 +169,13 @@ class PullMessageProcessor:
                      offset, result.max_offset, peer)
 
         # storeOffsetEnable: computed and applied on the first execution, even if the request is then held.
-        if allow_suspend and has_commit and b.message_store_config.broker_role is not BrokerRole.SLAVE:
-            b.consumer_offset_manager.commit_offset(peer, group, topic, queue_id, commit_offset)
+        if allow_suspend and has_commit and self.store.config.broker_role is not BrokerRole.SLAVE:
+            self.offsets.commit_offset(peer, group, topic, queue_id, commit_offset)
 
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
             timeout_ms = suspend_ms if bc.long_polling_enable else bc.short_polling_time_mills
-            if timeout_ms > 0 and b.hold_service is not None:
-                return b.hold_service.suspend(topic, queue_id, offset, timeout_ms / 1000, matches)
+            hold = self.hold()
+            if timeout_ms > 0 and hold is not None:
+                return hold.suspend(topic, queue_id, offset, timeout_ms / 1000, matches)
         body = b"".join(result.messages) if code == ResponseCode.SUCCESS else b""
         return create_response(cmd, code, None if code == ResponseCode.SUCCESS else status.name, ext, body)

@@ -194,7 +194,7 @@ class ScheduleMessageService:
             for level in self._levels:
                 self._schedule(level, now + self.first_delay_ms / 1000)
             self._schedule(PERSIST_TASK, now + self.persist_interval_ms / 1000)
-        self.store.dispatch_listeners.append(self._on_dispatch)
+        self.store.add_dispatch_hook(self._on_dispatch, during_recovery=False)
         self._thread = threading.Thread(target=self._timer_loop, name="ScheduleMessageTimerThread", daemon=True)
         self._thread.start()
 
@@ -209,7 +209,7 @@ class ScheduleMessageService:
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
-        self.store.dispatch_listeners = [f for f in self.store.dispatch_listeners if f != self._on_dispatch]
+        self.store.remove_dispatch_hook(self._on_dispatch)
         t = self._thread
         if t is not None:
             t.join(SHUTDOWN_WAIT_S)
@@ -268,7 +268,7 @@ class ScheduleMessageService:
             if task == PERSIST_TASK:
                 try:
                     self.persist()
-                except Exception:
+                except Exception:  # the timer thread's loop: retried next period
                     log.exception("persist delay offsets failed")
                 with self._cond:
                     self._running = None
@@ -278,7 +278,7 @@ class ScheduleMessageService:
             wait_ms = 0
             try:
                 outcome, wait_ms, delivered = self._run_level(task)
-            except Exception:
+            except Exception:  # the timer thread's loop: the level runs again
                 log.exception("ScheduleMessageService, executeOnTimeup exception (level %d)", task)
                 outcome, delivered = LevelRun.ERROR, False
             self._after_run(task, outcome, wait_ms, delivered)

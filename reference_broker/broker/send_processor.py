@@ -4,8 +4,9 @@ SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36)
 
 The order of checks and the remark texts follow msgCheck; put results map to response codes as
 handlePutMessageResult does (FLUSH_DISK_TIMEOUT and the slave codes mean *stored*). The store call runs on
-the event loop: under ASYNC_FLUSH its callback fires at once; under SYNC_FLUSH the group-commit thread fires
-it, and the answer crosses back to the loop, so no thread waits per message.
+the event loop and returns a pending put: ready at once (ASYNC_FLUSH, or a message that does not wait), else
+completed by the store's group-commit thread once its durability conditions hold, the answer crossing back to
+the loop, so no thread waits per message.
 """
 
 from __future__ import annotations
@@ -13,24 +14,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from reference_broker.broker import topic_config as tcm
 from reference_broker.broker.persisted_reply import reply_when_persisted
-from reference_broker.broker.topic_config import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
+from reference_broker.common.perm import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.remoting.codes import RequestCode, ResponseCode, SerializeType
 from reference_broker.remoting.command import FRAME_PREFIX, RemotingCommand, create_response
 from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, bad_names, field, int_field, int_of, str_of
 from reference_broker.store.commit_log import EncodedBatch
-from reference_broker.store.config import FlushDiskType
+from reference_broker.store.durability import PendingPut
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from reference_broker.broker.controller import BrokerController
+    from reference_broker.broker.broker_config import BrokerConfig
+    from reference_broker.broker.subscription_group import SubscriptionGroupManager
+    from reference_broker.broker.topic_config import TopicConfigManager
+    from reference_broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -128,14 +131,18 @@ _V2: Final = _Keys(*(SEND_V1_KEYS[name] for name in _V1))
 
 
 class SendMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
-        self.cluster_name = broker.broker_config.broker_cluster_name
+    """Given what it uses: the store it puts into, the topic and group tables, the broker's configuration,
+    and how many requests the server holds (``pending_requests``, for the fast-failure remark)."""
+
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 broker_config: BrokerConfig, pending_requests: Callable[[], int]) -> None:
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.config = broker_config
+        self.pending_requests = pending_requests
+        self.cluster_name = broker_config.broker_cluster_name
         self._cluster_suffix = f"\x02{PROPERTY_CLUSTER}\x01{self.cluster_name}".encode()
-        self._sync_flush = self.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         # Topics that passed msgCheck, valid while the topic table's data version stays the same.
         self._checked: dict[str, tcm.TopicConfig] = {}
         self._checked_version = -1
@@ -184,14 +191,14 @@ class SendMessageProcessor:
     def _waited_too_long(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """BrokerFastFailure.cleanExpiredRequestInQueue: a send that queued longer than
         waitTimeMillsInSendQueue (200 ms) is refused with SYSTEM_BUSY rather than served late."""
-        if not cmd.received_at or not self.broker.broker_config.broker_fast_failure_enable:
+        if not cmd.received_at or not self.config.broker_fast_failure_enable:
             return None
         waited_ms = (asyncio.get_running_loop().time() - cmd.received_at) * 1000
-        if waited_ms <= self.broker.broker_config.wait_time_mills_in_send_queue:
+        if waited_ms <= self.config.wait_time_mills_in_send_queue:
             return None
         return create_response(cmd, ResponseCode.SYSTEM_BUSY,
                                f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "
-                               f"{waited_ms:.0f}ms, size of queue: {self.broker.server.pending_requests()}")
+                               f"{waited_ms:.0f}ms, size of queue: {self.pending_requests()}")
 
     # ---- checks (AbstractSendMessageProcessor.msgCheck) -----------------------------------------
     def _check(self, cmd: RemotingCommand, topic: str, f: dict[str, str], k: _Keys, queue_id: int,
@@ -218,7 +225,7 @@ class SendMessageProcessor:
 
     def _full_check(self, cmd: RemotingCommand, topic: str, default_topic: str, default_queue_nums: int,
                     peer: str) -> tuple[tcm.TopicConfig | None, RemotingCommand | None]:
-        bc = self.broker.broker_config
+        bc = self.config
         if not is_writeable(bc.broker_permission) and self.topics.is_order_topic(topic):
             return None, create_response(cmd, ResponseCode.NO_PERMISSION,
                                          f"the broker[{bc.broker_ip1}] sending message is forbidden")
@@ -283,11 +290,11 @@ class SendMessageProcessor:
             if redirected is not None:
                 topic, queue_id = redirected, 0
         if props.get(mc.PROPERTY_TRANSACTION_PREPARED) == "true":
-            if self.broker.broker_config.reject_transaction_message:
+            if self.config.reject_transaction_message:
                 return create_response(cmd, ResponseCode.NO_PERMISSION,
-                                       f"the broker[{self.broker.broker_config.broker_ip1}] sending transaction "
+                                       f"the broker[{self.config.broker_ip1}] sending transaction "
                                        "message is forbidden")
-            # Deliberate gap: half messages and check-back are on the roadmap (DESIGN §8), not built yet.
+            # Deliberate gap: half messages and check-back are on the roadmap (docs/design.md, Roadmap), not built yet.
             return create_response(cmd, ResponseCode.NO_PERMISSION,
                                    "transactional messages are not supported by this broker yet")
         # 4.9.8 parses the header's properties and re-encodes the map with CLUSTER added. A text that is
@@ -308,39 +315,16 @@ class SendMessageProcessor:
             topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag, 0), properties=props,
             sys_flag=sys_flag, born_timestamp=int_of(f, k.born_timestamp, 0), born_host=born_host,
             reconsume_times=reconsume_times, properties_bytes=props_b)
-        if self._sync_flush:
-            return self._reply_later(cmd, self._put(lambda cb: self.store.put_message_callback(msg, cb)),
-                                     msg.queue_id)
-        result = self.store.put_message(msg)  # ASYNC_FLUSH: returns as soon as the record is appended
-        return put_result_reply(cmd, result, msg.queue_id)
+        return self._reply(cmd, self.store.put(msg), msg.queue_id)
 
-    def _put(self, call: Callable[[Callable[[PutMessageResult], None]], None]
-             ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
-        """Run a store put whose callback fires either inside the call (ASYNC_FLUSH) or later on the
-        group-commit thread (SYNC_FLUSH); only the latter needs a future and a hop back to the loop."""
-        loop = asyncio.get_running_loop()
-        me = threading.get_ident()
-        inline: list[PutMessageResult] = []
-        in_call = [True]
-        fut: asyncio.Future[PutMessageResult] = loop.create_future()
-
-        def done(result: PutMessageResult) -> None:
-            if in_call[0] and threading.get_ident() == me:
-                inline.append(result)
-            else:
-                loop.call_soon_threadsafe(_resolve, fut, result)
-
-        call(done)
-        in_call[0] = False
-        return inline[0] if inline else fut
-
-    def _reply_later(self, cmd: RemotingCommand, put: PutMessageResult | asyncio.Future[PutMessageResult],
-                     queue_id: int) -> Reply:
-        if isinstance(put, PutMessageResult):
-            return put_result_reply(cmd, put, queue_id)
+    def _reply(self, cmd: RemotingCommand, put: PendingPut, queue_id: int) -> Reply:
+        """The answer at once when the put's result is ready (ASYNC_FLUSH, WAIT=false, a refusal), else an
+        awaitable one: the store completes the put on its own thread and the answer crosses to the loop."""
+        if put.done:
+            return put_result_reply(cmd, put.result, queue_id)
 
         async def wait() -> RemotingCommand | bytes:
-            return put_result_reply(cmd, await put, queue_id)
+            return put_result_reply(cmd, await _on_loop(put), queue_id)
 
         return wait()
 
@@ -360,14 +344,13 @@ class SendMessageProcessor:
         # (4.9.8: MessageExtBatch keeps the encoded body and MessageExtBatchEncoder writes from it).
         batch = EncodedBatch(topic, queue_id, cmd.body, sys_flag, int_of(f, k.born_timestamp, 0), born_host,
                              self._cluster_suffix)
-        return self._reply_later(cmd, self._put(lambda cb: self.store.put_messages_callback(batch, cb)),
-                                 queue_id)
+        return self._reply(cmd, self.store.put_batch(batch), queue_id)
 
     # ---- retry and DLQ ------------------------------------------------------------------------------
     def _retry_to_dlq(self, topic: str, reconsume_times: int, max_reconsume: int) -> str | RemotingCommand | None:
         """handleRetryAndDLQ for a producer sending to %RETRY%group: past the limit, to %DLQ%group."""
         group = topic[len(mc.RETRY_GROUP_TOPIC_PREFIX):]
-        sgc = self.broker.subscription_group_manager.find_subscription_group_config(group)
+        sgc = self.groups.find_subscription_group_config(group)
         if sgc is None:
             return create_response(RemotingCommand(0), ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                    f"subscription group not exist, {group} "
@@ -379,7 +362,7 @@ class SendMessageProcessor:
         return None
 
     def _send_back(self, cmd: RemotingCommand, peer: str) -> Reply:
-        """asyncConsumerSendMsgBack (FACTS §3.1)."""
+        """SendMessageProcessor.asyncConsumerSendMsgBack (4.9.8)."""
         group = field(cmd, "group")
         offset = int_field(cmd, "offset")
         delay_level = int_field(cmd, "delayLevel", 0)
@@ -388,12 +371,12 @@ class SendMessageProcessor:
         bad = bad_names(cmd, group=group)  # not checked by 4.9.8, whose dispatch then stops (common/names.py)
         if bad is not None:
             return bad
-        sgc = self.broker.subscription_group_manager.find_subscription_group_config(group)
+        sgc = self.groups.find_subscription_group_config(group)
         if sgc is None:
             return create_response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                    f"subscription group not exist, {group} "
                                    "See http://rocketmq.apache.org/docs/faq/ for further details.")
-        bc = self.broker.broker_config
+        bc = self.config
         if not is_writeable(bc.broker_permission):
             return create_response(cmd, ResponseCode.NO_PERMISSION,
                                    f"the broker[{bc.broker_ip1}] sending message is forbidden")
@@ -423,7 +406,7 @@ class SendMessageProcessor:
             if not is_writeable(dlq.perm):
                 return create_response(cmd, ResponseCode.NO_PERMISSION,
                                        f"the topic[{new_topic}] sending message is forbidden")
-            # Known RocketMQ failure (FACTS §8, #2724): a DELAY left on the message sends it through
+            # Known RocketMQ failure (apache/rocketmq #2724): a DELAY left on the message sends it through
             # SCHEDULE_TOPIC_XXXX once more before the DLQ. Clearing it goes straight to the DLQ.
             props.pop(mc.PROPERTY_DELAY_TIME_LEVEL, None)
         else:
@@ -437,20 +420,32 @@ class SendMessageProcessor:
             topic=new_topic, body=msg_ext.body, queue_id=queue_id, flag=msg_ext.flag, properties=props,
             sys_flag=msg_ext.sys_flag, born_timestamp=msg_ext.born_timestamp, born_host=msg_ext.born_host,
             reconsume_times=reconsume + 1)
-        put = self._put(lambda cb: self.store.put_message_callback(msg, cb))
+        put = self.store.put(msg)
 
         def answer(result: PutMessageResult) -> RemotingCommand:
             if result.status.is_stored:
                 return create_response(cmd, ResponseCode.SUCCESS)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, result.status.name)
 
-        if isinstance(put, PutMessageResult):
-            return answer(put)
+        if put.done:
+            return answer(put.result)
 
         async def wait() -> RemotingCommand:
-            return answer(await put)
+            return answer(await _on_loop(put))
 
         return wait()
+
+
+def _on_loop(put: PendingPut) -> asyncio.Future[PutMessageResult]:
+    """A future of the running loop completed with the put's result, from whichever thread completes it."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[PutMessageResult] = loop.create_future()
+
+    def done(result: PutMessageResult) -> None:
+        loop.call_soon_threadsafe(_resolve, fut, result)
+
+    put.add_done_callback(done)
+    return fut
 
 
 def _resolve(fut: asyncio.Future[PutMessageResult], result: PutMessageResult) -> None:

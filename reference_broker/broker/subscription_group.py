@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from reference_broker.broker.broker_config import BrokerConfig
-from reference_broker.broker.config_manager import ConfigManager
-from reference_broker.broker.topic_config import DataVersion, dump_json
+from reference_broker.broker.config_manager import ConfigManager, dump_json
+from reference_broker.broker.topic_config import DataVersion
 from reference_broker.common.names import validate_group
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
-"""TopicConfig, TopicValidator and TopicConfigManager (RocketMQ 4.9.8).
+"""TopicConfig and TopicConfigManager (RocketMQ 4.9.8).
 
-Sources: common/.../TopicConfig.java, common/.../topic/TopicValidator.java,
-common/.../constant/PermName.java, broker/.../topic/TopicConfigManager.java.
+Sources: common/.../TopicConfig.java, broker/.../topic/TopicConfigManager.java. The reserved topic names
+(TopicValidator, MixAll) are in common/topic_names.py, the permission bits (PermName) in common/perm.py and the
+rules for names from outside in common/names.py: the clients and the name server share them.
 
 ``{storePathRootDir}/config/topics.json`` (fastjson shape, keys as the Java getters)::
 
@@ -22,79 +23,30 @@ from pathlib import Path
 from typing import Any
 
 from reference_broker.broker.broker_config import BrokerConfig
-from reference_broker.broker.config_manager import ConfigManager
-from reference_broker.common import names
+from reference_broker.broker.config_manager import ConfigManager, dump_json
+from reference_broker.common import names, topic_names
+from reference_broker.common.perm import PERM_INHERIT, PERM_READ, PERM_WRITE, is_inherited
+from reference_broker.common.topic_names import (
+    REPLY_TOPIC_POSTFIX,
+    RMQ_SYS_BENCHMARK_TOPIC,
+    RMQ_SYS_OFFSET_MOVED_EVENT,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    RMQ_SYS_SELF_TEST_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
+    SYSTEM_TOPICS,
+)
 
 log = logging.getLogger(__name__)
 
-# PermName
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
-
-# TopicValidator / MixAll
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
-RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-RMQ_SYS_BENCHMARK_TOPIC = "BenchmarkTest"
-RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-RMQ_SYS_SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-RMQ_SYS_OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-DLQ_NUMS_PER_GROUP = 1
+DLQ_NUMS_PER_GROUP = 1  # AbstractSendMessageProcessor.DLQ_NUMS_PER_GROUP
 SCHEDULE_TOPIC_QUEUE_NUM = 18  # ScheduleMessageService max delay level
-
-SYSTEM_TOPICS = frozenset(
-    {
-        AUTO_CREATE_TOPIC_KEY_TOPIC,
-        RMQ_SYS_SCHEDULE_TOPIC,
-        RMQ_SYS_BENCHMARK_TOPIC,
-        RMQ_SYS_TRANS_HALF_TOPIC,
-        RMQ_SYS_TRACE_TOPIC,
-        RMQ_SYS_TRANS_OP_HALF_TOPIC,
-        RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
-        RMQ_SYS_SELF_TEST_TOPIC,
-        RMQ_SYS_OFFSET_MOVED_EVENT,
-    }
-)
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        RMQ_SYS_SCHEDULE_TOPIC,
-        RMQ_SYS_TRANS_HALF_TOPIC,
-        RMQ_SYS_TRANS_OP_HALF_TOPIC,
-        RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC,
-        RMQ_SYS_SELF_TEST_TOPIC,
-        RMQ_SYS_OFFSET_MOVED_EVENT,
-    }
-)
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 
-
-def is_readable(perm: int) -> bool:
-    return (perm & PERM_READ) == PERM_READ
-
-
-def is_writeable(perm: int) -> bool:
-    return (perm & PERM_WRITE) == PERM_WRITE
-
-
-def is_inherited(perm: int) -> bool:
-    return (perm & PERM_INHERIT) == PERM_INHERIT
-
-
-def perm_to_string(perm: int) -> str:
-    """PermName.perm2String: e.g. 6 → "RW-"."""
-    return (
-        ("R" if is_readable(perm) else "-")
-        + ("W" if is_writeable(perm) else "-")
-        + ("X" if is_inherited(perm) else "-")
-    )
+# The send processor reads these as ``topic_config.<name>`` (defined in common/topic_names.py).
+AUTO_CREATE_TOPIC_KEY_TOPIC = topic_names.AUTO_CREATE_TOPIC_KEY_TOPIC
+is_not_allowed_send_topic = topic_names.is_not_allowed_send_topic
+retry_topic = topic_names.retry_topic
+dlq_topic = topic_names.dlq_topic
 
 
 def validate_topic(topic: str, for_creation: bool = False) -> str | None:
@@ -106,22 +58,6 @@ def validate_topic(topic: str, for_creation: bool = False) -> str | None:
     if problem is None and for_creation and topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
         return f"The topic[{topic}] is conflict with AUTO_CREATE_TOPIC_KEY_TOPIC."
     return problem
-
-
-def is_system_topic(topic: str) -> bool:
-    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
-
-
-def is_not_allowed_send_topic(topic: str) -> bool:
-    return topic in NOT_ALLOWED_SEND_TOPICS
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 @dataclass
@@ -197,10 +133,6 @@ class DataVersion:
         if not isinstance(ts, int) or not isinstance(counter, int):
             raise ValueError("dataVersion timestamp/counter must be integers")
         return cls(ts, counter)
-
-
-def dump_json(obj: Any, pretty: bool) -> str:
-    return json.dumps(obj, indent="\t" if pretty else None, ensure_ascii=False)
 
 
 class TopicConfigManager(ConfigManager):

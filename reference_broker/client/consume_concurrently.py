@@ -107,7 +107,7 @@ class ConsumeMessageConcurrentlyService:
         status: ConsumeConcurrentlyStatus | None = None
         try:
             status = self.listener(msgs, context)
-        except Exception:
+        except Exception:  # the user's listener: a failure means RECONSUME_LATER
             log.exception("consumeMessage exception, Group: %s %s", self.consumer.group, mq)
         if status is None:
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER

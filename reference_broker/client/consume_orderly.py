@@ -141,7 +141,7 @@ class ConsumeMessageOrderlyService:
                         return
                     try:
                         status = self.listener(msgs, context)
-                    except Exception:
+                    except Exception:  # the user's listener: a failure suspends the queue
                         log.exception("consumeMessage exception, Group: %s %s", self.consumer.group, mq)
                 if status is None:
                     status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT

@@ -25,7 +25,6 @@ from reference_broker.client.config import ClientConfig
 from reference_broker.client.errors import ClientErrorCode, MQBrokerError, MQClientError
 from reference_broker.client.message import MessageQueue
 from reference_broker.client.route import (
-    MASTER_ID,
     TopicPublishInfo,
     TopicRouteData,
     publish_info_from_route,
@@ -33,6 +32,7 @@ from reference_broker.client.route import (
 )
 from reference_broker.client.scheduler import Scheduler, Worker
 from reference_broker.client.subscription import SubscriptionData
+from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.client import RemotingClient, ResponseCallback
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response
@@ -398,7 +398,7 @@ class MQClientInstance:
         for consumer in consumers:
             try:
                 consumer.do_rebalance()
-            except Exception:
+            except Exception:  # one consumer's failure must not skip the others
                 log.exception("doRebalance of %s failed", consumer.group)
 
     def persist_all_offsets(self) -> None:
@@ -407,7 +407,7 @@ class MQClientInstance:
         for consumer in consumers:
             try:
                 consumer.persist_consumer_offset()
-            except Exception:
+            except Exception:  # one consumer's failure must not skip the others
                 log.exception("persistConsumerOffset of %s failed", consumer.group)
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from reference_broker.client import protocol
 from reference_broker.client.errors import ClientErrorCode, MQBrokerError, MQClientError
 from reference_broker.client.message import MessageQueue
-from reference_broker.client.route import MASTER_ID
+from reference_broker.common.route_data import MASTER_ID
 
 if TYPE_CHECKING:
     from reference_broker.client.instance import MQClientInstance

@@ -433,5 +433,5 @@ class Producer:
 def _safe_callback(callback: SendCallback, result: SendResult | None, error: MQClientError | None) -> None:
     try:
         callback(result, error)
-    except Exception:
+    except Exception:  # a user callback must not kill the caller's thread
         log.exception("send callback failed")

@@ -27,9 +27,9 @@ from reference_broker.client.offset_store import (
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
-from reference_broker.client.route import MASTER_ID
 from reference_broker.client.subscription import EXPRESSION_TAG, SubscriptionData, build_subscription_data
 from reference_broker.client.validators import check_group
+from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.headers import build_pull_sys_flag
 
 log = logging.getLogger(__name__)

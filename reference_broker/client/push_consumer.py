@@ -55,11 +55,11 @@ from reference_broker.client.offset_store import (
 )
 from reference_broker.client.process_queue import ProcessQueue
 from reference_broker.client.rebalance import PullRequest, RebalanceImpl, pull_from_where
-from reference_broker.client.route import MASTER_ID
 from reference_broker.client.scheduler import Scheduler
 from reference_broker.client.subscription import SubscriptionData, build_subscription_data
 from reference_broker.client.validators import check_group, check_topic
 from reference_broker.common import message as mc
+from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.remoting.command import RemotingCommand
 from reference_broker.remoting.errors import RemotingError

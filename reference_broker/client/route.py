@@ -8,48 +8,20 @@ The name server answers GET_ROUTEINFO_BY_TOPIC with TopicRouteData JSON::
 
 From it a producer builds the writable queues (MQClientInstance.topicRouteData2TopicPublishInfo) and a
 consumer the readable ones (topicRouteData2TopicSubscribeInfo). Only brokers with a master (id 0) take
-writes.
+writes. QueueData and BrokerData, shared with the name server, are in common/route_data.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from dataclasses import dataclass, replace
+from typing import Any
 
 from reference_broker.client.message import MessageQueue
+from reference_broker.common.perm import PERM_READ, PERM_WRITE
+from reference_broker.common.route_data import MASTER_ID, BrokerData, QueueData
 from reference_broker.remoting.command import json_loads
-
-MASTER_ID: Final = 0  # MixAll.MASTER_ID
-# PermName (common/.../constant/PermName.java).
-PERM_PRIORITY: Final = 8
-PERM_READ: Final = 4
-PERM_WRITE: Final = 2
-PERM_INHERIT: Final = 1
-
-
-@dataclass(frozen=True, slots=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerData:
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str] = field(default_factory=dict, hash=False)
-
-    def select_broker_addr(self) -> str | None:
-        """BrokerData.selectBrokerAddr: the master, else any slave."""
-        addr = self.broker_addrs.get(MASTER_ID)
-        if addr is None and self.broker_addrs:
-            return random.choice(list(self.broker_addrs.values()))
-        return addr
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +35,8 @@ class TopicRouteData:
         """ValueError (or KeyError/TypeError, re-raised as ValueError) for a body that is not a route."""
         try:
             obj = raw if isinstance(raw, dict) else json_loads(raw.encode() if isinstance(raw, str) else raw)
-            qds = tuple(
-                QueueData(str(q["brokerName"]), int(q["readQueueNums"]), int(q["writeQueueNums"]), int(q["perm"]),
-                          int(q.get("topicSysFlag", 0)))
-                for q in obj.get("queueDatas") or ()
-            )
-            bds = tuple(
-                BrokerData(str(b.get("cluster", "")), str(b["brokerName"]),
-                           {int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()})
-                for b in obj.get("brokerDatas") or ()
-            )
+            qds = tuple(QueueData.from_json(q) for q in obj.get("queueDatas") or ())
+            bds = tuple(BrokerData.from_json(b) for b in obj.get("brokerDatas") or ())
             conf = obj.get("orderTopicConf")
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed TopicRouteData: {exc!r}") from None

@@ -61,7 +61,7 @@ class Scheduler:
                     return
             try:
                 task()
-            except Exception:
+            except Exception:  # the scheduler thread's loop: one task must not end it
                 log.exception("scheduled task %r failed", task)
             if period > 0:
                 # Fixed rate, but never a burst of catch-up runs after a stall.
@@ -111,7 +111,7 @@ class Worker:
                 task = self._tasks.popleft()
             try:
                 task()
-            except Exception:
+            except Exception:  # the worker thread's loop: one task must not end it
                 log.exception("task %r failed", task)
 
     def shutdown(self, timeout_s: float = 5.0) -> None:

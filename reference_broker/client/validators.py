@@ -7,22 +7,12 @@ A topic that passed once is remembered, so the per-message cost is one set looku
 
 from __future__ import annotations
 
-from typing import Final
-
 from reference_broker.client.errors import MQClientError
 from reference_broker.client.message import Message
 from reference_broker.common.names import TOPIC_MAX_LENGTH, VALID_PATTERN_STR, has_illegal_chars, validate_group
+from reference_broker.common.topic_names import NOT_ALLOWED_SEND_TOPICS
 from reference_broker.remoting.codes import ResponseCode
 
-# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (4.9.8).
-NOT_ALLOWED_SEND_TOPICS: Final = frozenset({
-    "SCHEDULE_TOPIC_XXXX",
-    "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC",
-    "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT",
-})
 _checked_topics: set[str] = set()
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from reference_broker.common import topic_names
+
 NAME_VALUE_SEPARATOR: Final = "\u0001"
 PROPERTY_SEPARATOR: Final = "\u0002"
 _NV_B: Final = b"\x01"
@@ -55,12 +57,13 @@ def transaction_value(sys_flag: int) -> int:
     return sys_flag & TRANSACTION_ROLLBACK_TYPE
 
 
-# Topics (common/.../topic/TopicValidator.java) and prefixes (MixAll).
-SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
-RMQ_SYS_TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
-RMQ_SYS_TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
+# The topics a message's properties and the put path name (defined in topic_names.py; kept here under the
+# names the record code and the clients read them by).
+SCHEDULE_TOPIC: Final = topic_names.RMQ_SYS_SCHEDULE_TOPIC
+RMQ_SYS_TRANS_HALF_TOPIC: Final = topic_names.RMQ_SYS_TRANS_HALF_TOPIC
+RMQ_SYS_TRANS_OP_HALF_TOPIC: Final = topic_names.RMQ_SYS_TRANS_OP_HALF_TOPIC
+RETRY_GROUP_TOPIC_PREFIX: Final = topic_names.RETRY_GROUP_TOPIC_PREFIX
+DLQ_GROUP_TOPIC_PREFIX: Final = topic_names.DLQ_GROUP_TOPIC_PREFIX
 
 
 def properties_to_bytes(props: dict[str, str] | None) -> bytes:
@@ -99,17 +102,27 @@ def is_canonical(text: str, props: dict[str, str]) -> bool:
     return text.count(NAME_VALUE_SEPARATOR) == n and text.count(PROPERTY_SEPARATOR) == n - 1
 
 
+_FIND_KEYS: dict[bytes, tuple[bytes, bytes]] = {}
+
+
 def property_from_bytes(raw: bytes, name: bytes) -> bytes | None:
-    """Find one property value without decoding the whole map (the dispatch hot path)."""
+    """Find one property value without decoding the whole map (the dispatch hot path): the first
+    ``NAME\x01`` at the start or after a ``\x02``, up to the next ``\x02``. Values need no decoding to be
+    found, as the separators are ASCII."""
     if not raw:
         return None
-    key = name + _NV_B
-    pos = 0
-    if not raw.startswith(key):
-        pos = raw.find(_PS_B + key)
-        if pos < 0:
+    keys = _FIND_KEYS.get(name)
+    if keys is None:
+        keys = (name + _NV_B, _PS_B + name + _NV_B)
+        if len(_FIND_KEYS) < 256:
+            _FIND_KEYS[name] = keys
+    key, ps_key = keys
+    if raw.startswith(key):
+        start = len(key)
+    else:
+        start = raw.find(ps_key)
+        if start < 0:
             return None
-        pos += 1
-    start = pos + len(key)
+        start += len(ps_key)
     end = raw.find(_PS_B, start)
     return raw[start:] if end < 0 else raw[start:end]

@@ -66,6 +66,7 @@ SYSFLAG_POS: Final = 36
 BORNHOST_POS: Final = 48
 BLANK: Final = struct.Struct(">ii")
 INT: Final = struct.Struct(">i")
+_HOST_V6_FLAGS: Final = mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG
 CRC32_RESERVED_LEN: Final = len(mc.PROPERTY_CRC32) + 1 + 10 + 1  # CommitLog.CRC32_RESERVED_LEN (5.x)
 PROP_CRC_HEAD: Final = mc.PROPERTY_CRC32.encode() + b"\x01"
 _PROP_CRC_RESERVE: Final = PROP_CRC_HEAD + b"0" * 10 + b"\x02"
@@ -249,35 +250,64 @@ def record_struct(body_len: int, topic_len: int, props_len: int, born_v6: bool, 
     return st
 
 
-def encode_into(
-    buf: memoryview,
-    pos: int,
-    total: int,
-    msg: MessageExtBrokerInner,
-    topic_b: bytes,
-    props_b: bytes,
-    queue_offset: int,
-    phys_offset: int,
-    store_ts: int,
-    born_ip: bytes,
-    store_ip: bytes,
-    store_port: int,
-    body_crc: int,
-) -> None:
-    """Write one record of ``total`` bytes at ``pos`` (sizes already validated)."""
-    sys_flag = msg.sys_flag & ~(mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG)  # this record's hosts decide
-    born_v6 = len(born_ip) == 16
-    store_v6 = len(store_ip) == 16
+def host_flags(sys_flag: int, born_v6: bool, store_v6: bool) -> int:
+    """SYSFLAG with the host-width bits of this record's own hosts, never those of a record it was rebuilt
+    from (a retry or delay re-put keeps the old record's flags otherwise)."""
+    sys_flag &= ~_HOST_V6_FLAGS
     if born_v6:
         sys_flag |= mc.BORNHOST_V6_FLAG
     if store_v6:
         sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
-    body = msg.body
+    return sys_flag
+
+
+def encode_record(out: bytearray | memoryview, at: int, topic_b: bytes, body: bytes, props_b: bytes, queue_id: int,
+                  flag: int, sys_flag: int, born_ts: int, born_ip: bytes, born_port: int, store_ip: bytes,
+                  store_port: int, reconsume: int = 0, prepared_offset: int = 0, body_crc: int = -1) -> int:
+    """Encode one record at ``out[at:]`` and return its size: the store's one encoder (single puts,
+    batches, re-puts, tests), MessageExtEncoder.encode's part, done before the put lock.
+
+    QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are left 0 and the whole-record CRC's digits (when
+    ``props_b`` reserves them) unfilled: the put lock decides those, in ``seal_record``. Sizes must be
+    checked already (``record_length``); ``body_crc`` < 0 computes BODYCRC here.
+    """
+    born_v6 = len(born_ip) == 16
+    store_v6 = len(store_ip) == 16
     st = record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
-    st.pack_into(buf, pos, total, MESSAGE_MAGIC_CODE, body_crc, msg.queue_id, msg.flag, queue_offset,
-                 phys_offset, sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip,
-                 store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(body), body,
-                 len(topic_b), topic_b, len(props_b), props_b)
+    st.pack_into(out, at, st.size, MESSAGE_MAGIC_CODE, crc32(body) if body_crc < 0 else body_crc, queue_id, flag,
+                 0, 0, host_flags(sys_flag, born_v6, store_v6), born_ts, born_ip, born_port, 0, store_ip,
+                 store_port, reconsume, prepared_offset, len(body), body, len(topic_b), topic_b, len(props_b),
+                 props_b)
+    return st.size
+
+
+def encode_to_bytes(topic_b: bytes, body: bytes, props_b: bytes, queue_id: int, flag: int, sys_flag: int,
+                    born_ts: int, born_ip: bytes, born_port: int, store_ip: bytes, store_port: int, reconsume: int = 0,
+                    prepared_offset: int = 0, body_crc: int = -1) -> bytearray:
+    """``encode_record`` into a buffer of its own (a single put's, sealed and copied in the put lock)."""
+    out = bytearray(record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(store_ip) == 16))
+    encode_record(out, 0, topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip,
+                  store_port, reconsume, prepared_offset, body_crc)
+    return out
+
+
+_QOFF_PHYS: Final = struct.Struct(">qq")  # QUEUEOFFSET @20, PHYSICALOFFSET @28
+_LONG: Final = struct.Struct(">q")
+QUEUEOFFSET_POS: Final = 20
+
+
+def seal_record(out: bytearray | memoryview, at: int, total: int, queue_offset: int, phys_offset: int,
+                store_ts: int, prop_crc: bool) -> None:
+    """Fill in what the put lock decides (DefaultAppendMessageCallback.doAppend): the queue offset, the
+    physical offset, the store timestamp and, with ``prop_crc``, the whole-record CRC over all of them.
+
+    The record is then copied into the mapping whole, so a process killed in the put lock leaves either
+    nothing of it or all of it but the tail of one copy, never a complete record without its CRC."""
+    _QOFF_PHYS.pack_into(out, at + QUEUEOFFSET_POS, queue_offset, phys_offset)
+    (sys_flag,) = INT.unpack_from(out, at + SYSFLAG_POS)
+    _LONG.pack_into(out, at + BORNHOST_POS + (20 if sys_flag & mc.BORNHOST_V6_FLAG else 8), store_ts)
+    if prop_crc:
+        write_prop_crc(out, at, total)
 
 
 def strip_prop_crc(props_b: bytes) -> bytes:
@@ -298,7 +328,7 @@ def stored_props_length(props_b: bytes, prop_crc: bool = True) -> int:
     return len(reserve_prop_crc(props_b)) if prop_crc else len(props_b)
 
 
-def write_prop_crc(buf: memoryview, pos: int, total: int) -> None:
+def write_prop_crc(buf: bytearray | memoryview, pos: int, total: int) -> None:
     """Fill the reserved digits of the record at ``pos`` with the CRC of everything before them."""
     t = pos + total - CRC32_RESERVED_LEN
     # MessageDecoder.createCrc32: ten digits, zero-padded, least significant first.
@@ -321,7 +351,7 @@ def prop_crc_ok(buf: memoryview | bytes, pos: int, total: int) -> bool:
     return buf[t : pos + total] == PROP_CRC_HEAD + (b"%010d" % (raw_crc32(buf[pos:t]) & 0x7FFFFFFF))[::-1] + b"\x02"
 
 
-def write_blank(buf: memoryview, pos: int, size: int) -> None:
+def write_blank(buf: bytearray | memoryview, pos: int, size: int) -> None:
     """End-of-file filler: ``int size | int BLANK_MAGIC`` (rest of the file untouched)."""
     BLANK.pack_into(buf, pos, size, BLANK_MAGIC_CODE)
 
@@ -404,26 +434,7 @@ def check_message_and_return_size(
         topic = bytes(buf[ts : ts + tl]).decode("utf-8")
     except UnicodeDecodeError:
         return DispatchRequest.failure(-1)
-    props = bytes(buf[ps : ps + pl])
-    tags_code = 0
-    keys = ""
-    uniq: str | None = None
-    if props:
-        tags = mc.property_from_bytes(props, b"TAGS")
-        if tags:
-            tags_code = tags_hash_code(tags.decode("utf-8", "replace"))
-        k = mc.property_from_bytes(props, b"KEYS")
-        if k:
-            keys = k.decode("utf-8", "replace")
-        u = mc.property_from_bytes(props, b"UNIQ_KEY")
-        if u:
-            uniq = u.decode("utf-8", "replace")
-        if topic == mc.SCHEDULE_TOPIC and delay_table_ms is not None:
-            d = mc.property_from_bytes(props, b"DELAY")
-            if d and d.isdigit() and int(d) > 0:
-                # The schedule queue's tag code is the delivery time (checkMessageAndReturnSize).
-                level = min(int(d), len(delay_table_ms))
-                tags_code = f[11] + delay_table_ms.get(level, 1000)
+    tags_code, keys, uniq = _dispatch_props(bytes(buf[ps : ps + pl]), topic, f[11], delay_table_ms)
     # f: TOTAL MAGIC CRC QID FLAG QOFF PHYS SYSFLAG BORNTS BORNIP BORNPORT STORETS STOREIP STOREPORT RECONSUME
     #    PREPARED BODYLEN
     return DispatchRequest(topic, f[3], f[6], f[0], tags_code, f[11], f[5], keys, uniq, f[7], f[15], True, f[8])
@@ -440,22 +451,31 @@ class ScanEnd(enum.Enum):
 
 _FAST_HEADER: Final = HEADERS[(False, False)]
 _FAST_HEADER_SIZE: Final = _FAST_HEADER.size
-_HOST_V6_FLAGS: Final = mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG
 _TOPIC_CACHE: dict[bytes, str] = {}
 _TOPIC_CACHE_MAX: Final = 4096
 
 
-def _prop_value(raw: bytes, key: bytes, ps_key: bytes) -> bytes | None:
-    """``property_from_bytes`` with both forms of the key given (``NAME\\x01``, ``\\x02NAME\\x01``)."""
-    if raw.startswith(key):
-        start = len(key)
-    else:
-        start = raw.find(ps_key)
-        if start < 0:
-            return None
-        start += len(ps_key)
-    stop = raw.find(b"\x02", start)
-    return raw[start:] if stop < 0 else raw[start:stop]
+def _dispatch_props(raw: bytes, topic: str, store_ts: int, delay_table_ms: dict[int, int] | None
+                    ) -> tuple[int, str, str | None]:
+    """(tags code, keys, UNIQ_KEY) of a record's properties: what dispatch reads (checkMessageAndReturnSize).
+    The schedule topic's tag code is the delivery time."""
+    if not raw:
+        return 0, "", None
+    find = mc.property_from_bytes
+    tags_code = 0
+    v = find(raw, b"TAGS")
+    if v:
+        tags_code = tags_hash_code(v.decode("utf-8", "replace"))
+    v = find(raw, b"KEYS")
+    keys = v.decode("utf-8", "replace") if v else ""
+    v = find(raw, b"UNIQ_KEY")
+    uniq = v.decode("utf-8", "replace") if v else None
+    if topic == mc.SCHEDULE_TOPIC and delay_table_ms is not None:
+        v = find(raw, b"DELAY")
+        if v and v.isdigit() and int(v) > 0:
+            level = min(int(v), len(delay_table_ms))
+            tags_code = store_ts + delay_table_ms.get(level, 1000)
+    return tags_code, keys, uniq
 
 
 def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
@@ -476,7 +496,6 @@ def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
     hsize = _FAST_HEADER_SIZE
     zcrc = raw_crc32
     topics = _TOPIC_CACHE
-    schedule = mc.SCHEDULE_TOPIC
     n = 0
     while pos < limit:
         if n >= max_records:
@@ -505,28 +524,7 @@ def scan_records(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool,
                         if len(topics) >= _TOPIC_CACHE_MAX:
                             topics.clear()
                         topics[topic_b] = topic
-                    tags_code = 0
-                    keys = ""
-                    uniq: str | None = None
-                    if pp + 2 < end:
-                        # The names dispatch reads, found as property_from_bytes finds them (the first
-                        # NAME\x01 at the start or after a \x02); each value decodes alone, as the
-                        # separators are ASCII. Cheaper than splitting every pair of the map.
-                        raw = bytes(buf[pp + 2:end])
-                        v = _prop_value(raw, b"TAGS\x01", b"\x02TAGS\x01")
-                        if v:
-                            tags_code = tags_hash_code(v.decode("utf-8", "replace"))
-                        v = _prop_value(raw, b"UNIQ_KEY\x01", b"\x02UNIQ_KEY\x01")
-                        if v:
-                            uniq = v.decode("utf-8", "replace")
-                        v = _prop_value(raw, b"KEYS\x01", b"\x02KEYS\x01")
-                        if v:
-                            keys = v.decode("utf-8", "replace")
-                        if topic == schedule and delay_table_ms is not None:
-                            v = _prop_value(raw, b"DELAY\x01", b"\x02DELAY\x01")
-                            if v and v.isdigit() and int(v) > 0:
-                                level = min(int(v), len(delay_table_ms))
-                                tags_code = f[11] + delay_table_ms.get(level, 1000)
+                    tags_code, keys, uniq = _dispatch_props(bytes(buf[pp + 2:end]), topic, f[11], delay_table_ms)
                     req = DispatchRequest(topic, f[3], f[6], total, tags_code, f[11], f[5], keys, uniq, f[7], f[15],
                                           True, f[8])
         if req is None:

@@ -10,18 +10,21 @@ Tables, as in Java:
 - clusterAddrTable: cluster -> {brokerName}
 - brokerLiveTable: brokerAddr -> BrokerLiveInfo    (lastUpdateTimestamp, dataVersion, haServerAddr)
 - filterServerTable: brokerAddr -> [filter server addr]
+
+QueueData and BrokerData, and their JSON, are the clients' too: common/route_data.py.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
+
+from reference_broker.common.route_data import MASTER_ID, BrokerData, QueueData
 
 log = logging.getLogger(__name__)
 
 BROKER_CHANNEL_EXPIRED_TIME_MS: Final = 120_000  # RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME
-MASTER_ID: Final = 0  # MixAll.MASTER_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,40 +44,6 @@ class DataVersion:
 
     def to_json(self) -> dict[str, int]:
         return {"counter": self.counter, "timestamp": self.timestamp}
-
-
-@dataclass(frozen=True, slots=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int
-
-    def to_json(self) -> dict[str, Any]:
-        # fastjson's field order (alphabetical).
-        return {
-            "brokerName": self.broker_name,
-            "perm": self.perm,
-            "readQueueNums": self.read_queue_nums,
-            "topicSysFlag": self.topic_sys_flag,
-            "writeQueueNums": self.write_queue_nums,
-        }
-
-
-@dataclass(slots=True)
-class BrokerData:
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        # Java's HashMap<Long, String> iterates small ids in ascending order; keys become JSON strings.
-        return {
-            "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
-            "brokerName": self.broker_name,
-            "cluster": self.cluster,
-        }
 
 
 @dataclass(slots=True)

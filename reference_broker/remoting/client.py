@@ -222,7 +222,7 @@ class _Channel:
         else:
             try:
                 response = handler(cmd)
-            except Exception as exc:
+            except Exception as exc:  # a request handler's boundary: the peer still gets an answer
                 log.exception("request handler failed on code %d from %s", cmd.code, self.addr)
                 response = create_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if response is None or cmd.is_oneway:

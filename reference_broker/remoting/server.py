@@ -153,7 +153,7 @@ class _Connection(asyncio.Protocol):
         for hook in self._server.close_hooks:  # ChannelEventListener.onChannelClose
             try:
                 hook(self.ctx)
-            except Exception:
+            except Exception:  # a hook's bug must not stop the other hooks or the close
                 log.exception("connection-close hook failed for %s", self.ctx.peer)
 
     def pause_writing(self) -> None:
@@ -214,7 +214,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             result = handler(self.ctx, cmd)
-        except Exception as exc:
+        except Exception as exc:  # a handler's boundary: the peer gets SYSTEM_ERROR
             log.exception("handler for code %d failed on a request from %s", cmd.code, self.ctx.peer)
             self._respond(cmd, create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc)))
             return
@@ -233,7 +233,7 @@ class _Connection(asyncio.Protocol):
     async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | bytes | None]) -> None:
         try:
             response = await pending
-        except Exception as exc:
+        except Exception as exc:  # a handler's boundary: the peer gets SYSTEM_ERROR
             log.exception("handler for code %d failed on a request from %s", cmd.code, self.ctx.peer)
             response = create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc))
         self._respond(cmd, response)
@@ -362,7 +362,7 @@ class LoopThread(Generic[S]):
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_until_complete(self._start())
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the loop thread's top: surfaced by start()
             self._error = exc
             self._started.set()
             self.loop.close()

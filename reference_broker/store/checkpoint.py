@@ -1,18 +1,9 @@
-"""StoreCheckpoint: the three flush timestamps that bound abnormal recovery.
+"""StoreCheckpoint: the three flush timestamps that bound abnormal recovery, and our offsets and index safe
+point beside them (StoreCheckpoint.java, 4.9.8).
 
-Format (StoreCheckpoint.java, 4.9.8), one OS page (4096 bytes), big-endian:
-
-| offset | field               | set by                                            |
-|--------|---------------------|---------------------------------------------------|
-| 0      | physicMsgTimestamp  | commit-log flush (store time of the last flushed) |
-| 8      | logicsMsgTimestamp  | each consume-queue write                          |
-| 16     | indexMsgTimestamp   | flush of a full index file                        |
-| 24, 32 | (5.x: masterFlushedOffset, confirmPhyOffset; unused here)         |
-| 40     | physicMsgOffset     | ours: commit-log offset known durable             |
-| 48     | logicsMsgOffset     | ours: offset below which consume-queue units are durable |
-| 64     | index safe point    | ours: 56 bytes, ``IndexSafePoint`` (index_recovery.py) |
-
-The page is mmap'd and written in place; ``flush`` forces it to disk.
+This module owns the checkpoint file: one OS page, mmap'd and written in place; ``flush`` forces it to disk.
+What each byte means (the format table) and packing it are in reference_broker/common/checkpoint_layout.py,
+which the chaos harness reads crash images with too.
 
 Deliberate extension: the two offsets at 40 and 48 let abnormal recovery start at an exact record
 instead of at the start of the 1 GiB file holding the checkpoint's time (CommitLog.recover_abnormally).
@@ -29,37 +20,16 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 import threading
-from dataclasses import astuple, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Final
 
-PAGE: Final = 4096
-_FIELDS: Final = struct.Struct(">qqq")
-_OFFSETS: Final = struct.Struct(">qq")
-_OFFSETS_AT: Final = 40
-_INDEX_SAFE: Final = struct.Struct(">qqqqqqii")
-_INDEX_SAFE_AT: Final = 64
-NO_INDEX_FILE: Final = 1  # safe point taken while no index file existed (real names are 17-digit dates)
+from reference_broker.common import checkpoint_layout as layout
 
-
-@dataclass(frozen=True)
-class IndexSafePoint:
-    """The index as it was durable at one moment: the header of the file being written then.
-
-    Every record below ``covered_offset`` that has keys is in the index files up to ``file_name``, and
-    every file before that one is on disk whole. ``file_name`` 0 (a RocketMQ checkpoint) means unknown.
-    """
-
-    file_name: int
-    covered_offset: int
-    begin_timestamp: int = 0
-    end_timestamp: int = 0
-    begin_phy_offset: int = 0
-    end_phy_offset: int = 0
-    hash_slot_count: int = 0
-    index_count: int = 1
+# The store's modules take these from here (their home is the layout).
+from reference_broker.common.checkpoint_layout import NO_INDEX_FILE as NO_INDEX_FILE
+from reference_broker.common.checkpoint_layout import PAGE as PAGE
+from reference_broker.common.checkpoint_layout import IndexSafePoint as IndexSafePoint
 
 
 class StoreCheckpoint:
@@ -84,15 +54,14 @@ class StoreCheckpoint:
         # late and a quiet queue's unflushed units are lost. Here only a full consume-queue flush
         # copies it into logicsMsgTimestamp (deliberate difference, see tests/store/test_recovery_properties.py).
         self.dispatched_logics_timestamp = 0
-        self.loaded = existed and size >= _FIELDS.size
+        self.loaded = existed and size >= layout.TIMES.size
         if self.loaded:
-            self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = _FIELDS.unpack_from(
-                self._mm, 0
-            )
-            self.physic_msg_offset, self.logics_msg_offset = _OFFSETS.unpack_from(self._mm, _OFFSETS_AT)
-            sp = IndexSafePoint(*_INDEX_SAFE.unpack_from(self._mm, _INDEX_SAFE_AT))
-            if sp.file_name > 0 and sp.covered_offset >= 0 and sp.index_count >= 1:
-                self.index_safe_point = sp
+            with memoryview(self._mm) as page:
+                f = layout.unpack(page)
+            self.physic_msg_timestamp, self.logics_msg_timestamp = f.physic_msg_timestamp, f.logics_msg_timestamp
+            self.index_msg_timestamp = f.index_msg_timestamp
+            self.physic_msg_offset, self.logics_msg_offset = f.physic_msg_offset, f.logics_msg_offset
+            self.index_safe_point = f.index_safe_point
         self._lock = threading.Lock()
         self._closed = False
 
@@ -140,15 +109,17 @@ class StoreCheckpoint:
     def get_min_timestamp_index(self) -> int:
         return min(self.get_min_timestamp(), self.index_msg_timestamp)
 
+    def fields(self) -> layout.CheckpointFields:
+        """The values as ``flush`` would write them now."""
+        return layout.CheckpointFields(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
+                                       self.physic_msg_offset, self.logics_msg_offset, self.index_safe_point)
+
     def flush(self) -> None:
         if self._closed:
             return
-        with self._lock:
-            _FIELDS.pack_into(self._mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,
-                              self.index_msg_timestamp)
-            _OFFSETS.pack_into(self._mm, _OFFSETS_AT, self.physic_msg_offset, self.logics_msg_offset)
-            sp = self.index_safe_point
-            _INDEX_SAFE.pack_into(self._mm, _INDEX_SAFE_AT, *(astuple(sp) if sp is not None else (0,) * 8))
+        # The view is released at once: the mapping cannot be closed while a view of it exists.
+        with self._lock, memoryview(self._mm) as page:
+            layout.pack_into(page, self.fields())
         os.fdatasync(self._fd)
 
     def shutdown(self) -> None:

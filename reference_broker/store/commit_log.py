@@ -2,8 +2,9 @@
 
 This module owns the append path (CommitLog.asyncPutMessage/asyncPutMessages and
 DefaultAppendMessageCallback, 4.9.8), the per topic-queue logical offsets (topicQueueTable), the
-delay-level rewrite to SCHEDULE_TOPIC_XXXX, normal and abnormal recovery, and raw byte access by
-offset for replication. The record format itself is in ``record.py``.
+delay-level rewrite to SCHEDULE_TOPIC_XXXX, and raw byte access by offset for replication. Recovery is in
+``commit_log_recovery.py``; the record format and its one encoder in ``common/record.py``: a record is encoded
+before the put lock and sealed (offsets, store time, whole-record CRC) and copied into the mapping in it.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from typing import Final
 
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
-from reference_broker.common.crc import raw_crc32
 from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.message_batch import BatchDecodeError, decode_batch_entries
 from reference_broker.common.names import is_path_safe
 from reference_broker.store.checkpoint import StoreCheckpoint
+from reference_broker.store.commit_log_recovery import CommitLogRecovery
 from reference_broker.store.config import MessageStoreConfig
-from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult, fsync_dir
-from reference_broker.store.quarantine import preserve_cut
+from reference_broker.store.mapped_file import MappedFile, SelectMappedBufferResult, fsync_dir
+from reference_broker.store.mapped_file_queue import MappedFileQueue
 from reference_broker.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,9 @@ class EncodedBatch:
     properties_suffix: bytes = b""  # "\x02NAME\x01value…", appended to every entry's properties (CLUSTER)
 
 
-# A batch record ready for the put lock: Struct, size, BODYCRC, flag, body, stored properties, sysflag,
-# born timestamp, born address, born port, reconsume times, prepared-transaction offset.
-_BatchRecord = tuple[struct.Struct, int, int, int, bytes, bytes, int, int, bytes, int, int, int]
+# A checked batch entry: body, stored properties, flag, sysflag, born timestamp, born address, born port,
+# reconsume times, prepared-transaction offset, BODYCRC (-1: compute).
+_Entry = tuple[bytes, bytes, int, int, int, bytes, int, int, int, int]
 
 
 def _illegal_batch() -> PutMessageResult:
@@ -97,7 +98,6 @@ def _refused(status: PutMessageStatus, remark: str = "") -> PutMessageResult:
 # switched off for a while) is never truncated for lacking it.
 PROP_CRC_SINCE_FILE = "propCrcSince"
 
-RECOVER_RUN_RECORDS = 4096  # records parsed (and re-dispatched) together while recovering
 
 
 def _has_delay(props_b: bytes) -> bool:
@@ -122,7 +122,7 @@ class CommitLog:
         self._safe_topics: set[str] = set()  # topics _topic_problem passed
         self.put_lock = threading.Lock()
         self.begin_time_in_lock = 0  # ms; non-zero while a put holds the lock (isOSPageCacheBusy)
-        self._last_store_ts = 0
+        self.last_store_ts = 0
         self.store_ip = rec.host_bytes(config.store_host[0])
         self.store_port = config.store_host[1]
         self.delay_table_ms = config.delay_level_table_ms()
@@ -161,7 +161,7 @@ class CommitLog:
         else:
             log.warning("ignoring %s: %r is not an offset", path, text[:40])
 
-    def _set_prop_crc_since(self, offset: int) -> None:
+    def set_prop_crc_since(self, offset: int) -> None:
         """Persist the offset (write, fsync, rename, fsync the directory) before a record relies on it."""
         self.prop_crc_since = offset
         path = self._since_path
@@ -265,21 +265,16 @@ class CommitLog:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         born_ip = rec.host_bytes(msg.born_host[0])
         store_ip = self.store_ip
-        born_v6 = len(born_ip) == 16
-        store_v6 = len(store_ip) == 16
-        # The host-width bits describe this record's hosts, not a record it was rebuilt from.
-        sys_flag = msg.sys_flag & ~(mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG)
-        if born_v6:
-            sys_flag |= mc.BORNHOST_V6_FLAG
-        if store_v6:
-            sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
-        st = rec.record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
-        total = st.size
+        total = rec.record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(store_ip) == 16)
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:  # would not fit even an empty file
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
-        crc = raw_crc32(body) & 0x7FFFFFFF
-        tran = sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
+        # Encoded before the lock (MessageExtEncoder); the lock fills in offsets, time and CRC and copies the
+        # record into the mapping whole (DefaultAppendMessageCallback.doAppend).
+        data = rec.encode_to_bytes(topic_b, body, props_b, queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
+                                   born_ip, msg.born_host[1], store_ip, self.store_port, msg.reconsume_times,
+                                   msg.prepared_transaction_offset)
+        tran = msg.sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
         no_cq = tran == mc.TRANSACTION_PREPARED_TYPE or tran == mc.TRANSACTION_ROLLBACK_TYPE
         key = f"{topic}-{queue_id}"
         table = self.topic_queue_table
@@ -288,28 +283,20 @@ class CommitLog:
             now = time.time_ns() // 1_000_000
             self.begin_time_in_lock = now
             try:
-                store_ts = now if now > self._last_store_ts else self._last_store_ts
-                self._last_store_ts = store_ts
+                store_ts = now if now > self.last_store_ts else self.last_store_ts
+                self.last_store_ts = store_ts
                 mf = mfq.mapped_files[-1] if mfq.mapped_files else None
                 if mf is None or mf.staged_position + total + rec.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
                     nxt = self._file_for(total, mf)
                     if nxt is None:
                         return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
                     mf = nxt
-                pos = mf.staged_position
-                phys = mf.file_from_offset + pos
+                phys = mf.file_from_offset + mf.staged_position
                 if append_crc and self.prop_crc_since is None:
-                    self._set_prop_crc_since(phys)  # once: the first record with the CRC
+                    self.set_prop_crc_since(phys)  # once: the first record with the CRC
                 qoff = 0 if no_cq else table.get(key, 0)
-                st.pack_into(mf.wbuf, pos, total, rec.MESSAGE_MAGIC_CODE, crc, queue_id, msg.flag, qoff, phys, sys_flag,
-                             msg.born_timestamp, born_ip, msg.born_host[1], store_ts, store_ip, self.store_port,
-                             msg.reconsume_times, msg.prepared_transaction_offset, len(body), body, len(topic_b),
-                             topic_b, len(props_b), props_b)
-                if append_crc:
-                    rec.write_prop_crc(mf.wbuf, pos, total)
-                mf.staged_position = pos + total
-                if mf.stage is None:
-                    mf.wrote_position = pos + total  # readers see it now; with staging, once committed
+                rec.seal_record(data, 0, total, qoff, phys, store_ts, append_crc)
+                mf.append_record(data)
                 mf.store_timestamp = store_ts
                 if not no_cq:
                     table[key] = qoff + 1
@@ -341,10 +328,9 @@ class CommitLog:
         """Fill the rest of ``mf`` with a blank record and open the next file (END_OF_FILE)."""
         free = mf.free_space()
         if free >= rec.END_FILE_MIN_BLANK_LENGTH:
-            rec.write_blank(mf.wbuf, mf.staged_position, free)
-        mf.staged_position = mf.file_size
-        if mf.stage is None:
-            mf.wrote_position = mf.file_size
+            mf.append_record(rec.BLANK.pack(free, rec.BLANK_MAGIC_CODE), free)
+        else:
+            mf.advance(free)
         try:
             return self.mapped_file_queue.last_file_for_write()
         except OSError as e:
@@ -359,24 +345,23 @@ class CommitLog:
         if bad is not None:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         topic_b = batch.topic.encode("utf-8")
-        store_v6 = len(self.store_ip) == 16
-        prepared: list[_BatchRecord] = []
+        entries: list[_Entry] = []
         for m in batch.messages:
             m.topic = batch.topic
             m.queue_id = batch.queue_id
-            r = self._prepare(topic_b, m.body, m.encoded_properties(), m.sys_flag, rec.host_bytes(m.born_host[0]),
-                              store_v6, m.flag, m.born_timestamp, m.born_host[1], m.reconsume_times,
-                              m.prepared_transaction_offset, -1)
+            r = self._entry(topic_b, m.body, m.encoded_properties(), m.flag, m.sys_flag, m.born_timestamp,
+                            rec.host_bytes(m.born_host[0]), m.born_host[1], m.reconsume_times,
+                            m.prepared_transaction_offset, -1)
             if isinstance(r, PutMessageResult):
                 return r
-            prepared.append(r)
-        return self._append_batch(batch.topic, batch.queue_id, topic_b, prepared)
+            entries.append(r)
+        return self._append_batch(batch.topic, batch.queue_id, topic_b, entries)
 
     def put_encoded_batch(self, batch: EncodedBatch) -> PutMessageResult:
         """``put_messages`` for a batch still in its wire encoding: each record is written from its entry
         (MessageExtBatchEncoder), with no message object per entry; a body that does not parse is illegal."""
         try:
-            entries = decode_batch_entries(batch.body)
+            raw_entries = decode_batch_entries(batch.body)
         except BatchDecodeError as exc:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
         bad = self._topic_problem(batch.topic) or header_problem(batch.queue_id, 0, batch.sys_flag,
@@ -384,26 +369,25 @@ class CommitLog:
         if bad is not None:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         topic_b = batch.topic.encode("utf-8")
-        store_v6 = len(self.store_ip) == 16
         born_ip = rec.host_bytes(batch.born_host[0])
         suffix = batch.properties_suffix
-        prepare = self._prepare
-        prepared: list[_BatchRecord] = []
-        for flag, body, props, crc in entries:
+        entry = self._entry
+        entries: list[_Entry] = []
+        for flag, body, props, crc in raw_entries:
             if suffix:
                 # MessageExtBatchEncoder: a separator only when the entry's properties do not end with one
                 props = props + suffix if props and props[-1] != 2 else props + suffix[1:]
-            r = prepare(topic_b, body, props, batch.sys_flag, born_ip, store_v6, flag, batch.born_timestamp,
-                        batch.born_host[1], 0, 0, crc)
+            r = entry(topic_b, body, props, flag, batch.sys_flag, batch.born_timestamp, born_ip, batch.born_host[1],
+                      0, 0, crc)
             if isinstance(r, PutMessageResult):
                 return r
-            prepared.append(r)
-        return self._append_batch(batch.topic, batch.queue_id, topic_b, prepared)
+            entries.append(r)
+        return self._append_batch(batch.topic, batch.queue_id, topic_b, entries)
 
-    def _prepare(self, topic_b: bytes, body: bytes, encoded: bytes, sys_flag: int, born_ip: bytes, store_v6: bool,
-                 flag: int, born_ts: int, born_port: int, reconsume: int, prepared_offset: int, body_crc: int
-                 ) -> _BatchRecord | PutMessageResult:
-        """One record of a batch, everything but what the put lock decides; or why the batch is refused."""
+    def _entry(self, topic_b: bytes, body: bytes, encoded: bytes, flag: int, sys_flag: int, born_ts: int,
+               born_ip: bytes, born_port: int, reconsume: int, prepared_offset: int, body_crc: int
+               ) -> _Entry | PutMessageResult:
+        """One record of a batch, checked and with its stored properties; or why the batch is refused."""
         if _has_delay(encoded) or mc.transaction_value(sys_flag) != mc.TRANSACTION_NOT_TYPE:
             return _illegal_batch()  # batches carry neither delays nor transactions (CommitLog.asyncPutMessages)
         bad_header = header_problem(0, flag, sys_flag, born_ts, reconsume, prepared_offset)
@@ -415,34 +399,37 @@ class CommitLog:
             status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
                       if bad is AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED else PutMessageStatus.MESSAGE_ILLEGAL)
             return PutMessageResult(status, AppendMessageResult(bad))
-        born_v6 = len(born_ip) == 16
-        sys_flag &= ~(mc.BORNHOST_V6_FLAG | mc.STOREHOSTADDRESS_V6_FLAG)  # this record's hosts decide
-        if born_v6:
-            sys_flag |= mc.BORNHOST_V6_FLAG
-        if store_v6:
-            sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
-        st = rec.record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
-        return (st, st.size, raw_crc32(body) & 0x7FFFFFFF if body_crc < 0 else body_crc, flag, body, props_b,
-                sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset)
+        return (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset, body_crc)
 
-    def _append_batch(self, topic: str, queue_id: int, topic_b: bytes, prepared: list[_BatchRecord]
-                      ) -> PutMessageResult:
-        """Write prepared records whole into one file, consecutive queue offsets (asyncPutMessages)."""
-        grand = sum(r[1] for r in prepared)
+    def _append_batch(self, topic: str, queue_id: int, topic_b: bytes, entries: list[_Entry]) -> PutMessageResult:
+        """Encode the records outside the lock, then write them whole into one file with consecutive queue
+        offsets (CommitLog.asyncPutMessages, MessageExtBatchEncoder)."""
+        store_ip = self.store_ip
+        store_v6 = len(store_ip) == 16
+        topic_len = len(topic_b)
+        sizes = [rec.record_length(len(e[0]), topic_len, len(e[1]), len(e[5]) == 16, store_v6) for e in entries]
+        grand = sum(sizes)
         # The encoder buffer is maxMessageSize + 64 KiB: a longer batch is illegal (MessageExtBatchEncoder).
         if grand > self.config.max_message_size + 64 * 1024 or grand + 8 > self.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
+        data = bytearray(grand)
+        at = 0
+        store_port = self.store_port
+        encode = rec.encode_record
+        for (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset,
+             body_crc) in entries:
+            at += encode(data, at, topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port,
+                         store_ip, store_port, reconsume, prepared_offset, body_crc)
         key = f"{topic}-{queue_id}"
         append_crc = self.append_prop_crc
-        store_ip = self.store_ip
-        store_port = self.store_port
+        seal = rec.seal_record
         with self.put_lock:
             now = _now_ms()
             self.begin_time_in_lock = now
             try:
-                store_ts = now if now > self._last_store_ts else self._last_store_ts
-                self._last_store_ts = store_ts
+                store_ts = now if now > self.last_store_ts else self.last_store_ts
+                self.last_store_ts = store_ts
                 try:
                     mf = self.mapped_file_queue.last_file_for_write()
                 except OSError as e:
@@ -453,35 +440,26 @@ class CommitLog:
                     if nxt is None:
                         return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
                     mf = nxt
-                start_pos = pos = mf.staged_position
-                wbuf = mf.wbuf
-                base = mf.file_from_offset
+                start = mf.file_from_offset + mf.staged_position
                 if append_crc and self.prop_crc_since is None:
-                    self._set_prop_crc_since(base + start_pos)  # once: the first record with the CRC
+                    self.set_prop_crc_since(start)  # once: the first record with the CRC
                 first_q = qoff = self.topic_queue_table.get(key, 0)
                 ids: list[str] = []
                 id_prefix = self.msg_id_prefix_hex
-                topic_len = len(topic_b)
-                for (st, total, crc, flag, body, props_b, sys_flag, born_ts, born_ip, born_port, reconsume,
-                     prepared_offset) in prepared:
-                    phys = base + pos
-                    st.pack_into(wbuf, pos, total, rec.MESSAGE_MAGIC_CODE, crc, queue_id, flag, qoff, phys, sys_flag,
-                                 born_ts, born_ip, born_port, store_ts, store_ip, store_port, reconsume,
-                                 prepared_offset, len(body), body, topic_len, topic_b, len(props_b), props_b)
-                    if append_crc:
-                        rec.write_prop_crc(wbuf, pos, total)
+                at = 0
+                for total in sizes:
+                    phys = start + at
+                    seal(data, at, total, qoff, phys, store_ts, append_crc)
                     ids.append(f"{id_prefix}{phys:016X}")  # rec.create_message_id, prefix formatted once
-                    pos += total
+                    at += total
                     qoff += 1
-                mf.staged_position = pos
-                if mf.stage is None:
-                    mf.wrote_position = pos
+                mf.append_record(data)
                 mf.store_timestamp = store_ts
                 self.topic_queue_table[key] = qoff
             finally:
                 self.begin_time_in_lock = 0
         return PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(
-            AppendMessageStatus.PUT_OK, base + start_pos, grand, ",".join(ids), store_ts, first_q, len(prepared)))
+            AppendMessageStatus.PUT_OK, start, grand, ",".join(ids), store_ts, first_q, len(entries)))
 
     # ---- reads --------------------------------------------------------------------------------
     def get_data(self, offset: int, return_first_on_not_found: bool = False) -> SelectMappedBufferResult | None:
@@ -515,7 +493,7 @@ class CommitLog:
             return -1
         try:
             return rec.store_timestamp_at(res.data, 0)
-        except Exception:  # damaged bytes: no timestamp
+        except (struct.error, ValueError):  # damaged or short bytes (a released view: ValueError): no timestamp
             return -1
         finally:
             res.release()
@@ -554,178 +532,15 @@ class CommitLog:
                 return False
             return ok
 
-    # ---- recovery -------------------------------------------------------------------------------
-    def _scan_file(self, mf: MappedFile, check_crc: bool,
-                   on_batch: Callable[[list[DispatchRequest]], None] | None, pos: int = 0) -> tuple[int, bool]:
-        """Scan one file from ``pos``: (valid bytes, reached a clean end of file).
-
-        Records from ``prop_crc_since`` on must carry a matching whole-record CRC; those before it are
-        checked by BODYCRC. Notes the last store timestamp seen, which seeds the monotonic store clock.
-        """
-        buf = mf.buf
-        size = mf.file_size
-        delay = self.delay_table_ms
-        since = self.prop_crc_since if self.verify_prop_crc else None
-        split = size if since is None else min(size, max(0, since - mf.file_from_offset))
-        while pos < size:
-            strict = since is not None and pos >= split
-            limit = size if strict or since is None else split
-            reqs, pos, end = rec.scan_records(buf, pos, limit, check_crc, delay, RECOVER_RUN_RECORDS, strict)
-            if end is rec.ScanEnd.BAD and limit < size:
-                # A record that crosses the marker (a marker off a record boundary): check it the old way.
-                reqs2, pos, end = rec.scan_records(buf, pos, size, check_crc, delay, 1, False)
-                reqs = reqs + reqs2
-            if reqs:
-                if on_batch is not None:
-                    on_batch(reqs)
-                self._last_store_ts = max(self._last_store_ts, max(r.store_timestamp for r in reqs))
-            if end is rec.ScanEnd.BLANK:
-                return size, True  # blank: the rest of this file is padding
-            if end is rec.ScanEnd.BAD:
-                return pos, False
-        return pos, True
-
-    def _recover_from(self, index: int, check_crc: bool,
-                      on_batch: Callable[[list[DispatchRequest]], None] | None, start_pos: int = 0) -> int:
-        """Scan files from ``index`` (at ``start_pos`` in the first) until the first damaged record.
-
-        Returns the process offset. Everything scanned is forced to disk: after a kill -9 the tail may
-        sit only in the page cache, and the flush position set from the result promises it is durable.
-        """
-        files = self.mapped_file_queue.mapped_files
-        process_offset = files[index].file_from_offset + start_pos
-        pos = start_pos
-        for mf in files[index:]:
-            valid, clean_end = self._scan_file(mf, check_crc, on_batch, pos)
-            pos = 0
-            process_offset = mf.file_from_offset + valid
-            mf.force()
-            if not clean_end:
-                if valid < mf.file_size:
-                    log.info("recover commit log: stop at %d in %s (%s)", process_offset, mf.file_name,
-                             "end of data" if self._is_zero_tail(mf, valid) else "damaged record: cut after quarantine")
-                break
-        return process_offset
-
-    @staticmethod
-    def _is_zero_tail(mf: MappedFile, pos: int) -> bool:
-        return pos + 8 > mf.file_size or bytes(mf.buf[pos : pos + 8]) == bytes(8)
-
-    def recover_normally(self, max_phy_offset_of_cq: int,
-                         truncate_logics: Callable[[int], None]) -> int:
+    # ---- recovery (commit_log_recovery.py) ------------------------------------------------------
+    def recover_normally(self, max_phy_offset_of_cq: int, truncate_logics: Callable[[int], None]) -> int:
         """CommitLog.recoverNormally: scan the last three files with CRC, truncate at the first bad record."""
-        files = self.mapped_file_queue.mapped_files
-        if not files:
-            self.mapped_file_queue.flushed_where = 0
-            self._clamp_prop_crc_since(0)
-            truncate_logics(-1)
-            return 0
-        index = max(0, len(files) - 3)
-        process_offset = self._recover_from(index, self.config.check_crc_on_recover, None)
-        self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics, "normal recovery")
-        return process_offset
+        return CommitLogRecovery(self).recover_normally(max_phy_offset_of_cq, truncate_logics)
 
     def recover_abnormally(self, max_phy_offset_of_cq: int, dispatch: Callable[[list[DispatchRequest]], None],
                            truncate_logics: Callable[[int], None]) -> int:
-        """CommitLog.recoverAbnormally: from the newest file older than the checkpoint, re-dispatch all
-        (``dispatch`` takes runs of records, in log order)."""
-        files = self.mapped_file_queue.mapped_files
-        if not files:
-            self.mapped_file_queue.flushed_where = 0
-            self._clamp_prop_crc_since(0)
-            truncate_logics(-1)
-            return 0
-        start = self._checkpoint_recover_start()
-        if start is not None:
-            index, start_pos = start
-            log.info("recover abnormally from offset %d (checkpoint)", files[index].file_from_offset + start_pos)
-        else:
-            index, start_pos = 0, 0
-            for i in range(len(files) - 1, -1, -1):
-                if self._is_mapped_file_matched_recover(files[i]):
-                    index = i
-                    break
-            log.info("recover abnormally from file %s", files[index].file_name)
-        process_offset = self._recover_from(index, self.config.check_crc_on_recover, dispatch, start_pos)
-        self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics, "abnormal recovery")
-        return process_offset
-
-    def _checkpoint_recover_start(self) -> tuple[int, int] | None:
-        """(file index, position) of the checkpoint's recover offset when it can be trusted, else None.
-
-        Our checkpoint extension (checkpoint.py): the offset below which the log and its consume-queue
-        units were flushed. It is used only when it falls inside the log on a record boundary (or at
-        the end of the data); otherwise RocketMQ's time-based file choice applies. With the index on,
-        the offset is also capped by the index safe point's covered offset (index_recovery.py), which
-        is what makes messageIndexSafe's promise hold here too; with no safe point yet, the time rule.
-        """
-        cfg = self.config
-        if not cfg.recover_from_checkpoint_offset:
-            return None
-        offset = self.checkpoint.get_recover_offset()
-        if cfg.message_index_enable:
-            sp = self.checkpoint.index_safe_point
-            if sp is None:
-                return None
-            offset = min(offset, sp.covered_offset)
-        if offset < 0 or offset < self.get_min_offset():
-            return None
-        files = self.mapped_file_queue.mapped_files
-        for i, mf in enumerate(files):
-            if mf.file_from_offset <= offset < mf.file_from_offset + mf.file_size:
-                pos = offset - mf.file_from_offset
-                strict = self.verify_prop_crc and self.prop_crc_since is not None and offset >= self.prop_crc_since
-                req = rec.check_message_and_return_size(mf.buf, pos, mf.file_size, cfg.check_crc_on_recover,
-                                                        verify_prop_crc=strict)
-                if req.success or self._is_zero_tail(mf, pos):
-                    return i, pos
-                log.warning("checkpoint recover offset %d is not a record boundary: using the time rule", offset)
-                return None
-        return None
-
-    def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
-        """The file's first record is intact and older than the checkpoint's min timestamp."""
-        buf = mf.buf
-        try:
-            (magic,) = rec.INT.unpack_from(buf, 4)
-            if magic not in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2):
-                return False
-            ts = rec.store_timestamp_at(buf, 0)
-        except Exception:
-            return False
-        if ts == 0:
-            return False
-        cfg = self.config
-        # With no index safe point yet (a crash before the first thorough queue flush, or a checkpoint
-        # written before safe points existed) IndexService.load destroys the file being written, as 4.9.8
-        # does: the replay must then reach back over the index too, as with messageIndexSafe. (4.9.8 would
-        # lose the lookups of the records before the chosen file; deliberate difference, index_recovery.py.)
-        no_safe_point = cfg.recover_from_checkpoint_offset and self.checkpoint.index_safe_point is None
-        if cfg.message_index_enable and (cfg.message_index_safe or no_safe_point):
-            min_ts = self.checkpoint.get_min_timestamp_index()
-        else:
-            min_ts = self.checkpoint.get_min_timestamp()
-        return ts <= min_ts
-
-    def _finish_recovery(self, process_offset: int, max_phy_offset_of_cq: int,
-                         truncate_logics: Callable[[int], None], reason: str) -> None:
-        mfq = self.mapped_file_queue
-        # Deliberate difference (quarantine.py): what the cut below removes is first copied aside; raises
-        # QuarantineError, with nothing cut, when the copy cannot be made.
-        preserve_cut(list(mfq.mapped_files), process_offset, self.config.store_path_root_dir, reason)
-        self._clamp_prop_crc_since(process_offset)
-        mfq.flushed_where = process_offset
-        mfq.truncate_dirty_files(process_offset)
-        self.checkpoint.clamp_offsets(process_offset)
-        if max_phy_offset_of_cq >= process_offset:
-            log.info("consume queues reach the commit log end (%d >= %d): truncating them there",
-                        max_phy_offset_of_cq, process_offset)
-            truncate_logics(process_offset)
-
-    def _clamp_prop_crc_since(self, end: int) -> None:
-        """Everything written from the recovered end on carries the CRC: the marker may not lie beyond it."""
-        if self.prop_crc_since is not None and self.prop_crc_since > end:
-            self._set_prop_crc_since(end)
+        """CommitLog.recoverAbnormally: from the newest file older than the checkpoint, re-dispatch all."""
+        return CommitLogRecovery(self).recover_abnormally(max_phy_offset_of_cq, dispatch, truncate_logics)
 
     def destroy(self) -> None:
         self.mapped_file_queue.destroy()

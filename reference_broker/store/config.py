@@ -97,7 +97,7 @@ class MessageStoreConfig:
     # rather than at the start of the newest file older than the checkpoint's time. False = 4.9.8.
     recover_from_checkpoint_offset: bool = True
     os_page_cache_busy_timeout_ms: int = 1000  # osPageCacheBusyTimeOutMills
-    # putMsgIndexHightWater (600,000 in 4.9.8; the seed Q&A 19 says 400,000): dispatch backlog, in
+    # putMsgIndexHightWater (600,000 in 4.9.8; the design Q&A's 400,000: docs/claims.md): dispatch backlog, in
     # messages, past which each put sleeps 1 ms so the writer cannot run away from the dispatcher.
     put_msg_index_high_water: int = 600_000
     store_host: tuple[str, int] = ("127.0.0.1", 10911)  # brokerIP1:listenPort (offsetMsgId)

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Final
 
 from reference_broker.common.dispatch import DispatchRequest
-from reference_broker.store.mapped_file import MappedFile, MappedFileQueue, SelectMappedBufferResult
+from reference_broker.store.mapped_file import MappedFile, SelectMappedBufferResult
+from reference_broker.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 

@@ -5,6 +5,11 @@ last exit removed ``abort``, abnormally (re-dispatch from the checkpoint) when i
 ``start()`` lets dispatch catch up, starts the services and creates ``abort``; ``shutdown()``
 flushes everything and removes ``abort`` only when the store is writeable and dispatch has caught up.
 
+The facade composes the parts: ``put``/``put_batch`` append and return a PendingPut that completes when the
+durability conditions in ``durability`` hold (durability.py); ``dispatcher`` builds consume queues and index
+from what the ReputMessageService reads and runs the dispatch hooks (dispatcher.py); ``reads`` serves every
+lookup (message_store_reads.py), its methods delegated here.
+
 Deliberate difference: the ``lock`` file is taken in ``load()`` rather than ``start()``, so a second
 store can never recover (and truncate) files that a running store is writing.
 """
@@ -18,12 +23,10 @@ import resource
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
-from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.quarantine_names import totals
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.clean import (
@@ -35,18 +38,20 @@ from reference_broker.store.clean import (
 from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE, CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
+from reference_broker.store.dispatcher import CommitLogDispatcher, DispatchHook
+from reference_broker.store.durability import DurabilityCondition, FlushCondition, PendingPut, submit_all
 from reference_broker.store.flush import (
     CommitRealTimeService,
     FlushConsumeQueueService,
     FlushRealTimeService,
-    GroupCommitRequest,
     GroupCommitService,
 )
 from reference_broker.store.index_service import IndexService
-from reference_broker.store.message_store_reads import StoreReads
+from reference_broker.store.message_store_reads import StoreReader, TagsFilter
 from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.reput import ReputMessageService
-from reference_broker.store.status import PutMessageResult, PutMessageStatus
+from reference_broker.store.service_thread import PeriodicTask
+from reference_broker.store.status import GetMessageResult, PutMessageResult, PutMessageStatus
 from reference_broker.store.warm import WarmAheadService
 
 log = logging.getLogger(__name__)
@@ -56,7 +61,6 @@ SERVICE_NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: "
     "the broker's disk is full [{disk}], messages are put to the slave, message store has been shut down, etc."
 )
-CQ_WRITE_RETRIES = 3  # seed Q&A 18 (4.9.8 retries 30 times, 1 s apart)
 
 
 def raise_open_files_limit() -> int:
@@ -78,7 +82,7 @@ class StoreLockedError(RuntimeError):
     """Another store holds the lock file of this directory."""
 
 
-class MessageStore(StoreReads):
+class MessageStore:
     def __init__(self, config: MessageStoreConfig) -> None:
         self.config = config
         root = config.store_path_root_dir
@@ -94,11 +98,14 @@ class MessageStore(StoreReads):
                                           safe_point_recovery=config.recover_from_checkpoint_offset)
         self.running_flags = RunningFlags()
         self.delay_table_ms = config.delay_level_table_ms()
-        self.reput = ReputMessageService(self.commit_log, self.do_dispatch, self.delay_table_ms)
+        self.dispatcher = CommitLogDispatcher(config, self.consume_queue_table, self.find_consume_queue,
+                                              self.index_service, self.checkpoint, self.running_flags)
+        self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch, self.delay_table_ms)
+        self.reads = StoreReader(config, self.commit_log, self.find_consume_queue, self.index_service,
+                                 self.running_flags, lambda: self._shutdown)
         self.flush_service: FlushRealTimeService | GroupCommitService
-        self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._is_slave = config.broker_role is BrokerRole.SLAVE
-        if self._sync_flush:
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.flush_service = GroupCommitService(self.commit_log, self.checkpoint)
         else:
             self.flush_service = FlushRealTimeService(self.commit_log, self.checkpoint, config)
@@ -115,16 +122,17 @@ class MessageStore(StoreReads):
         self.clean_commit_log = CleanCommitLogService(config, self.commit_log, self.running_flags)
         self.clean_consume_queue = CleanConsumeQueueService(self.commit_log, self.iter_consume_queues,
                                                             self.index_service.delete_expired_file)
-        self.dispatch_listeners: list[Callable[[DispatchRequest], None]] = []
-        self.dispatch_error_count = 0  # records a dispatcher could not take (skipped; see _dispatch_failed)
+        # What a put waits for before it answers, in order (CommitLog.asyncPutMessage: the flush, then —
+        # once replication exists — the slave's acknowledgement): see durability.py.
+        self.durability: list[DurabilityCondition] = [
+            FlushCondition(config, self.flush_service, self.commit_service)]
         self.last_exit_ok = True
         self.shutdown_normally: bool | None = None
         self._lock_fd: int | None = None
         self._started = False
         self._shutdown = False
         self._put_count = 0
-        self._sched_stop = threading.Event()
-        self._sched_threads: list[threading.Thread] = []
+        self._scheduled: list[PeriodicTask] = []
         # Not RocketMQ keys: how often the disk is checked and when cleaning first runs (60 s in RocketMQ).
         self.disk_check_interval_s = 1.0
         self.clean_initial_delay_s = 60.0
@@ -183,7 +191,8 @@ class MessageStore(StoreReads):
         if last_exit_ok:
             self.commit_log.recover_normally(max_phy_of_cq, self._truncate_logics)
         else:
-            end = self.commit_log.recover_abnormally(max_phy_of_cq, self.do_dispatch, self._truncate_logics)
+            end = self.commit_log.recover_abnormally(max_phy_of_cq, self.dispatcher.dispatch_recovered,
+                                                     self._truncate_logics)
             # Entries of records the log lost go; then a fresh safe point, so that a second crash before
             # the next flush round does not cut back to a header the truncation made stale. (Otherwise
             # the old safe point stays true: the index was only appended to since.)
@@ -253,20 +262,9 @@ class MessageStore(StoreReads):
             os.close(dfd)
 
     def _schedule(self, delay_s: float, period_s: float, fn: Callable[[], object]) -> None:
-        def loop() -> None:
-            if self._sched_stop.wait(delay_s):
-                return
-            while not self._sched_stop.is_set():
-                try:
-                    fn()
-                except Exception:
-                    log.exception("scheduled task %s failed", getattr(fn, "__name__", fn))
-                if self._sched_stop.wait(period_s):
-                    return
-
-        t = threading.Thread(target=loop, name=f"StoreScheduled-{getattr(fn, '__name__', 'task')}", daemon=True)
-        t.start()
-        self._sched_threads.append(t)
+        task = PeriodicTask(f"StoreScheduled-{getattr(fn, '__name__', 'task')}", delay_s, period_s, fn)
+        task.start()
+        self._scheduled.append(task)
 
     def clean_files(self) -> None:
         """One cleaning pass (cleanFilesPeriodically): commit log first, then what points into it."""
@@ -284,9 +282,10 @@ class MessageStore(StoreReads):
         if self._shutdown:
             return
         self._shutdown = True
-        self._sched_stop.set()
-        for t in self._sched_threads:
-            t.join(5)
+        for task in self._scheduled:
+            task.make_stop()
+        for task in self._scheduled:
+            task.join(5)
         if self._started:
             if self.commit_service is not None:
                 self.commit_service.shutdown()  # commits everything staged, so dispatch can catch up
@@ -352,108 +351,14 @@ class MessageStore(StoreReads):
                 queues[queue_id] = cq
             return cq
 
-    # ---- dispatch -------------------------------------------------------------------------------
-    def do_dispatch(self, reqs: list[DispatchRequest]) -> None:
-        """CommitLogDispatcherBuildConsumeQueue, then BuildIndex, then any listeners, for a run of records.
+    # ---- dispatch hooks ---------------------------------------------------------------------------
+    def add_dispatch_hook(self, hook: DispatchHook, *, during_recovery: bool) -> None:
+        """Run ``hook(request)`` for each record once dispatch wrote its consume-queue unit and index
+        entries (on the dispatch thread); ``during_recovery``: also for what abnormal recovery re-dispatches."""
+        self.dispatcher.add_hook(hook, during_recovery=during_recovery)
 
-        RocketMQ dispatches one record at a time; a run in log order gives every queue and the index the
-        same contents in the same order, with the per-record Python work cut to a minimum: each queue's
-        units are written together, and the index entries of the run in one vectorised step.
-        """
-        by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
-        not_type = mc.TRANSACTION_NOT_TYPE
-        commit_type = mc.TRANSACTION_COMMIT_TYPE
-        tran_mask = mc.TRANSACTION_ROLLBACK_TYPE
-        for req in reqs:
-            tran = req.sys_flag & tran_mask
-            if tran in (not_type, commit_type):
-                key = (req.topic, req.queue_id)
-                run = by_queue.get(key)
-                if run is None:
-                    by_queue[key] = [req]
-                else:
-                    run.append(req)
-        table = self.consume_queue_table
-        flags = self.running_flags
-        last_ts = -1
-        for (topic, queue_id), run in by_queue.items():
-            try:
-                queues = table.get(topic)
-                cq = queues.get(queue_id) if queues is not None else None
-                if cq is None:
-                    cq = self.find_consume_queue(topic, queue_id)
-                    assert cq is not None
-                if len(run) == 1 and flags.is_cq_writeable() and cq.append_unit(run[0]):
-                    ts = run[0].store_timestamp  # one unit of this queue in the run: the many-queues case
-                else:
-                    ts = self._put_cq_positions(cq, run)
-            except Exception as e:  # boundary: one queue's records must not stop the others
-                self._dispatch_failed(f"consume queue {topic!r}:{queue_id}", run, e)
-                continue
-            if ts > last_ts:
-                last_ts = ts
-        if last_ts >= 0:
-            self.checkpoint.dispatched_logics_timestamp = last_ts
-        if self.config.message_index_enable:
-            try:
-                self.index_service.build_index_batch(reqs)
-            except Exception as e:  # boundary: the index must not stop the consume queues
-                self._dispatch_failed("index", reqs, e)
-            if self.index_service.index_file_error and not flags.flag & RunningFlags.WRITE_INDEX_FILE_ERROR:
-                log.error("index files cannot be built: the store stops accepting writes")
-                flags.make_index_file_error()
-        for listener in self.dispatch_listeners:
-            for req in reqs:
-                try:
-                    listener(req)
-                except Exception as e:  # boundary: a listener's bug must not stop dispatch
-                    self._dispatch_failed(f"listener {listener!r}", [req], e)
-
-    def _dispatch_failed(self, what: str, reqs: list[DispatchRequest], exc: BaseException) -> None:
-        """A run of records one dispatcher could not take: skipped for that dispatcher, counted, logged.
-
-        4.9.8's ReputMessageService retries the same record forever (doReput does not advance past a
-        dispatcher's exception), so one record whose topic cannot be a directory stops dispatch for every
-        topic. Here the others go on; ``dispatchErrorCount`` in the runtime info counts what was skipped.
-        """
-        self.dispatch_error_count += len(reqs)
-        log.error("dispatch to %s failed for %d record(s) from commit-log offset %d (%s: %s); skipped, "
-                  "%d skipped so far", what, len(reqs), reqs[0].commit_log_offset, type(exc).__name__, exc,
-                  self.dispatch_error_count)
-
-    def _put_cq_positions(self, cq: ConsumeQueue, run: list[DispatchRequest]) -> int:
-        """One queue's units of a run: contiguous units are appended in one write; anything else (a new
-        file, pre-blank fill, re-dispatch over existing units, a write error) takes the per-unit path
-        with its retries. Returns the store time of the last unit written, or -1."""
-        n = len(run)
-        i = 0
-        last_ts = -1
-        while i < n:
-            done = cq.put_message_positions(run, i) if self.running_flags.is_cq_writeable() else 0
-            if done:
-                i += done
-                last_ts = run[i - 1].store_timestamp
-            else:
-                if self._put_cq_position(run[i], cq):
-                    last_ts = run[i].store_timestamp
-                i += 1
-        return last_ts
-
-    def _put_cq_position(self, req: DispatchRequest, cq: ConsumeQueue) -> bool:
-        for attempt in range(CQ_WRITE_RETRIES):
-            if not self.running_flags.is_cq_writeable():
-                break
-            try:
-                cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code,
-                                             req.consume_queue_offset)
-                return True
-            except OSError as e:
-                log.warning("[BUG] put commit log position info to %s:%d:%d failed, retry %d: %s",
-                            req.topic, req.queue_id, req.commit_log_offset, attempt + 1, e)
-                time.sleep(0.1)
-        log.error("[BUG] consume queue can not write, %s %d", req.topic, req.queue_id)
-        self.running_flags.make_logics_queue_error()
-        return False
+    def remove_dispatch_hook(self, hook: DispatchHook) -> None:
+        self.dispatcher.remove_hook(hook)
 
     # ---- puts -----------------------------------------------------------------------------------
     def is_os_page_cache_busy(self) -> bool:
@@ -471,136 +376,106 @@ class MessageStore(StoreReads):
         return (f"CL: {used(c.store_path_commit_log):5.2f} CQ: {used(c.store_path_consume_queue):5.2f} "
                 f"INDEX: {used(c.store_path_index):5.2f}")
 
-    def _check_store_status(self) -> PutMessageStatus | None:
+    def _refusal(self) -> PutMessageResult | None:
+        """checkStoreStatus (and checkMessage's page-cache check): why the store takes no put now, or None."""
+        status: PutMessageStatus | None = None
         if self._shutdown:
             log.warning("message store has shutdown, so putMessage is forbidden")
-            return PutMessageStatus.SERVICE_NOT_AVAILABLE
-        if self.config.broker_role is BrokerRole.SLAVE:
-            return PutMessageStatus.SERVICE_NOT_AVAILABLE
-        if not self.running_flags.is_writeable():
-            return PutMessageStatus.SERVICE_NOT_AVAILABLE
-        if self.is_os_page_cache_busy():
-            return PutMessageStatus.OS_PAGECACHE_BUSY
-        return None
-
-    def _throttle(self) -> None:
-        """Seed Q&A 19: slow each put by 1 ms while dispatch is far behind."""
-        if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
-            time.sleep(0.001)
-
-    def _rejected(self, status: PutMessageStatus) -> PutMessageResult:
+            status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+        elif self.config.broker_role is BrokerRole.SLAVE or not self.running_flags.is_writeable():
+            status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+        elif self.is_os_page_cache_busy():
+            status = PutMessageStatus.OS_PAGECACHE_BUSY
+        if status is None:
+            return None
         remark = self.service_not_available_remark() if status is PutMessageStatus.SERVICE_NOT_AVAILABLE else ""
         return PutMessageResult(status, None, remark)
 
-    def put_message_async(self, msg: rec.MessageExtBrokerInner) -> Future[PutMessageResult]:
-        """Append and return a future completed once the flush policy is satisfied."""
-        fut: Future[PutMessageResult] = Future()
-        self.put_message_callback(msg, fut.set_result)
-        return fut
+    def _throttle(self) -> None:
+        """docs/claims.md `dispatch-throttle`: slow each put by 1 ms while dispatch is far behind
+        (putMsgIndexHightWater), so the writer waits for the dispatch thread instead of outrunning it."""
+        if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
+            time.sleep(0.001)
 
-    def put_message_callback(self, msg: rec.MessageExtBrokerInner,
-                             callback: Callable[[PutMessageResult], None]) -> None:
-        """Append; ``callback(result)`` runs once the flush policy is satisfied — at once under
-        ASYNC_FLUSH, on the group-commit (or watcher) thread under SYNC_FLUSH. The lean primitive
-        for an event-loop broker: no thread waits per put."""
-        self._after_append(self._append(msg), msg.properties.get(mc.PROPERTY_WAIT_STORE_MSG_OK) != "false",
-                           callback)
+    def put(self, msg: rec.MessageExtBrokerInner) -> PendingPut:
+        """Append one message (CommitLog.asyncPutMessage); the result is ready at once, or once the
+        durability conditions hold. A message with ``WAIT=false`` never waits for them."""
+        cl = self.commit_log
+        # Every refusal needs one of these: the common put skips the checks with one test.
+        if self._shutdown or self._is_slave or self.running_flags.flag or cl.begin_time_in_lock:
+            refused = self._refusal()
+            if refused is not None:
+                return PendingPut(refused)
+        self._throttle()
+        result = cl.put_message(msg)
+        if result.status is PutMessageStatus.PUT_OK:
+            self._put_count += 1
+        return submit_all(self.durability, result, msg.properties.get(mc.PROPERTY_WAIT_STORE_MSG_OK) != "false")
 
-    def put_messages_async(self, batch: MessageExtBatch | EncodedBatch) -> Future[PutMessageResult]:
-        fut: Future[PutMessageResult] = Future()
-        self.put_messages_callback(batch, fut.set_result)
-        return fut
-
-    def put_messages_callback(self, batch: MessageExtBatch | EncodedBatch,
-                              callback: Callable[[PutMessageResult], None]) -> None:
-        """Append a batch (a list of messages, or still encoded as sent: ``EncodedBatch``); ``callback`` as for
-        ``put_message_callback``."""
-        bad = self._check_store_status()
-        if bad is not None:
-            callback(self._rejected(bad))
-            return
+    def put_batch(self, batch: MessageExtBatch | EncodedBatch) -> PendingPut:
+        """Append a batch (a list of messages, or still encoded as sent: ``EncodedBatch``) as ``put`` does
+        one message (CommitLog.asyncPutMessages); a batch always waits for the durability conditions."""
+        refused = self._refusal()
+        if refused is not None:
+            return PendingPut(refused)
         self._throttle()
         cl = self.commit_log
         result = cl.put_messages(batch) if isinstance(batch, MessageExtBatch) else cl.put_encoded_batch(batch)
         if result.status is PutMessageStatus.PUT_OK and result.append is not None:
             self._put_count += result.append.msg_num
-        self._after_append(result, True, callback)
+        return submit_all(self.durability, result, True)
 
     def put_message(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
-        """Append; under SYNC_FLUSH wait for the group commit (the blocking twin of put_message_async)."""
-        result = self._append(msg)
-        if result.status is not PutMessageStatus.PUT_OK or result.append is None:
-            return result
-        svc = self.flush_service
-        if self._sync_flush:
-            if msg.properties.get(mc.PROPERTY_WAIT_STORE_MSG_OK) == "false":
-                svc.wakeup()
-                return result
-            req = GroupCommitRequest(result.append.wrote_offset + result.append.wrote_bytes,
-                                     self.config.sync_flush_timeout_ms)
-            assert isinstance(svc, GroupCommitService)
-            svc.put_request(req)
-            status = req.wait()
-            if status is not PutMessageStatus.PUT_OK:
-                log.error("do groupcommit, wait for flush failed, topic offset %d", result.append.wrote_offset)
-                return PutMessageResult(status, result.append)
-            return result
-        if self.commit_service is not None:
-            self.commit_service.wakeup()  # handleDiskFlush: with the pool, puts wake the commit thread
-        elif not self.config.flush_commit_log_timed:
-            svc.wakeup()
-        return result
+        """``put``, blocking until its result is ready (DefaultMessageStore.putMessage)."""
+        return self.put(msg).wait()
 
     def put_messages(self, batch: MessageExtBatch | EncodedBatch) -> PutMessageResult:
-        # Bounded like DefaultMessageStore.putMessages: flush timeout + 5 s, then UNKNOWN_ERROR.
-        try:
-            return self.put_messages_async(batch).result(self.config.sync_flush_timeout_ms / 1000 + 5)
-        except TimeoutError:
-            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
+        """``put_batch``, blocking until its result is ready (DefaultMessageStore.putMessages)."""
+        return self.put_batch(batch).wait()
 
-    def _append(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
-        cl = self.commit_log
-        begin = cl.begin_time_in_lock
-        if self._shutdown or self._is_slave or self.running_flags.flag or begin:
-            bad = self._check_store_status()
-            if bad is not None:
-                return self._rejected(bad)
-        if self._put_count - self.reput.dispatched_count > self.config.put_msg_index_high_water:
-            time.sleep(0.001)  # seed Q&A 19: dispatch is far behind, slow the writer down
-        result = cl.put_message(msg)
-        if result.status is PutMessageStatus.PUT_OK:
-            self._put_count += 1
-        return result
+    # ---- reads (StoreReader) ----------------------------------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tags_filter: TagsFilter | None = None) -> GetMessageResult:
+        return self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter)
 
-    def _after_append(self, result: PutMessageResult, wait_store_ok: bool,
-                      callback: Callable[[PutMessageResult], None]) -> None:
-        """handleDiskFlush: SYNC_FLUSH waits for group commit, ASYNC_FLUSH wakes the flusher."""
-        append = result.append
-        if result.status is not PutMessageStatus.PUT_OK or append is None:
-            callback(result)
-            return
-        svc = self.flush_service
-        if isinstance(svc, GroupCommitService):
-            if not wait_store_ok:
-                svc.wakeup()
-                callback(result)
-                return
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reads.get_max_offset_in_queue(topic, queue_id)
 
-            def flushed(status: PutMessageStatus) -> None:
-                if status is PutMessageStatus.PUT_OK:
-                    callback(result)
-                else:
-                    log.error("do groupcommit, wait for flush failed, topic offset %d", append.wrote_offset)
-                    callback(PutMessageResult(status, append))
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reads.get_min_offset_in_queue(topic, queue_id)
 
-            svc.put_request(GroupCommitRequest(append.wrote_offset + append.wrote_bytes,
-                                               self.config.sync_flush_timeout_ms, flushed))
-            return
-        if self.commit_service is not None:
-            self.commit_service.wakeup()
-        elif not self.config.flush_commit_log_timed:
-            svc.wakeup()
-        callback(result)
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        return self.reads.get_commit_log_offset_in_queue(topic, queue_id, cq_offset)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        return self.reads.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        return self.reads.get_message_store_timestamp(topic, queue_id, cq_offset)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        return self.reads.get_earliest_message_time(topic, queue_id)
+
+    def get_max_phy_offset(self) -> int:
+        return self.commit_log.get_max_offset()
+
+    def get_min_phy_offset(self) -> int:
+        return self.commit_log.get_min_offset()
+
+    def check_in_disk_by_commit_offset(self, offset_py: int, max_offset_py: int) -> bool:
+        return self.reads.check_in_disk_by_commit_offset(offset_py, max_offset_py)
+
+    def look_message_by_offset(self, commit_log_offset: int, size: int = -1) -> rec.MessageExt | None:
+        return self.reads.look_message_by_offset(commit_log_offset, size)
+
+    def select_one_message_by_offset(self, commit_log_offset: int, size: int = -1) -> bytes | None:
+        return self.reads.select_one_message_by_offset(commit_log_offset, size)
+
+    def look_message_by_msg_id(self, offset_msg_id: str) -> rec.MessageExt | None:
+        return self.reads.look_message_by_msg_id(offset_msg_id)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[rec.MessageExt]:
+        return self.reads.query_message(topic, key, max_num, begin, end)
 
     # ---- housekeeping ---------------------------------------------------------------------------
     def get_runtime_info(self) -> dict[str, str]:
@@ -613,7 +488,7 @@ class MessageStore(StoreReads):
             "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
             "putMessageCount": str(self._put_count),
             "dispatchedCount": str(self.reput.dispatched_count),
-            "dispatchErrorCount": str(self.dispatch_error_count),
+            "dispatchErrorCount": str(self.dispatcher.error_count),
             "diskFull": str(self.running_flags.is_disk_full()).lower(),
             "writeable": str(self.running_flags.is_writeable()).lower(),
             "pageCacheLockTimeMills": str(int(time.time() * 1000) - cl.begin_time_in_lock
@@ -623,7 +498,7 @@ class MessageStore(StoreReads):
             "quarantinedFiles": str(q.files),
             "quarantinedBytes": str(q.bytes),
             "quarantinedIntactRecords": str(q.intact_records),
-            "badRecordsSkipped": str(self.bad_records_skipped),
+            "badRecordsSkipped": str(self.reads.bad_records_skipped),
         }
 
     @property

@@ -1,7 +1,9 @@
-"""The read side of MessageStore: consume-queue lookups, getMessage with RocketMQ's batch limits,
+"""The read side of the store: consume-queue lookups, getMessage with RocketMQ's batch limits,
 messages by offset, offsetMsgId, key and time (DefaultMessageStore, 4.9.8).
 
-A mixin so that the facade stays one object; it reads only the attributes declared below.
+The MessageStore owns one StoreReader and delegates its read methods to it; the reader is given exactly
+what it reads: the commit log, the consume-queue lookup, the index, the running flags and whether the
+store has shut down.
 """
 
 from __future__ import annotations
@@ -26,14 +28,19 @@ TagsFilter = Callable[[int], bool]
 _NEVER = 1 << 63  # no commit-log offset reaches it
 
 
-class StoreReads:
-    config: MessageStoreConfig
-    commit_log: CommitLog
-    index_service: IndexService
-    running_flags: RunningFlags
-    _shutdown: bool
-    # Records not served because their checksums failed (record_check.py); a metric in the runtime stats.
-    bad_records_skipped: int = 0
+class StoreReader:
+    def __init__(self, config: MessageStoreConfig, commit_log: CommitLog,
+                 find_consume_queue: Callable[[str, int, bool], ConsumeQueue | None],
+                 index_service: IndexService, running_flags: RunningFlags,
+                 is_shut_down: Callable[[], bool]) -> None:
+        self.config = config
+        self.commit_log = commit_log
+        self._find = find_consume_queue
+        self.index_service = index_service
+        self.running_flags = running_flags
+        self.is_shut_down = is_shut_down
+        # Records not served because their checksums failed (record_check.py); a metric in the runtime stats.
+        self.bad_records_skipped = 0
 
     def _served_intact(self, raw: bytes, offset: int) -> bool:
         """The record at ``offset`` may be served: its checksums hold. Otherwise it is counted and logged,
@@ -50,8 +57,8 @@ class StoreReads:
         log.error("commit-log record at offset %d (%d bytes) fails its CRC: not served (skipped; %d so far)",
                   offset, len(raw), self.bad_records_skipped)
 
-    def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
-        raise NotImplementedError
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        return self._find(topic, queue_id, create)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.find_consume_queue(topic, queue_id, create=False)
@@ -85,12 +92,6 @@ class StoreReads:
         if cq is None:
             return -1
         return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
-
-    def get_max_phy_offset(self) -> int:
-        return self.commit_log.get_max_offset()
-
-    def get_min_phy_offset(self) -> int:
-        return self.commit_log.get_min_offset()
 
     def look_message_by_offset(self, commit_log_offset: int, size: int = -1) -> rec.MessageExt | None:
         """Decode the record at ``commit_log_offset`` (its size is read when not given)."""
@@ -167,7 +168,7 @@ class StoreReads:
                     tags_filter: TagsFilter | None = None) -> GetMessageResult:
         """DefaultMessageStore.getMessage: a batch from ``offset`` within RocketMQ's transfer limits."""
         del group  # kept for the signature's sake: filters and stats are per group in RocketMQ
-        if self._shutdown or not self.running_flags.is_readable():
+        if self.is_shut_down() or not self.running_flags.is_readable():
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset)
         max_offset_py = self.commit_log.get_max_offset()
         cq = self.find_consume_queue(topic, queue_id, create=False)

@@ -1,41 +1,41 @@
 """ReputMessageService: one thread dispatches commit-log records, in log order, to the dispatchers.
 
-Seed Q&A 2–3: once a record is in the commit log the put returns; a single separate thread builds
+docs/claims.md `dispatch-async`: once a record is in the commit log the put returns; a single separate thread builds
 the consume queues and the index from the log (ReputMessageService, 4.9.8). It reads the log itself
 (not an in-memory hand-off), so the same path serves recovery and, later, a slave's replicated bytes.
-The put path is slowed when this thread falls too far behind (seed Q&A 19; see MessageStore).
+The put path is slowed when this thread falls too far behind (docs/claims.md `dispatch-throttle`; see MessageStore).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from reference_broker.common import record as rec
 from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.store.commit_log import CommitLog
+from reference_broker.store.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
 
 DISPATCH_RUN_RECORDS = 4096  # records parsed and dispatched together (bounds memory per run)
 STUCK_RETRIES = 100  # ~1 s of 10 ms retries at one offset before it is skipped (see _skip_stuck)
-ArrivingListener = Callable[[str, int, int, int, int], None]  # topic, queue id, cq offset + 1, tags, store ts
 
 
-class ReputMessageService:
+class ReputMessageService(ServiceThread):
+    """``dispatch`` takes a run of records in log order: the store's CommitLogDispatcher, which also runs
+    the dispatch hooks (the long-polling service's messageArrivingListener among them)."""
+
     def __init__(self, commit_log: CommitLog, dispatch: Callable[[list[DispatchRequest]], None],
                  delay_table_ms: dict[int, int]) -> None:
+        super().__init__("ReputMessageService")
         self.commit_log = commit_log
         self.dispatch = dispatch
         self.delay_table_ms = delay_table_ms
         self.reput_from_offset = 0
-        self.arriving_listener: ArrivingListener | None = None
         self.dispatched_count = 0
         self.stuck_skips = 0
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
         self.idle_sleep_s = 0.001  # ReputMessageService sleeps 1 ms per loop
 
     def behind(self) -> int:
@@ -58,7 +58,7 @@ class ReputMessageService:
                         self.reput_from_offset, cl.get_min_offset())
             self.reput_from_offset = cl.get_min_offset()
         scan = rec.scan_records
-        while not self._stopped.is_set() and self.reput_from_offset < cl.get_max_offset():
+        while not self.is_stopped and self.reput_from_offset < cl.get_max_offset():
             res = cl.get_data(self.reput_from_offset)
             if res is None:
                 break
@@ -69,15 +69,10 @@ class ReputMessageService:
                 pos = 0
                 dispatch = self.dispatch
                 delay = self.delay_table_ms
-                while pos < size and not self._stopped.is_set():
+                while pos < size and not self.is_stopped:
                     reqs, pos, end = scan(data, pos, size, False, delay, DISPATCH_RUN_RECORDS)
                     if reqs:
                         dispatch(reqs)
-                        listener = self.arriving_listener
-                        if listener is not None:
-                            for req in reqs:
-                                listener(req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code,
-                                         req.store_timestamp)
                         self.dispatched_count += len(reqs)
                         self.reput_from_offset = base + pos
                     if end is rec.ScanEnd.LIMIT:
@@ -93,9 +88,9 @@ class ReputMessageService:
                 res.release()
         return progressed
 
-    def _run(self) -> None:
+    def run(self) -> None:
         failed_at, failures = -1, 0
-        while not self._stopped.is_set():
+        while not self.is_stopped:
             try:
                 if not self.do_reput():
                     time.sleep(self.idle_sleep_s)
@@ -112,25 +107,19 @@ class ReputMessageService:
     def _skip_stuck(self) -> None:
         """Leave an offset that failed STUCK_RETRIES times in a row for the next file, so that dispatch of
         every later record goes on. 4.9.8 retries forever; the dispatchers themselves already skip what they
-        cannot take (MessageStore.do_dispatch), so this is the last line against a bug in the reading."""
+        cannot take (CommitLogDispatcher in dispatcher.py), so this is the last line against a bug in the reading."""
         at = self.reput_from_offset
         self.reput_from_offset = self.commit_log.roll_next_file(at)
         self.stuck_skips += 1
         log.error("reput: offset %d failed %d times in a row; skipped %d bytes to the next file",
                   at, STUCK_RETRIES, self.reput_from_offset - at)
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
-        self._thread.start()
-
     def shutdown(self, wait_caught_up_s: float = 5.0) -> None:
         """Let dispatch catch up (up to ``wait_caught_up_s``), then stop (ReputMessageService.shutdown)."""
         deadline = time.monotonic() + wait_caught_up_s
-        while self.is_commit_log_available() and time.monotonic() < deadline and self._thread is not None \
-                and self._thread.is_alive():
+        t = self._thread
+        while self.is_commit_log_available() and time.monotonic() < deadline and t is not None and t.is_alive():
             time.sleep(0.01)
         if self.is_commit_log_available():
             log.warning("shutdown with dispatch behind by %d bytes", self.behind())
-        self._stopped.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        super().shutdown(10)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from reference_broker.store.flush import ServiceThread
-from reference_broker.store.mapped_file import MappedFileQueue
+from reference_broker.store.mapped_file_queue import MappedFileQueue
+from reference_broker.store.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
 

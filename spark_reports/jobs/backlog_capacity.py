@@ -17,9 +17,11 @@ from typing import Any, Final
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
+from spark_reports.backlog_runs import BacklogRow, ReadSource, backlog_rows
 from spark_reports.claims import ClaimId, Finding, Verdict, write_findings
-from spark_reports.html_report import Page, ReportOutput, runs_section, write_csv
-from spark_reports.jobs.accumulation import BacklogRow, ReadSource, backlog_rows
+from spark_reports.html_report import Page, ReportOutput, write_csv
+from spark_reports.job_runner import Job, submit
+from spark_reports.report_io import finish_report, fixed, make_report_dir
 from spark_reports.run_records import RunInfo, discover_runs, load_events, load_metrics, read_faults
 
 NAME: Final = "backlog-capacity"
@@ -36,7 +38,7 @@ PAGE_BYTES: Final = 4096  # fio's random-read block and the page the kernel read
 # Faults that do not change what the broker writes: runs with them still measure the footprint.
 NEUTRAL_FAULTS: Final = frozenset({"drop_caches"})
 
-# The seed (design Q&A "message accumulation"): "线上96G物理内存,按照1K消息算,可以在物理内存缓存1亿条消息".
+# The seed (docs/claims.md, `page-cache-capacity`): "线上96G物理内存,按照1K消息算,可以在物理内存缓存1亿条消息".
 SEED_RAM_BYTES: Final = 96 * 2**30  # "96G" read as GiB: 96 GiB ÷ 1 KiB = 1.007 × 10^8, the seed's arithmetic
 SEED_MESSAGE_BYTES: Final = 1024  # "1K" messages
 SEED_CACHED_MESSAGES: Final = 10**8  # "1亿"
@@ -279,18 +281,13 @@ def page_cache_finding(prints: list[Footprint]) -> Finding:
 # ---- the page ----------------------------------------------------------------------------------------------------
 
 
-def _num(value: float | None, digits: int = 0) -> str | None:
-    return None if value is None else f"{value:,.{digits}f}"
-
-
 def _count(value: float | None) -> str | None:
     return None if value is None else f"{value:.3g}"
 
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
     runs = discover_runs(runs_dir)
-    report_dir = out_dir / NAME
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = make_report_dir(out_dir, NAME)
     prints, excluded = footprints(spark, runs)
     rows, _ = backlog_rows(spark, runs, with_series=False)
     findings = [cold_read_finding(rows), page_cache_finding(prints)]
@@ -333,9 +330,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
     if prints:
         page.table(["run", "messages", "commit log (B/msg)", "body (B)", "index entries", "index (B/msg)",
                     "total (B/msg)", "read path (B/msg)", "total, 1 KiB body (B)"],
-                   [(f.run_id, f.acknowledged, _num(f.record_bytes, 1), _num(f.body_bytes, 1), _num(f.index_entries, 2),
-                     _num(f.index_bytes, 1), _num(f.total_bytes, 1), _num(f.read_path_bytes, 1),
-                     _num(f.total_bytes_1k, 1)) for f in prints])
+                   [(f.run_id, f.acknowledged, fixed(f.record_bytes, 1), fixed(f.body_bytes, 1),
+                     fixed(f.index_entries, 2),
+                     fixed(f.index_bytes, 1), fixed(f.total_bytes, 1), fixed(f.read_path_bytes, 1),
+                     fixed(f.total_bytes_1k, 1)) for f in prints])
         page.heading("How many messages fit")
         page.table(["run", "96 GiB (seed) holds", "this machine's RAM", "RAM holds", "disk", "disk holds (85 %)",
                     "room at the run's start"],
@@ -357,9 +355,9 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
     if read_rows:
         page.table(["run", "mode", "read source", "read rate (msg/s)", "÷ 5,000", "fio 4 KiB random reads/s",
                     "fio limit (msg/s)"],
-                   [(r.plan.run_id, r.plan.mode, r.plan.read_source.value, _num(r.read_rate),
-                     _num(None if r.read_rate is None else r.read_rate / SEED_COLD_READ_MSGS, 2), _num(iops),
-                     _num(limit)) for r, iops, limit in read_rows], text_columns=3)
+                   [(r.plan.run_id, r.plan.mode, r.plan.read_source.value, fixed(r.read_rate),
+                     fixed(None if r.read_rate is None else r.read_rate / SEED_COLD_READ_MSGS, 2), fixed(iops),
+                     fixed(limit)) for r, iops, limit in read_rows], text_columns=3)
         if all(iops is None for _, iops, _ in read_rows):
             page.paragraph("fio not measured in these runs (meta.json fio has no randread_4k_iops): no random-read "
                            "limit to compare with.", note=True)
@@ -372,13 +370,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
         page.paragraph("No backlog runs among the runs read.", note=True)
     page.links([("footprint.csv", "footprint.csv"), ("read_rates.csv", "read_rates.csv"),
                 ("findings.json", "findings.json")])
-    runs_section(page, runs)
-    index = report_dir / "index.html"
-    page.write(index)
-    return ReportOutput(NAME, index, tuple(files))
+    return finish_report(page, report_dir, NAME, runs, files)
 
+
+JOB: Final = Job(NAME, run)
 
 if __name__ == "__main__":
-    from spark_reports.cli import job_main
-
-    job_main(NAME)
+    submit(JOB)

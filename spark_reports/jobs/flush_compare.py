@@ -6,7 +6,8 @@ flush mode's own "sync"/"async" token left out of the name, as chaos names its r
 same sysctl profile in force. Throughput and latency are compared only inside a group holding both modes.
 Runs under faults (kill -9, power loss restarts) stall for the restart, so their latency describes the
 fault, not the flush mode: such groups are compared only when no fault-free group exists, and the page then
-says so. Their loss is shown from the loss report's rows (``jobs.loss``), per flush mode and fault.
+says so. Their loss is shown from the per-run loss rows (``run_loss``, as the loss report shows them), per
+flush mode and fault.
 
 - throughput = acknowledged sends ÷ the load window (first send's start → last acknowledged send's ack);
 - send latency = ack − start of acknowledged sends, p50 / p99 / p99.9 / max per mode, by percentile_approx
@@ -23,12 +24,12 @@ from typing import Any, Final
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_reports.claims import write_findings
-from spark_reports.claims_html import findings_section
-from spark_reports.html_report import Page, ReportOutput, runs_section, write_csv
-from spark_reports.jobs import loss
+from spark_reports import run_loss as loss
+from spark_reports.html_report import Page, ReportOutput, write_csv
+from spark_reports.job_runner import Job, submit
 from spark_reports.percentiles import CDF_GRID, DEFAULT_ACCURACY, MIN_ACCURACY
 from spark_reports.plots import cdf_plot
+from spark_reports.report_io import finish_report, make_report_dir
 from spark_reports.run_records import RunInfo, discover_runs, load_events, read_faults
 
 NAME: Final = "flush-compare"
@@ -240,8 +241,7 @@ def _ms(ns: int | None) -> float | None:
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY) -> ReportOutput:
     runs = discover_runs(runs_dir)
-    report_dir = out_dir / NAME
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = make_report_dir(out_dir, NAME)
     groups = comparison_groups(runs)
     compared, fault_free = chosen_pairs(groups)
     perf = compute(spark, compared, runs, accuracy)
@@ -308,17 +308,12 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
         page.table(["flush mode", *loss_faults], loss_rows, text_columns=1 + len(loss_faults))
     else:
         page.paragraph("No run of either flush mode has a check.json.", note=True)
-    page.links([(p.name, p.name) for p in files if p.suffix == ".csv"])
-    findings_section(page, [])
-    write_findings(report_dir, [])
     used = {rid for g in compared for ids in g.runs.values() for rid in ids} | {x.run_id for x in losses}
-    runs_section(page, [r for r in runs if r.run_id in used])
-    index = report_dir / "index.html"
-    page.write(index)
-    return ReportOutput(NAME, index, tuple(files))
+    return finish_report(page, report_dir, NAME, [r for r in runs if r.run_id in used], files, link_csvs=True,
+                         findings=[])
 
+
+JOB: Final = Job(NAME, run)
 
 if __name__ == "__main__":
-    from spark_reports.cli import job_main
-
-    job_main(NAME)
+    submit(JOB)

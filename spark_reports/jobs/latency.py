@@ -1,6 +1,6 @@
 """Latency report: send latency, send-to-consume latency and publish delay, per run and per 10 s window.
 
-Every figure comes from the raw event rows (HARNESS_FACTS §8: never an average of percentiles).
+Every figure comes from the raw event rows (docs/design.md, Run records: never an average of percentiles).
 - send latency = end_ns − start_ns of acknowledged sends (outcome "ok"), as OMB's publishLatency;
 - publish delay = start_ns − intended_ns of every send attempt, the coordinated-omission metric
   (OMB's publishDelayLatency); 0 for closed-loop runs, where intended_ns = start_ns;
@@ -21,7 +21,8 @@ from typing import Final
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark_reports.html_report import Page, ReportOutput, runs_section, write_csv
+from spark_reports.html_report import Page, ReportOutput, write_csv
+from spark_reports.job_runner import Job, submit
 from spark_reports.percentiles import (
     CDF_GRID,
     DEFAULT_ACCURACY,
@@ -31,6 +32,7 @@ from spark_reports.percentiles import (
     PERCENTILES,
 )
 from spark_reports.plots import cdf_plot, window_plot
+from spark_reports.report_io import finish_report, make_report_dir
 from spark_reports.run_records import RunInfo, discover_runs, load_events
 
 NAME: Final = "latency"
@@ -171,8 +173,7 @@ def _ms(ns: int | None) -> float | None:
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY,
         window_accuracy: int = DEFAULT_WINDOW_ACCURACY) -> ReportOutput:
     runs = discover_runs(runs_dir)
-    report_dir = out_dir / NAME
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = make_report_dir(out_dir, NAME)
     stats = compute(spark, runs, accuracy, window_accuracy)
     whole = [s for s in stats if s.window is None]
     windows = [s for s in stats if s.window is not None]
@@ -231,14 +232,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
                          *(_ms(s.value(lab)) for lab in value_labels)) for s in metric_windows], text_columns=2)
         else:
             page.paragraph(f"{len(metric_windows)} windows: see latency_windows.csv.", note=True)
-    page.links([(p.name, p.name) for p in files if p.suffix == ".csv"])
-    runs_section(page, runs)
-    index = report_dir / "index.html"
-    page.write(index)
-    return ReportOutput(NAME, index, tuple(files))
+    return finish_report(page, report_dir, NAME, runs, files, link_csvs=True)
 
+
+JOB: Final = Job(NAME, run, percentile_options=True)
 
 if __name__ == "__main__":
-    from spark_reports.cli import job_main
-
-    job_main(NAME)
+    submit(JOB)

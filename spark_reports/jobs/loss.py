@@ -12,166 +12,43 @@ loss; and, from the disk-fill runs (``disk_fill_evidence``), that a disk above 9
 reads go on and writes come back once space is freed.
 """
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from spark_reports.claims import ClaimId, Finding, Verdict, write_findings
-from spark_reports.claims_html import findings_section
+from spark_reports.claims import ClaimId, Finding, Verdict
 from spark_reports.disk_fill_evidence import RESUME_DEADLINE_S, FillCycle, fill_cycles, is_disk_fill_run
-from spark_reports.html_report import Page, ReportOutput, runs_section, write_csv
+from spark_reports.html_report import Page, ReportOutput, write_csv
+from spark_reports.job_runner import Job, submit
 from spark_reports.offset_math import COMMITLOG_RECORD_FIXED_BYTES
 from spark_reports.plots import bar_plot
-from spark_reports.run_records import RunInfo, discover_runs, read_check, read_faults
+from spark_reports.report_io import csv_links, finish_report, make_report_dir, report_findings
+from spark_reports.run_loss import (
+    ASYNC_FLUSH,
+    CRASHES,
+    KILL9,
+    POWER_LOSS,
+    POWER_LOSS_TORN,
+    POWER_LOSSES,
+    SYNC_FLUSH,
+    RunLoss,
+    crash_counts,
+    grouped,
+    headline_table,
+    power_loss_windows,
+    run_loss,
+)
+from spark_reports.run_records import discover_runs, read_faults
 
 NAME: Final = "loss"
-NO_FAULT: Final = "none"
-KILL9: Final = "kill9"
-POWER_LOSS: Final = "power_loss"
-DISK_FILL: Final = "disk_fill"
-SYNC_FLUSH: Final = "SYNC_FLUSH"
-ASYNC_FLUSH: Final = "ASYNC_FLUSH"
-CRASHES: Final = (KILL9, POWER_LOSS)  # the "abnormal shutdowns" of the seed's flush-mode claims
-# faults.jsonl entries that end a fault rather than inject one (harness FaultKind RESTART, RESUME, HEAL and
-# chaos/disk_fill.py's disk_free): they do not name what the run was exposed to.
-NOT_FAULTS: Final = frozenset({"restart", "resume", "heal", "disk_free"})
 KIB: Final = 1024
 # The seed's "tens of KB" read as under 100 KiB: the size the seed expects the unflushed tail to have.
 TENS_OF_KB_BYTES: Final = 100 * KIB
 
 
-@dataclass(frozen=True)
-class RunLoss:
-    run_id: str
-    flush_mode: str
-    fault: str
-    profile: str
-    attempted: int
-    acknowledged: int
-    lost: int
-    lost_bytes: int
-    unflushed_bytes: int | None
-    duplicated: int
-    recovered: int
-    unexpected: int
-    valid: bool
-
-
-_SCHEMA = StructType([
-    StructField("run_id", StringType(), False),
-    StructField("flush_mode", StringType(), False),
-    StructField("fault", StringType(), False),
-    StructField("profile", StringType(), False),
-    *(StructField(name, LongType(), name == "unflushed_bytes")
-      for name in ("attempted", "acknowledged", "lost", "lost_bytes", "unflushed_bytes", "duplicated",
-                   "recovered", "unexpected")),
-    StructField("valid", BooleanType(), False),
-])
-
-
-def fault_label(faults: list[dict[str, Any]]) -> str:
-    """The run's fault kinds, sorted and joined with "+" ("none" for a run without faults); entries that end a
-    fault (restart, resume, heal, disk_free) are not faults."""
-    kinds = sorted({str(f.get("kind", "?")) for f in faults} - NOT_FAULTS)
-    return "+".join(kinds) if kinds else NO_FAULT
-
-
-def power_loss_windows(faults: list[dict[str, Any]]) -> list[int]:
-    """Per power-loss fault, the unflushed window at the crash in commit-log bytes: the fault's own
-    ``unflushed_bytes`` (chaos: written bound − flushed offset, counting sends acknowledged after the offsets
-    were sampled) when given, else written_offset − flushed_offset."""
-    windows = []
-    for fault in faults:
-        params = fault.get("params") or {}
-        if fault.get("kind") != POWER_LOSS:
-            continue
-        if "unflushed_bytes" in params:
-            windows.append(int(params["unflushed_bytes"]))
-        elif "written_offset" in params and "flushed_offset" in params:
-            windows.append(int(params["written_offset"]) - int(params["flushed_offset"]))
-    return windows
-
-
-def unflushed_bytes(faults: list[dict[str, Any]]) -> int | None:
-    """Sum of the power-loss windows; None when no power loss was injected."""
-    windows = power_loss_windows(faults)
-    return sum(windows) if windows else None
-
-
-def crash_counts(faults: list[dict[str, Any]]) -> dict[str, int]:
-    """How many kill -9 and power-loss crashes the run went through, by kind."""
-    out: dict[str, int] = {}
-    for fault in faults:
-        kind = str(fault.get("kind"))
-        if kind in CRASHES:
-            out[kind] = out.get(kind, 0) + 1
-    return out
-
-
-def run_loss(run: RunInfo) -> RunLoss | None:
-    check = read_check(run)
-    if check is None:
-        return None
-    faults = read_faults(run)
-
-    def count(key: str) -> int:
-        return int(check.get(key) or 0)
-
-    return RunLoss(
-        run_id=run.run_id, flush_mode=run.flush_mode, fault=fault_label(faults), profile=run.sysctl_profile,
-        attempted=count("attempted"), acknowledged=count("acknowledged"), lost=count("lost"),
-        lost_bytes=count("lost_bytes"), unflushed_bytes=unflushed_bytes(faults), duplicated=count("duplicated"),
-        recovered=count("recovered"), unexpected=count("unexpected"), valid=bool(check.get("valid", False)),
-    )
-
-
-@dataclass(frozen=True)
-class GroupLoss:
-    flush_mode: str
-    fault: str
-    profile: str
-    runs: int
-    acknowledged: int
-    lost: int
-    lost_bytes: int
-    unflushed_bytes: int | None
-    duplicated: int
-    recovered: int
-    unexpected: int
-    invalid_runs: int
-
-
-def grouped(spark: SparkSession, losses: list[RunLoss], keys: tuple[str, ...]) -> list[GroupLoss]:
-    """Sum the per-run counts over ``keys`` (a subset of flush_mode, fault, profile) in Spark."""
-    df = spark.createDataFrame([asdict(x) for x in losses], _SCHEMA)
-    sums = [F.sum(c).alias(c) for c in ("acknowledged", "lost", "lost_bytes", "unflushed_bytes", "duplicated",
-                                         "recovered", "unexpected")]
-    agg = df.groupBy(*keys).agg(F.count(F.lit(1)).alias("runs"), *sums,
-                                F.sum(F.when(F.col("valid"), 0).otherwise(1)).alias("invalid_runs"))
-    rows = agg.orderBy(*keys).collect()
-    return [GroupLoss(
-        flush_mode=r["flush_mode"], fault=r["fault"], profile=r["profile"] if "profile" in keys else "(all)",
-        runs=int(r["runs"]), acknowledged=int(r["acknowledged"]), lost=int(r["lost"]), lost_bytes=int(r["lost_bytes"]),
-        unflushed_bytes=None if r["unflushed_bytes"] is None else int(r["unflushed_bytes"]),
-        duplicated=int(r["duplicated"]), recovered=int(r["recovered"]), unexpected=int(r["unexpected"]),
-        invalid_runs=int(r["invalid_runs"])) for r in rows]
-
-
-def headline_cell(group: GroupLoss) -> str:
-    kept = group.acknowledged - group.lost
-    share = f"{100 * kept / group.acknowledged:.4g} %" if group.acknowledged else "–"
-    runs = f"{group.runs} run{'s' if group.runs != 1 else ''}"
-    if group.lost == 0:
-        return f"all {group.acknowledged:,} acknowledged kept ({runs})"
-    return f"{kept:,} of {group.acknowledged:,} kept ({share}); {group.lost:,} lost, {group.lost_bytes:,} B ({runs})"
-
-
 Faults = dict[str, list[dict[str, Any]]]  # faults.jsonl entries by run id
-_CRASH_WORDS: Final = {KILL9: "kill -9", POWER_LOSS: "power-loss"}
+_CRASH_WORDS: Final = {KILL9: "kill -9", POWER_LOSS: "power-loss", POWER_LOSS_TORN: "torn power-loss"}
 
 
 def _kinds(loss: RunLoss) -> set[str]:
@@ -221,7 +98,7 @@ def sync_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
     rule = ("Held when SYNC_FLUSH runs crashed by kill -9 or power loss lost none of the sends the broker "
             "acknowledged (check.json: acknowledged but never delivered). Faults covered: "
             f"{', '.join(covered) if covered else 'none'}.")
-    if POWER_LOSS not in covered:
+    if not POWER_LOSSES & set(covered):
         rule += " Power loss is not covered: it needs root (loop-mounted disk images); an OS crash is not injected."
     return _no_loss_finding(ClaimId.SYNC_NO_LOSS, rows, faults,
                             "No SYNC_FLUSH run with a kill9 or power_loss fault (python -m chaos matrix --flush sync; "
@@ -229,7 +106,7 @@ def sync_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
 
 
 def async_kill9_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
-    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and KILL9 in _kinds(r) and POWER_LOSS not in _kinds(r)]
+    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and KILL9 in _kinds(r) and not _kinds(r) & POWER_LOSSES]
     return _no_loss_finding(ClaimId.ASYNC_KILL9_NO_LOSS, rows, faults,
                             "No ASYNC_FLUSH run with kill -9 (and no power loss) faults "
                             "(python -m chaos matrix --flush async --faults kill9).",
@@ -240,7 +117,7 @@ def async_kill9_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
 def async_power_loss_tail(losses: list[RunLoss], faults: Faults) -> Finding:
     """Held when every async power-loss run lost no more than its unflushed window at the crashes."""
     claim = ClaimId.ASYNC_POWER_LOSS_TAIL
-    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and POWER_LOSS in _kinds(r)]
+    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and _kinds(r) & POWER_LOSSES]
     ids = tuple(r.run_id for r in rows)
     if not rows:
         return Finding(claim, Verdict.NOT_MEASURED, "no run", NAME, ids,
@@ -333,14 +210,6 @@ def findings(losses: list[RunLoss], faults: Faults, cycles: list[FillCycle]) -> 
             disk_full_protection(cycles, losses)]
 
 
-def headline_table(by_mode_fault: list[GroupLoss]) -> tuple[list[str], list[tuple[str, ...]]]:
-    """The fault columns and one row per flush mode of "what each flush mode keeps under each fault"."""
-    modes = sorted({g.flush_mode for g in by_mode_fault})
-    faults = sorted({g.fault for g in by_mode_fault})
-    cells = {(g.flush_mode, g.fault): headline_cell(g) for g in by_mode_fault}
-    return faults, [(mode, *(cells.get((mode, fault), "no runs") for fault in faults)) for mode in modes]
-
-
 def _disk_fill_section(page: Page, cycles: list[FillCycle]) -> list[tuple[object, ...]]:
     rows: list[tuple[object, ...]] = [
         (c.run_id, c.flush_mode, str(c.cycle), None if c.used_ratio is None else f"{100 * c.used_ratio:.1f} %",
@@ -366,8 +235,7 @@ def _disk_fill_section(page: Page, cycles: list[FillCycle]) -> list[tuple[object
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
     runs = discover_runs(runs_dir)
-    report_dir = out_dir / NAME
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = make_report_dir(out_dir, NAME)
     losses = [loss for loss in (run_loss(r) for r in runs) if loss is not None]
     unchecked = [r.run_id for r in runs if not (r.path / "check.json").is_file()]
     by_group = grouped(spark, losses, ("flush_mode", "fault", "profile")) if losses else []
@@ -417,8 +285,7 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
                                ["run_id", "flush_mode", "cycle", "used_ratio", "interval_s", "refused",
                                 "first_refusal_s", "acked_inside", "delivered_inside", "disk_full_remark", "pulls",
                                 "writes_back_s", "verdict"], disk_rows))
-    findings_section(page, judged)
-    write_findings(report_dir, judged)
+    report_findings(page, report_dir, judged)
     if losses:
         files.append(bar_plot(report_dir / "lost_vs_unflushed.png", "Lost bytes against the unflushed window",
                               [x.run_id for x in losses],
@@ -427,14 +294,11 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
                                                                        for x in losses]},
                               "bytes"))
         page.figure("lost_vs_unflushed.png", "lost bytes and unflushed window per run")
-    page.links([(p.name, p.name) for p in files if p.suffix == ".csv"])
-    runs_section(page, runs)
-    index = report_dir / "index.html"
-    page.write(index)
-    return ReportOutput(NAME, index, tuple(files))
+    csv_links(page, files)
+    return finish_report(page, report_dir, NAME, runs, files)
 
+
+JOB: Final = Job(NAME, run)
 
 if __name__ == "__main__":
-    from spark_reports.cli import job_main
-
-    job_main(NAME)
+    submit(JOB)

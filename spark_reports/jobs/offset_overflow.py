@@ -1,6 +1,6 @@
 """Offset-overflow report: the seed's 15-row table recomputed in Spark, plus horizons at measured peak rates.
 
-Seed (RocketMQ design Q&A 14): years = Long.MAX_VALUE / (message size × messages a day) / 365, body
+Seed (docs/claims.md, `offset-616-years`): years = Long.MAX_VALUE / (message size × messages a day) / 365, body
 bytes only. Extension: the same horizon for the commit log at the highest ingest any run reached
 (most acknowledged sends in any 1 s window × mean commit-log record size), and for the consume-queue
 file offset, which grows by one 20-byte unit per message (worst case: every message in one queue).
@@ -8,14 +8,17 @@ file offset, which grows by one 20-byte unit per message (worst case: every mess
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from pyspark.sql import Column, SparkSession, Window
 from pyspark.sql import functions as F
 
 from spark_reports import offset_math as om
 from spark_reports.claims import ClaimId, Finding, Verdict, write_findings
-from spark_reports.html_report import Page, ReportOutput, runs_section, write_csv
+from spark_reports.html_report import Page, ReportOutput, write_csv
+from spark_reports.job_runner import Job, submit
 from spark_reports.plots import horizon_plot
+from spark_reports.report_io import finish_report, make_report_dir
 from spark_reports.run_records import RunInfo, discover_runs, load_events
 
 NAME = "offset-overflow"
@@ -138,8 +141,7 @@ def overflow_finding(seed: list[SeedRow], measured: list[MeasuredRow]) -> Findin
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
     runs = discover_runs(runs_dir)
-    report_dir = out_dir / NAME
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = make_report_dir(out_dir, NAME)
     seed = seed_table(spark)
     measured = measured_rows(spark, runs)
 
@@ -197,13 +199,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
         page.paragraph("No acknowledged sends in the runs: no measured horizon.", note=True)
     page.figure("horizon.png", "years until overflow against messages a day")
     page.links([("seed_table.csv", "seed_table.csv"), ("measured.csv", "measured.csv")])
-    runs_section(page, runs)
-    index = report_dir / "index.html"
-    page.write(index)
-    return ReportOutput(NAME, index, tuple(files))
+    return finish_report(page, report_dir, NAME, runs, files)
 
+
+JOB: Final = Job(NAME, run)
 
 if __name__ == "__main__":
-    from spark_reports.cli import job_main
-
-    job_main(NAME)
+    submit(JOB)

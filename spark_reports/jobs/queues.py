@@ -18,10 +18,11 @@ from typing import Final
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_reports.claims import ClaimId, Finding, Verdict, write_findings
-from spark_reports.claims_html import findings_section
-from spark_reports.html_report import Page, ReportOutput, runs_section, write_csv
+from spark_reports.claims import ClaimId, Finding, Verdict
+from spark_reports.html_report import Page, ReportOutput, write_csv
+from spark_reports.job_runner import Job, submit
 from spark_reports.percentiles import DEFAULT_ACCURACY, MIN_ACCURACY
+from spark_reports.report_io import finish_report, make_report_dir
 from spark_reports.run_records import RunInfo, discover_runs, load_events
 from spark_reports.xy_plots import xy_plot
 
@@ -175,8 +176,7 @@ def _ms(ns: int | None) -> float | None:
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY) -> ReportOutput:
     runs = [r for r in discover_runs(runs_dir) if r.scenario == SCENARIO]
-    report_dir = out_dir / NAME
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = make_report_dir(out_dir, NAME)
     stats = compute(spark, runs, accuracy)
     finding = judge(stats)
 
@@ -219,16 +219,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
     files.append(xy_plot(report_dir / "latency_vs_queues.png", "Send latency against queue count", lat_series,
                          "queues", "ms", logx=True))
     page.figure("latency_vs_queues.png", "send latency p50 and p99 per phase against its queue count")
-    page.links([(p.name, p.name) for p in files if p.suffix == ".csv"])
-    findings_section(page, [finding])
-    write_findings(report_dir, [finding])
-    runs_section(page, runs)
-    index = report_dir / "index.html"
-    page.write(index)
-    return ReportOutput(NAME, index, tuple(files))
+    return finish_report(page, report_dir, NAME, runs, files, link_csvs=True, findings=[finding])
 
+
+JOB: Final = Job(NAME, run)
 
 if __name__ == "__main__":
-    from spark_reports.cli import job_main
-
-    job_main(NAME)
+    submit(JOB)

@@ -6,7 +6,7 @@ bench's order (clean, kill9-flushed, kill9-tail, kill9-no-checkpoint). A row's l
 it was stopped (the tail case adds a burst), so rows are assigned to the log size they belong to by that
 order, and named by the size asked for (meta params ``sizes_mib``) when the run states it.
 
-Judges RECOVERY_CHECKPOINT (seed Q&A 16): after kill -9 with the checkpoint, recovery scans only from the
+Judges RECOVERY_CHECKPOINT (docs/claims.md): after kill -9 with the checkpoint, recovery scans only from the
 checkpoint, so its time should not grow with the log; without the checkpoint it scans the whole log, which
 grows with the log and is slower. The rule is in ``judge`` and its constants.
 """
@@ -18,9 +18,10 @@ from typing import Any, Final
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_reports.claims import ClaimId, Finding, Verdict, write_findings
-from spark_reports.claims_html import findings_section
-from spark_reports.html_report import Page, ReportOutput, runs_section, write_csv
+from spark_reports.claims import ClaimId, Finding, Verdict
+from spark_reports.html_report import Page, ReportOutput, write_csv
+from spark_reports.job_runner import Job, submit
+from spark_reports.report_io import finish_report, make_report_dir
 from spark_reports.run_records import RunInfo, discover_runs
 from spark_reports.xy_plots import xy_plot
 
@@ -156,8 +157,7 @@ def judge(cells: list[Cell], run_ids: tuple[str, ...]) -> Finding:
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
     runs = [r for r in discover_runs(runs_dir) if r.scenario == SCENARIO]
-    report_dir = out_dir / NAME
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = make_report_dir(out_dir, NAME)
     rows = [row for r in runs for row in rows_of(r)]
     cells = aggregate(spark, rows) if rows else []
     used = tuple(sorted({r.run_id for r in rows}))
@@ -191,16 +191,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
                 "restart (s)"], row_rows, text_columns=3)
     files.append(write_csv(report_dir / "recovery_rows.csv", ["run_id", "size_mib", "case", "log_mib",
                                                               "unflushed_kib", "checkpoint", "recovery_s"], row_rows))
-    page.links([(p.name, p.name) for p in files if p.suffix == ".csv"])
-    findings_section(page, [finding])
-    write_findings(report_dir, [finding])
-    runs_section(page, runs)
-    index = report_dir / "index.html"
-    page.write(index)
-    return ReportOutput(NAME, index, tuple(files))
+    return finish_report(page, report_dir, NAME, runs, files, link_csvs=True, findings=[finding])
 
+
+JOB: Final = Job(NAME, run)
 
 if __name__ == "__main__":
-    from spark_reports.cli import job_main
-
-    job_main(NAME)
+    submit(JOB)

@@ -10,7 +10,8 @@ from array import array
 import pytest
 
 from harness.launcher import Topology
-from reference_broker.bench.client_bench import merge_consumer_summaries, merge_producer_summaries, percentile
+from reference_broker.bench.client_bench import merge_consumer_summaries, merge_producer_summaries
+from reference_broker.bench.producer_stats import percentile
 
 
 def test_percentile_is_nearest_rank():

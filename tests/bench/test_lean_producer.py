@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.launcher import Topology
-from reference_broker.bench.client_bench import SEND_NS_PROPERTY
 from reference_broker.bench.lean_producer import build_template, fill_frame
+from reference_broker.bench.producer_stats import SEND_NS_PROPERTY
 from reference_broker.client.message_id import UniqIdGenerator
 from reference_broker.common import message as mc
 from reference_broker.common.message_batch import decode_batch

@@ -50,7 +50,7 @@ def _probe(port: int, stop: threading.Event, result: LoadResult) -> None:
                 r = c.invoke(send_request("HB_PROBE", b"probe"))
                 if r.code != ResponseCode.SUCCESS:
                     result.probe_failures.append(f"code {r.code}: {r.remark}")
-            except Exception as exc:  # reported; the probe goes on
+            except Exception as exc:  # noqa: BLE001 - a probe: reported, the probe goes on
                 result.probe_failures.append(repr(exc))
             result.probe_latencies_s.append(time.monotonic() - t0)
             next_t += PROBE_PERIOD_S

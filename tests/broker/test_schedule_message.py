@@ -1,5 +1,5 @@
 """Delay levels: ScheduleMessageService on a real store (RocketMQ 4.9.8 ScheduleMessageServiceTest and the
-"Delay" failure modes of ROCKETMQ_FACTS §8: #1869, #3473, #6881, #7077).
+delay-level failure modes reported as apache/rocketmq issues #1869, #3473, #6881, #7077).
 
 Stores use millisecond levels ("100ms 200ms 300ms", ``MsDelayConfig``) so deliveries take a fraction
 of a second. No test claims a delivery time beyond "not before its delivery time" and "eventually".

@@ -3,15 +3,9 @@ import json
 import pytest
 
 from reference_broker.broker.broker_config import BrokerConfig
-from reference_broker.broker.topic_config import (
-    PERM_INHERIT,
-    PERM_READ,
-    PERM_WRITE,
-    TopicConfig,
-    TopicConfigManager,
-    is_system_topic,
-    validate_topic,
-)
+from reference_broker.broker.topic_config import TopicConfig, TopicConfigManager, validate_topic
+from reference_broker.common.perm import PERM_INHERIT, PERM_READ, PERM_WRITE
+from reference_broker.common.topic_names import is_system_topic
 
 
 @pytest.mark.parametrize(

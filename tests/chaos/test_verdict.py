@@ -93,6 +93,13 @@ def test_a_message_lost_before_the_flushed_offset_fails_async_power_loss():
     assert not v.ok and any("before the flushed offset" in x for x in v.violations)
 
 
+def test_a_torn_power_loss_cycle_is_a_crash_under_its_own_name():
+    cycles = [crash(0, 100, 500, 900, kind="power_loss_torn")]
+    v = judge("power_loss_torn", "ASYNC_FLUSH", cycles, absent={"a": Ack(500, 50)})
+    assert v.ok, v.violations
+    assert [(c.cycle, c.lost) for c in v.per_crash] == [(0, 1)]
+
+
 def test_more_lost_than_the_window_fails_async_power_loss():
     absent = {f"k{i}": Ack(500 + 100 * i, 50) for i in range(5)}  # 500 bytes, window 400
     v = judge("power_loss", "ASYNC_FLUSH", [crash(0, 100, 500, 900)], absent=absent)

@@ -1,4 +1,5 @@
-"""Queue allocation: RocketMQ's published tables (ROCKETMQ_FACTS §5) and whole-group properties."""
+"""Queue allocation: the tables of RocketMQ's AllocateMessageQueueAveragely(ByCircle)Test (4.9.8), and
+whole-group properties."""
 
 from __future__ import annotations
 

@@ -11,12 +11,11 @@ from reference_broker.client.subscription import build_subscription_data
 from reference_broker.common import message as mc
 from reference_broker.common.java_hash import string_hash_code
 from reference_broker.common.record import (
-    MessageExtBrokerInner,
-    crc32,
     decode_messages,
-    encode_into,
+    encode_record,
     host_bytes,
     record_length,
+    seal_record,
 )
 from reference_broker.remoting.codec import FrameDecoder
 from reference_broker.remoting.codes import RequestCode, ResponseCode
@@ -39,14 +38,13 @@ def records(*items: tuple[int, bytes, dict[str, str]], topic: str = "T", queue_i
     out = bytearray()
     phys = 1000
     for queue_offset, body, props in items:
-        msg = MessageExtBrokerInner(topic=topic, body=body, queue_id=queue_id, properties=props,
-                                    born_timestamp=1, born_host=("127.0.0.1", 5))
         topic_b, props_b = topic.encode(), mc.properties_to_bytes(props)
         total = record_length(len(body), len(topic_b), len(props_b))
         start = len(out)
         out += bytes(total)
-        encode_into(memoryview(out), start, total, msg, topic_b, props_b, queue_offset, phys, 2,
-                    host_bytes("127.0.0.1"), host_bytes("127.0.0.1"), 10911, crc32(body))
+        encode_record(out, start, topic_b, body, props_b, queue_id, 0, 0, 1, host_bytes("127.0.0.1"), 5,
+                      host_bytes("127.0.0.1"), 10911)
+        seal_record(out, start, total, queue_offset, phys, 2, False)
         phys += total
     return bytes(out)
 

@@ -1,21 +1,13 @@
-"""The driver: outcome classification (pure) and the RocketMQ implementation against a real broker."""
+"""The driver: offset parsing (pure) and the RocketMQ implementation against a real broker (the outcome
+classification is tested in tests/harness/test_send_outcome.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-import pytest
-
-from harness.driver import (
-    Delivery,
-    SendOutcome,
-    outcome_of_error,
-    outcome_of_result,
-    parse_offset_table,
-)
+from harness.driver import Delivery, SendOutcome, parse_offset_table
 from harness.records import Outcome
-from reference_broker.client import MessageQueue, MQBrokerError, MQClientError, SendResult, SendStatus
 
 
 def wait_for(pred, timeout_s=20.0, what="condition"):
@@ -28,27 +20,6 @@ def wait_for(pred, timeout_s=20.0, what="condition"):
 
 
 # ---- pure ------------------------------------------------------------------------------------------------
-
-
-def test_a_timeout_after_writing_is_unknown_not_fail():
-    o = outcome_of_error(MQClientError(10006, "timeout", unknown_outcome=True))
-    assert (o.outcome, o.code) == (Outcome.UNKNOWN, 10006)
-
-
-def test_a_refusal_is_fail_with_its_code():
-    assert outcome_of_error(MQBrokerError(14, "busy")) == SendOutcome(Outcome.FAIL, 14, error="CODE: 14 DESC: busy")
-    assert outcome_of_error(MQClientError(10001, "connect failed")).outcome == Outcome.FAIL
-
-
-def test_anything_else_is_unknown():
-    assert outcome_of_error(RuntimeError("bug")).outcome == Outcome.UNKNOWN
-
-
-@pytest.mark.parametrize(("status", "code"), [(SendStatus.SEND_OK, 0), (SendStatus.FLUSH_DISK_TIMEOUT, 10),
-                                              (SendStatus.SLAVE_NOT_AVAILABLE, 11)])
-def test_every_send_result_is_a_stored_message(status, code):
-    r = SendResult(status, "id", MessageQueue("T", "b", 3), 17)
-    assert outcome_of_result(r) == SendOutcome(Outcome.OK, code, 3, 17)
 
 
 def test_parse_offset_table_keeps_one_group():

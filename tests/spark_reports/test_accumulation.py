@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_reports.backlog_runs import BacklogRow, ReadSource, backlog_plan, backlog_rows
 from spark_reports.html_report import local_references
 from spark_reports.jobs import accumulation
-from spark_reports.jobs.accumulation import BacklogRow, ReadSource, backlog_plan, backlog_rows, mode_summaries
+from spark_reports.jobs.accumulation import mode_summaries
 from spark_reports.run_records import discover_runs, load_metrics
 from spark_reports.synthetic_backlog import ExpectedBacklog, generate, variety_specs
 

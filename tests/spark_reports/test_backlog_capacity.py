@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_reports.backlog_runs import BacklogRow, backlog_rows
 from spark_reports.claims import ClaimId, Verdict
 from spark_reports.html_report import local_references
 from spark_reports.jobs import backlog_capacity as bc
-from spark_reports.jobs.accumulation import BacklogRow, backlog_rows
 from spark_reports.run_records import discover_runs, read_run
 from spark_reports.synthetic_backlog import BacklogSpec, ExpectedBacklog, generate, variety_specs
 

@@ -2,7 +2,7 @@
 
 import csv
 
-from spark_reports.jobs.loss import fault_label, grouped, headline_cell, run_loss, unflushed_bytes
+from spark_reports.run_loss import fault_label, grouped, headline_cell, run_loss, unflushed_bytes
 from spark_reports.run_records import discover_runs
 
 

@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import pytest
 
+from spark_reports import run_loss
 from spark_reports.claims import ClaimId, Verdict
 from spark_reports.disk_fill_evidence import fill_cycles, fill_windows
 from spark_reports.jobs import loss
-from spark_reports.jobs.loss import RunLoss
+from spark_reports.run_loss import RunLoss
 from spark_reports.run_records import discover_runs
 from spark_reports.synthetic_claims import FillSpec, write_disk_fill_run
 
@@ -26,17 +27,28 @@ def _crash(kind, n=1, window=None):
 
 
 def test_fault_label_leaves_out_entries_that_end_a_fault():
-    assert loss.fault_label(_crash("kill9", 2)) == "kill9"
-    assert loss.fault_label([{"kind": "disk_fill"}, {"kind": "disk_free"}]) == "disk_fill"
-    assert loss.fault_label([{"kind": "restart"}]) == "none"
+    assert run_loss.fault_label(_crash("kill9", 2)) == "kill9"
+    assert run_loss.fault_label([{"kind": "disk_fill"}, {"kind": "disk_free"}]) == "disk_fill"
+    assert run_loss.fault_label([{"kind": "restart"}]) == "none"
 
 
 def test_power_loss_window_prefers_the_faults_own_unflushed_bytes():
     faults = [{"kind": "power_loss", "params": {"written_offset": 100, "flushed_offset": 40, "unflushed_bytes": 75}},
               {"kind": "power_loss", "params": {"written_offset": 50, "flushed_offset": 20}}]
-    assert loss.power_loss_windows(faults) == [75, 30]
-    assert loss.unflushed_bytes(faults) == 105
-    assert loss.crash_counts(faults + _crash("kill9", 2)) == {"power_loss": 2, "kill9": 2}
+    assert run_loss.power_loss_windows(faults) == [75, 30]
+    assert run_loss.unflushed_bytes(faults) == 105
+    assert run_loss.crash_counts(faults + _crash("kill9", 2)) == {"power_loss": 2, "kill9": 2}
+
+
+def test_a_torn_power_loss_is_a_power_loss_with_its_own_name():
+    """chaos records torn runs as power_loss_torn: they count as crashes, their windows as power-loss windows,
+    and an async torn run is judged by the power-loss tail claim."""
+    torn = _crash("power_loss_torn", 2, window=4096)
+    assert run_loss.power_loss_windows(torn) == [4096, 4096]
+    assert run_loss.crash_counts(torn) == {"power_loss_torn": 2}
+    rows = [_row("t1", "ASYNC_FLUSH", "power_loss_torn", 900, lost=2, lost_bytes=100, unflushed=8192)]
+    finding = loss.async_power_loss_tail(rows, {"t1": torn})
+    assert finding.verdict is not Verdict.NOT_MEASURED and finding.runs == ("t1",)
 
 
 def test_sync_no_loss_held_with_the_faults_covered():

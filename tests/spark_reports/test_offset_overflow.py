@@ -8,7 +8,7 @@ from spark_reports import offset_math as om
 from spark_reports.jobs.offset_overflow import measured_rows, seed_table
 from spark_reports.run_records import discover_runs
 
-# RocketMQ design Q&A 14 (shared/seeds), as printed: (message size, messages a day in 亿, years).
+# The seed's table (docs/claims.md, `offset-616-years`), as printed: (message size, messages a day in 亿, years).
 SEED = [
     (256, 10, "98709.03293"), (512, 10, "49354.51646"), (1024, 10, "24677.25823"), (2048, 10, "12338.62912"),
     (4096, 10, "6169.314558"),

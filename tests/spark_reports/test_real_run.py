@@ -33,7 +33,7 @@ def test_reports_over_a_real_backlog_run(spark: SparkSession, tmp_path: Path) ->
     assert backlog.get("drain_s"), backlog  # the run built and drained a backlog
 
     for name in REPORT_NAMES:
-        output = JOBS[name](spark, runs, out)
+        output = JOBS[name].run(spark, runs, out)
         page = output.index.read_text(encoding="utf-8")
         assert all((output.index.parent / r).is_file() for r in local_references(page)), name
         assert run_dir.name in page or name in ("recovery", "queues", "flush-compare"), name

@@ -16,7 +16,7 @@ from reference_broker.store.config import FlushDiskType, MessageStoreConfig
 from reference_broker.store.message_store import MessageStore
 from reference_broker.store.status import GetMessageStatus
 
-BODY_POS = 88  # IPv4 hosts: the body starts after its 4-byte length at @84 (ROCKETMQ_FACTS §1.1)
+BODY_POS = 88  # IPv4 hosts: the body starts after its 4-byte length at @84 (common/record.py's field table)
 
 
 def make_config(root: Path, *, commit_log_file: int, cq_file: int, flush: FlushDiskType,

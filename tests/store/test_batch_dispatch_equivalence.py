@@ -6,7 +6,7 @@ Each batch entry point is checked, as a property, against the per-record path it
 - ``IndexFile.put_keys`` against ``IndexFile.put_key`` key after key (file bytes, header, count put);
 - ``IndexService.build_index_batch`` against ``IndexService.build_index`` record after record (file bytes,
   headers, query results, the index checkpoint);
-- ``MessageStore.do_dispatch(run)`` against ``do_dispatch([req])`` per record and against
+- ``CommitLogDispatcher.dispatch(run)`` against ``dispatch([req])`` per record and against
   ``ConsumeQueue.put_message_position_info`` per unit (consume-queue bytes).
 
 Each property also runs on hand-made ``@example`` cases for the situations the change had to keep
@@ -386,7 +386,7 @@ def test_scan_records_equals_check_message_record_after_record(case: ScanCase) -
 
 
 def test_rec_helper_encodes_like_the_store() -> None:
-    """The hand encoder above writes what record.encode_into writes (it must, for the examples to mean anything)."""
+    """The hand encoder above writes what record.encode_record writes (it must, for the examples to mean anything)."""
     msg = rec.MessageExtBrokerInner(topic="TopicTest", body=b"hello", queue_id=3, flag=7,
                                     properties={"TAGS": "TagA", "KEYS": "k"}, sys_flag=mc.TRANSACTION_COMMIT_TYPE,
                                     born_timestamp=5, born_host=("::1", 9), reconsume_times=2,
@@ -394,8 +394,10 @@ def test_rec_helper_encodes_like_the_store() -> None:
     topic_b, props_b = b"TopicTest", msg.encoded_properties()
     total = rec.record_length(5, len(topic_b), len(props_b), True, False)
     buf = bytearray(total)
-    rec.encode_into(memoryview(buf), 0, total, msg, topic_b, props_b, 42, 4096, STORE_TS, rec.host_bytes("::1"),
-                    b"\x0a\x00\x00\x02", 10911, rec.crc32(b"hello"))
+    rec.encode_record(buf, 0, topic_b, msg.body, props_b, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
+                      rec.host_bytes("::1"), 9, b"\x0a\x00\x00\x02", 10911, msg.reconsume_times,
+                      msg.prepared_transaction_offset)
+    rec.seal_record(buf, 0, total, 42, 4096, STORE_TS, False)
     mine = Rec(topic=topic_b, body=b"hello", props=props_b, flag=7, sys_flag=mc.TRANSACTION_COMMIT_TYPE, born_ts=5,
                born_ip=rec.host_bytes("::1"), born_port=9, reconsume=2, prepared=99)
     assert mine.encode() == bytes(buf)
@@ -750,7 +752,7 @@ def test_build_index_batch_gives_up_when_files_have_no_room() -> None:
 
 
 # =====================================================================================================
-# MessageStore.do_dispatch(run) vs do_dispatch([req]) vs ConsumeQueue.put_message_position_info
+# CommitLogDispatcher.dispatch(run) vs dispatch([req]) vs ConsumeQueue.put_message_position_info
 # =====================================================================================================
 
 QUEUES = (("TopicA", 0), ("TopicA", 1), ("TopicB", 3))
@@ -795,9 +797,9 @@ class CqTrio:
     def run(self, case: CqCase) -> None:
         for start, end in case.windows:
             run = list(case.reqs[start:end])
-            self.batch.do_dispatch(run)
+            self.batch.dispatcher.dispatch(run)
             for r in run:
-                self.single.do_dispatch([r])
+                self.single.dispatcher.dispatch([r])
                 if to_cq(r):
                     cq = self.units.find_consume_queue(r.topic, r.queue_id)
                     assert cq is not None
@@ -916,7 +918,7 @@ def test_do_dispatch_run_never_moves_the_logics_checkpoint_past_per_record(case:
 
 # ---- differences found (and fixed) -----------------------------------------------------------------
 
-# Was: do_dispatch sets checkpoint.dispatched_logics_timestamp to the latest store time among the queues' first
+# Was: the dispatch sets checkpoint.dispatched_logics_timestamp to the latest store time among the queues' first
 # appended chunks after the per-unit fallbacks ran, so when a later unit of the run took the fallback (a new
 # consume-queue file, a gap, a re-dispatch) the value ends below the run's last record's time, which
 # per-record dispatch leaves

@@ -122,7 +122,7 @@ def test_store_time_never_goes_backwards(new_log: LogFactory) -> None:
     cl = new_log()
     first = put_ok(cl, msg(100)).store_timestamp
     ahead = first + 60_000
-    cl._last_store_ts = ahead  # as after recovering a log written while the clock was ahead
+    cl.last_store_ts = ahead  # as after recovering a log written while the clock was ahead
     assert put_ok(cl, msg(100)).store_timestamp == ahead
     batch = cl.put_messages(MessageExtBatch("B", 0, [msg(100, topic="B")]))
     assert batch.append is not None and batch.append.store_timestamp == ahead
@@ -322,7 +322,7 @@ def test_recover_normally_truncates_damaged_last_record(new_log: LogFactory, dam
     mf = cl.mapped_file_queue.get_last_mapped_file()
     assert bytes(mf.buf[end % FILE :]) == bytes(FILE - end % FILE)  # type: ignore[union-attr]
     assert put_ok(cl, msg(100)).wrote_offset == end  # writes continue at the recovered end
-    assert cl._last_store_ts >= results[-2].store_timestamp
+    assert cl.last_store_ts >= results[-2].store_timestamp
 
 
 @pytest.mark.parametrize("damage", [zero_last_properties_tail, garble_last_topic_byte])
@@ -364,7 +364,7 @@ def abnormal_log(new_log: LogFactory) -> tuple[CommitLog, list]:
     cl = new_log("a")
     results = []
     for _ in range(3):
-        cl._last_store_ts = max(cl._last_store_ts, int(time.time() * 1000)) + 100_000
+        cl.last_store_ts = max(cl.last_store_ts, int(time.time() * 1000)) + 100_000
         for _ in range(4):
             results.append(put_ok(cl, msg(250)))
     assert [r.wrote_offset // FILE for r in results] == [0] * 4 + [1] * 4 + [2] * 4

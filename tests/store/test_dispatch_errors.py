@@ -41,7 +41,7 @@ def test_a_record_whose_queue_cannot_be_created_does_not_stop_the_others(tmp_pat
         wait_until(lambda: store.dispatch_behind_bytes() == 0, what="dispatch past the bad record")
     assert len(cq_units(store, "GOOD", 0)) == 2
     assert len(cq_units(store, "OTHER", 0)) == 1
-    assert store.dispatch_error_count == 1
+    assert store.dispatcher.error_count == 1
     assert store.get_runtime_info()["dispatchErrorCount"] == "1"
     assert any("skipped" in r.message and r.levelno == logging.ERROR for r in caplog.records)
 

@@ -213,7 +213,7 @@ def test_concurrent_queries_during_build_and_destroy(tmp_path: Path, checkpoint:
                 for i in range(0, 200, 7):
                     r = s.query_offset("T", f"k{i}", 32, 0, HUGE)
                     assert r.phy_offsets in ([], [100 * i])
-        except BaseException as e:  # surfaced below
+        except BaseException as e:  # noqa: BLE001 - a thread's top: surfaced below
             errors.append(e)
 
     readers = [threading.Thread(target=reader) for _ in range(2)]

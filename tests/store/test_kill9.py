@@ -27,6 +27,7 @@ from reference_broker.common import record as rec
 from reference_broker.common.record import MessageExt, MessageExtBrokerInner, decode_message
 from reference_broker.store.config import FlushDiskType
 from reference_broker.store.message_store import MessageStore
+from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.status import PutMessageStatus
 from tests.store import writer_proc as wp
 from tests.store.durability_checks import check_consume_queues, check_readable, scan_commit_log
@@ -114,6 +115,10 @@ def verify(root: Path, flush: str, acked: dict[int, Ack], known: dict[int, int],
     assert not store.last_exit_ok, "a killed writer must leave abort behind"
     store.start()
     try:
+        # A kill cuts at most the record being copied: never a complete record (one once lost its whole-record
+        # CRC when the writer was killed between writing it and sealing it).
+        cut_intact = [e for e in list_quarantine(root) if e.intact_records]
+        assert not cut_intact, f"recovery cut intact records after a kill -9: {cut_intact}"
         records = scan_commit_log(store)  # every record decodes with its CRC
         check_consume_queues(store, records)  # every unit points at its own record
         by_index: dict[int, MessageExt] = {}
@@ -182,7 +187,7 @@ def test_kill9_under_load_from_four_writer_threads(tmp_path: Path) -> None:
 
 def _torn_page_start(root: Path) -> tuple[int, int]:
     """(page start, phys of the record it cuts): the last 4 KiB page boundary that falls inside a record's
-    topic or properties, where BODYCRC cannot see a tear (ROCKETMQ_FACTS §1.1: the body starts at @88)."""
+    topic or properties, where BODYCRC cannot see a tear (common/record.py's field table: the body starts at @88)."""
     path = sorted((root / "commitlog").iterdir())[0]
     buf = path.read_bytes()
     reqs, _end, _why = rec.scan_records(buf, 0, len(buf), False)

@@ -12,10 +12,10 @@ import pytest
 from reference_broker.store.mapped_file import (
     OS_PAGE_SIZE,
     MappedFile,
-    MappedFileQueue,
     SelectMappedBufferResult,
     offset_to_file_name,
 )
+from reference_broker.store.mapped_file_queue import MappedFileQueue
 
 SIZE = 1024
 QueueFactory = Callable[..., MappedFileQueue]

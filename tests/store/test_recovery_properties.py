@@ -3,7 +3,7 @@
 Each example forks a child that opens a store, runs a drawn sequence of puts, commit-log flushes and
 checkpoint rounds, and leaves with ``os._exit`` — no shutdown, so ``abort`` stays and nothing more is
 flushed. The page cache survives the exit, so the files then hold everything written (kill -9).
-Before recovering, the parent emulates what a power loss could have left on disk (DESIGN.md §6):
+Before recovering, the parent emulates what a power loss could have left on disk (docs/design.md, Crash model):
 
 - commit log ``keep``: nothing lost (kill -9); ``cut``: everything after the durable offset reads as
   zeros (files wholly past it may be gone); ``garble``: random bytes over part of the non-durable
@@ -208,7 +208,7 @@ def run_child(cfg: MessageStoreConfig, ops: list[Op], wait_dispatch: bool, clock
         try:
             out.write_text(json.dumps(_child(cfg, ops, wait_dispatch, clock_step_ms)))
             code = 0
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the forked child's top: reported to the parent
             err.write_text(traceback.format_exc())
         finally:
             os._exit(code)  # abrupt: no shutdown, abort stays, nothing else is flushed

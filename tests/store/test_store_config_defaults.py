@@ -1,4 +1,4 @@
-"""MessageStoreConfig(): every default pinned against ROCKETMQ_FACTS.md §2.1 (MessageStoreConfig.java, 4.9.8).
+"""MessageStoreConfig(): every default pinned against RocketMQ's MessageStoreConfig.java (4.9.8).
 
 Each row names the RocketMQ field. Where the field is a ``broker.conf`` key, the row also checks that
 ``ROCKETMQ_KEYS`` maps that key onto the attribute, so a renamed attribute cannot silently lose its key.
@@ -20,7 +20,7 @@ GiB = 1024 * 1024 * 1024
 MiB = 1024 * 1024
 KiB = 1024
 
-# (RocketMQ field, our attribute, ROCKETMQ_FACTS.md default). RocketMQ field None: not a RocketMQ key.
+# (RocketMQ field, our attribute, MessageStoreConfig's 4.9.8 default). RocketMQ field None: not a RocketMQ key.
 DEFAULTS: list[tuple[str | None, str, Any]] = [
     # -- files
     ("mappedFileSizeCommitLog", "mapped_file_size_commit_log", 1 * GiB),  # 1073741824

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
-from reference_broker.store.mapped_file import MappedFile, MappedFileQueue
+from reference_broker.store.mapped_file import MappedFile
+from reference_broker.store.mapped_file_queue import MappedFileQueue
 from reference_broker.store.status import GetMessageStatus
 from tests.store.store_helpers import TOPIC, Stores, make_config, make_msg, put_ok, stores_fixture, wait_until
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reference_broker.store.mapped_file import OS_PAGE_SIZE, MappedFile, MappedFileQueue
+from reference_broker.store.mapped_file import OS_PAGE_SIZE, MappedFile
+from reference_broker.store.mapped_file_queue import MappedFileQueue
 from reference_broker.store.warm import WarmAheadService
 
 from .store_helpers import Stores, make_config, make_msg, put_ok, stores_fixture, wait_until

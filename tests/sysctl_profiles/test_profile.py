@@ -166,7 +166,7 @@ def _values(name: str, ram: int = 96 * GiB) -> dict[str, str | None]:
 
 
 def test_rocketmq_os_matches_os_sh() -> None:
-    # RocketMQ distribution/bin/os.sh (HARNESS_FACTS §1), minus vm.drop_caches (an action).
+    # apache/rocketmq distribution/bin/os.sh (4.9.8), minus vm.drop_caches (an action).
     assert _values("rocketmq-os") == {
         "vm.overcommit_memory": "1",
         "vm.zone_reclaim_mode": "0",

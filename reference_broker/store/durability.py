@@ -1,0 +1,168 @@
+"""When a put may answer: its durability conditions, and the pending put that waits for them.
+
+RocketMQ 4.9.8's CommitLog.asyncPutMessage appends, then asks each durability step for a future —
+``submitFlushRequest`` (handleDiskFlush: the group commit under SYNC_FLUSH) and ``submitReplicaRequest``
+(handleHA: the slave's acknowledgement under SYNC_MASTER) — and answers once both complete, a failed step
+setting the put's status (the later step's failure wins, as thenCombine applies them in that order).
+
+Here each step is a ``DurabilityCondition`` in one list the store owns; a put gets a ``PendingPut`` that is
+done at once when no condition has anything to wait for (ASYNC_FLUSH, or a message sent with
+``WAIT=false``), else once every waiter completed. The flush is the one condition today; replication adds a
+second one to the list, not a second put path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from reference_broker.store.config import MessageStoreConfig
+from reference_broker.store.flush import GroupCommitRequest, GroupCommitService
+from reference_broker.store.service_thread import ServiceThread
+from reference_broker.store.status import AppendMessageResult, PutMessageResult, PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+
+class Waiter(Protocol):
+    """One condition's wait for one put (GroupCommitRequest is one): completes exactly once, with a status."""
+
+    def add_done_callback(self, cb: Callable[[PutMessageStatus], None]) -> None: ...
+
+    def wait(self) -> PutMessageStatus:
+        """Block until completed, or until the waiter's own deadline (then its timeout status)."""
+        ...
+
+
+class DurabilityCondition(Protocol):
+    name: str
+
+    def submit(self, append: AppendMessageResult, wait_store_ok: bool) -> Waiter | None:
+        """Start what makes ``append`` durable under this condition; the waiter to await, or None when the
+        put need not wait (the condition holds already, or the message does not wait: ``WAIT=false``)."""
+        ...
+
+
+class FlushCondition:
+    """CommitLog.handleDiskFlush: under SYNC_FLUSH a put that waits hands its end offset to the group commit
+    (GroupCommitService) and completes with PUT_OK once flushed, or FLUSH_DISK_TIMEOUT at syncFlushTimeout
+    (FlushDiskWatcher) — stored either way; a put that does not wait only wakes the service. Under ASYNC_FLUSH
+    the put wakes the commit thread (transient store pool) or, unless the flush is timed, the flusher."""
+
+    name = "flush"
+
+    def __init__(self, config: MessageStoreConfig, flush_service: ServiceThread,
+                 commit_service: ServiceThread | None) -> None:
+        self.config = config
+        self.flush_service = flush_service
+        self.commit_service = commit_service
+        # The store runs the group commit exactly when the flush is SYNC_FLUSH.
+        self.group_commit = flush_service if isinstance(flush_service, GroupCommitService) else None
+
+    def submit(self, append: AppendMessageResult, wait_store_ok: bool) -> Waiter | None:
+        gc = self.group_commit
+        if gc is not None:
+            if not wait_store_ok:
+                gc.wakeup()
+                return None
+            req = GroupCommitRequest(append.wrote_offset + append.wrote_bytes, self.config.sync_flush_timeout_ms)
+            gc.put_request(req)
+            return req
+        if self.commit_service is not None:
+            self.commit_service.wakeup()  # with the pool, puts wake the commit thread
+        elif not self.config.flush_commit_log_timed:
+            self.flush_service.wakeup()
+        return None
+
+
+_LOCK = threading.Lock()
+
+
+class PendingPut:
+    """A put's result: ``done`` at once, or once every condition's waiter completed.
+
+    ``add_done_callback`` runs its callback at once when done, else on the thread that completes the last
+    waiter (the group-commit or watcher thread): no thread waits per put. ``wait()`` blocks instead.
+    """
+
+    __slots__ = ("_callbacks", "_left", "_names", "_waiters", "result")
+
+    def __init__(self, result: PutMessageResult, waiters: Sequence[Waiter] = (),
+                 names: Sequence[str] = ()) -> None:
+        self.result = result  # final once done: a failed condition replaces it
+        self._waiters = waiters
+        self._names = names
+        self._left = len(waiters)
+        self._callbacks: list[Callable[[PutMessageResult], None]] | None = None
+        if waiters:
+            for w in waiters:
+                w.add_done_callback(self._one_done)
+
+    @property
+    def done(self) -> bool:
+        return self._left == 0
+
+    def _one_done(self, status: PutMessageStatus) -> None:
+        with _LOCK:
+            left = self._left - 1
+            if left:
+                self._left = left
+                return
+            # Every waiter has completed, so wait() returns its status at once. The result is final before
+            # ``done`` turns true: the loop thread reads both without the lock.
+            statuses = [status] if len(self._waiters) == 1 else [w.wait() for w in self._waiters]
+            self.result = self._combined(statuses, True)
+            self._left = 0
+            callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            for cb in callbacks:
+                cb(self.result)
+
+    def _combined(self, statuses: list[PutMessageStatus], log_failure: bool) -> PutMessageResult:
+        """The append's result, its status replaced by each failed condition in list order."""
+        result = self.result
+        for name, status in zip(self._names, statuses, strict=True):
+            if status is not PutMessageStatus.PUT_OK:
+                append = result.append
+                if log_failure:
+                    log.error("put at commit-log offset %d: wait for %s failed: %s",
+                              append.wrote_offset if append else -1, name, status.name)
+                result = PutMessageResult(status, append, result.remark)
+        return result
+
+    def add_done_callback(self, cb: Callable[[PutMessageResult], None]) -> None:
+        with _LOCK:
+            if self._left:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(cb)
+                return
+        cb(self.result)
+
+    def wait(self) -> PutMessageResult:
+        """Block until every waiter completed or passed its own deadline (then its timeout status)."""
+        if not self._waiters:
+            return self.result
+        statuses = [w.wait() for w in self._waiters]
+        with _LOCK:
+            if self._left:  # the completing thread has not combined yet: the statuses are final all the same
+                return self._combined(statuses, False)  # logged by the completing thread
+            return self.result
+
+
+def submit_all(conditions: Sequence[DurabilityCondition], result: PutMessageResult,
+               wait_store_ok: bool) -> PendingPut:
+    """The pending put of an append: every condition submitted, in list order."""
+    append = result.append
+    if result.status is not PutMessageStatus.PUT_OK or append is None:
+        return PendingPut(result)
+    waiters: list[Waiter] = []
+    names: list[str] = []
+    for cond in conditions:
+        w = cond.submit(append, wait_store_ok)
+        if w is not None:
+            waiters.append(w)
+            names.append(cond.name)
+    return PendingPut(result, waiters, names)

@@ -1,0 +1,54 @@
+"""What every report job does at its edges: its output directory, the number cells of its tables, and its ending
+(the runs it used, the page written as ``index.html``, the ``ReportOutput`` the command line prints).
+
+A job's ``run`` makes the directory with ``make_report_dir``, builds its page and files, and returns
+``finish_report(...)``.
+"""
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from spark_reports.claims import Finding, write_findings
+from spark_reports.claims_html import findings_section
+from spark_reports.html_report import Page, ReportOutput, runs_section
+from spark_reports.run_records import RunInfo
+
+INDEX_FILE = "index.html"
+
+
+def make_report_dir(out_dir: Path, name: str) -> Path:
+    """``OUT/<report>/``, made if missing."""
+    path = out_dir / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def csv_links(page: Page, files: Iterable[Path]) -> None:
+    """A link to each CSV file the report wrote."""
+    page.links([(p.name, p.name) for p in files if p.suffix == ".csv"])
+
+
+def report_findings(page: Page, directory: Path, findings: Sequence[Finding]) -> Path:
+    """The claims this report judged: its page's section and ``directory/findings.json`` (the front page's
+    input; an empty list when the report judges none)."""
+    findings_section(page, findings)
+    return write_findings(directory, list(findings))
+
+
+def finish_report(page: Page, directory: Path, name: str, runs: Sequence[RunInfo], files: Sequence[Path], *,
+                  link_csvs: bool = False, findings: Sequence[Finding] | None = None) -> ReportOutput:
+    """End the page — a link to each CSV in ``files`` (``link_csvs``), the claims judged (``findings``, see
+    ``report_findings``), the runs used — write it as ``directory/index.html`` and say what the report wrote."""
+    if link_csvs:
+        csv_links(page, files)
+    if findings is not None:
+        report_findings(page, directory, findings)
+    runs_section(page, runs)
+    index = directory / INDEX_FILE
+    page.write(index)
+    return ReportOutput(name, index, tuple(files))
+
+
+def fixed(value: float | None, digits: int = 0) -> str | None:
+    """A table cell with thousands separators and ``digits`` decimals; None (shown as "–") stays None."""
+    return None if value is None else f"{value:,.{digits}f}"

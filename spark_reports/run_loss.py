@@ -1,0 +1,161 @@
+"""Per-run loss rows: a run's check.json counts beside the faults it went through (faults.jsonl) and the
+unflushed window at each power loss, and their sums per flush mode, fault and sysctl profile.
+
+The loss report shows and judges them; the flush-compare report shows the same headline table per flush mode.
+"""
+
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+from spark_reports.run_records import RunInfo, read_check, read_faults
+
+NO_FAULT: Final = "none"
+KILL9: Final = "kill9"
+POWER_LOSS: Final = "power_loss"
+POWER_LOSS_TORN: Final = "power_loss_torn"  # a power loss that also tears a page: a power loss all the same
+POWER_LOSSES: Final = frozenset({POWER_LOSS, POWER_LOSS_TORN})
+DISK_FILL: Final = "disk_fill"
+SYNC_FLUSH: Final = "SYNC_FLUSH"
+ASYNC_FLUSH: Final = "ASYNC_FLUSH"
+CRASHES: Final = (KILL9, POWER_LOSS, POWER_LOSS_TORN)  # the "abnormal shutdowns" of the seed's flush-mode claims
+# faults.jsonl entries that end a fault rather than inject one (harness FaultKind RESTART, RESUME, HEAL and
+# chaos/disk_fill.py's disk_free): they do not name what the run was exposed to.
+NOT_FAULTS: Final = frozenset({"restart", "resume", "heal", "disk_free"})
+
+
+@dataclass(frozen=True)
+class RunLoss:
+    run_id: str
+    flush_mode: str
+    fault: str
+    profile: str
+    attempted: int
+    acknowledged: int
+    lost: int
+    lost_bytes: int
+    unflushed_bytes: int | None
+    duplicated: int
+    recovered: int
+    unexpected: int
+    valid: bool
+
+
+_SCHEMA = StructType([
+    StructField("run_id", StringType(), False),
+    StructField("flush_mode", StringType(), False),
+    StructField("fault", StringType(), False),
+    StructField("profile", StringType(), False),
+    *(StructField(name, LongType(), name == "unflushed_bytes")
+      for name in ("attempted", "acknowledged", "lost", "lost_bytes", "unflushed_bytes", "duplicated",
+                   "recovered", "unexpected")),
+    StructField("valid", BooleanType(), False),
+])
+
+
+def fault_label(faults: list[dict[str, Any]]) -> str:
+    """The run's fault kinds, sorted and joined with "+" ("none" for a run without faults); entries that end a
+    fault (restart, resume, heal, disk_free) are not faults."""
+    kinds = sorted({str(f.get("kind", "?")) for f in faults} - NOT_FAULTS)
+    return "+".join(kinds) if kinds else NO_FAULT
+
+
+def power_loss_windows(faults: list[dict[str, Any]]) -> list[int]:
+    """Per power-loss fault, the unflushed window at the crash in commit-log bytes: the fault's own
+    ``unflushed_bytes`` (chaos: written bound − flushed offset, counting sends acknowledged after the offsets
+    were sampled) when given, else written_offset − flushed_offset."""
+    windows = []
+    for fault in faults:
+        params = fault.get("params") or {}
+        if fault.get("kind") not in POWER_LOSSES:
+            continue
+        if "unflushed_bytes" in params:
+            windows.append(int(params["unflushed_bytes"]))
+        elif "written_offset" in params and "flushed_offset" in params:
+            windows.append(int(params["written_offset"]) - int(params["flushed_offset"]))
+    return windows
+
+
+def unflushed_bytes(faults: list[dict[str, Any]]) -> int | None:
+    """Sum of the power-loss windows; None when no power loss was injected."""
+    windows = power_loss_windows(faults)
+    return sum(windows) if windows else None
+
+
+def crash_counts(faults: list[dict[str, Any]]) -> dict[str, int]:
+    """How many kill -9 and power-loss crashes the run went through, by kind."""
+    out: dict[str, int] = {}
+    for fault in faults:
+        kind = str(fault.get("kind"))
+        if kind in CRASHES:
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def run_loss(run: RunInfo) -> RunLoss | None:
+    check = read_check(run)
+    if check is None:
+        return None
+    faults = read_faults(run)
+
+    def count(key: str) -> int:
+        return int(check.get(key) or 0)
+
+    return RunLoss(
+        run_id=run.run_id, flush_mode=run.flush_mode, fault=fault_label(faults), profile=run.sysctl_profile,
+        attempted=count("attempted"), acknowledged=count("acknowledged"), lost=count("lost"),
+        lost_bytes=count("lost_bytes"), unflushed_bytes=unflushed_bytes(faults), duplicated=count("duplicated"),
+        recovered=count("recovered"), unexpected=count("unexpected"), valid=bool(check.get("valid", False)),
+    )
+
+
+@dataclass(frozen=True)
+class GroupLoss:
+    flush_mode: str
+    fault: str
+    profile: str
+    runs: int
+    acknowledged: int
+    lost: int
+    lost_bytes: int
+    unflushed_bytes: int | None
+    duplicated: int
+    recovered: int
+    unexpected: int
+    invalid_runs: int
+
+
+def grouped(spark: SparkSession, losses: list[RunLoss], keys: tuple[str, ...]) -> list[GroupLoss]:
+    """Sum the per-run counts over ``keys`` (a subset of flush_mode, fault, profile) in Spark."""
+    df = spark.createDataFrame([asdict(x) for x in losses], _SCHEMA)
+    sums = [F.sum(c).alias(c) for c in ("acknowledged", "lost", "lost_bytes", "unflushed_bytes", "duplicated",
+                                         "recovered", "unexpected")]
+    agg = df.groupBy(*keys).agg(F.count(F.lit(1)).alias("runs"), *sums,
+                                F.sum(F.when(F.col("valid"), 0).otherwise(1)).alias("invalid_runs"))
+    rows = agg.orderBy(*keys).collect()
+    return [GroupLoss(
+        flush_mode=r["flush_mode"], fault=r["fault"], profile=r["profile"] if "profile" in keys else "(all)",
+        runs=int(r["runs"]), acknowledged=int(r["acknowledged"]), lost=int(r["lost"]), lost_bytes=int(r["lost_bytes"]),
+        unflushed_bytes=None if r["unflushed_bytes"] is None else int(r["unflushed_bytes"]),
+        duplicated=int(r["duplicated"]), recovered=int(r["recovered"]), unexpected=int(r["unexpected"]),
+        invalid_runs=int(r["invalid_runs"])) for r in rows]
+
+
+def headline_cell(group: GroupLoss) -> str:
+    kept = group.acknowledged - group.lost
+    share = f"{100 * kept / group.acknowledged:.4g} %" if group.acknowledged else "–"
+    runs = f"{group.runs} run{'s' if group.runs != 1 else ''}"
+    if group.lost == 0:
+        return f"all {group.acknowledged:,} acknowledged kept ({runs})"
+    return f"{kept:,} of {group.acknowledged:,} kept ({share}); {group.lost:,} lost, {group.lost_bytes:,} B ({runs})"
+
+
+def headline_table(by_mode_fault: list[GroupLoss]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """The fault columns and one row per flush mode of "what each flush mode keeps under each fault"."""
+    modes = sorted({g.flush_mode for g in by_mode_fault})
+    faults = sorted({g.fault for g in by_mode_fault})
+    cells = {(g.flush_mode, g.fault): headline_cell(g) for g in by_mode_fault}
+    return faults, [(mode, *(cells.get((mode, fault), "no runs") for fault in faults)) for mode in modes]
