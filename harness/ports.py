@@ -8,7 +8,9 @@ a second run on the machine — may be handed the same one. So a port is taken h
 - below the kernel's ephemeral range (net.ipv4.ip_local_port_range), where connect() never goes;
 - with ``port + 1`` free too (a broker's HA port, as RocketMQ's haListenPort = listenPort + 1);
 - claimed by a file created with O_EXCL in a directory every process of the lab shares, so no other
-  process is handed it again for ``CLAIM_TTL_S`` (long enough for a server to start and bind it).
+  process is handed it again for ``CLAIM_TTL_S``: long enough for a server to start and bind it, and to be
+  killed and started again on the same port (chaos cycles, the fuzzer's restarts), when it is free for a
+  moment.
 
 Where none of that is possible (no ephemeral range to read, an unwritable temp directory) it falls back to
 the plain bind check.
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-CLAIM_TTL_S: Final = 120.0
+CLAIM_TTL_S: Final = 1800.0  # a full test run takes a few hundred of the ~22,000 ports below the range
 CLAIM_DIR_NAME: Final = "rmq-lab-ports"
 LOWEST: Final = 10_000  # below this, well-known and registered services
 RANGE_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
