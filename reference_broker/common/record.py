@@ -261,39 +261,39 @@ def host_flags(sys_flag: int, born_v6: bool, store_v6: bool) -> int:
     return sys_flag
 
 
-def encode_record(out: bytearray | memoryview, at: int, topic_b: bytes, body: bytes, props_b: bytes, queue_id: int,
-                  flag: int, sys_flag: int, born_ts: int, born_ip: bytes, born_port: int, store_ip: bytes,
-                  store_port: int, reconsume: int = 0, prepared_offset: int = 0, body_crc: int = -1) -> int:
-    """Encode one record at ``out[at:]`` and return its size: the store's one encoder (single puts,
-    batches, re-puts, tests), MessageExtEncoder.encode's part, done before the put lock.
+def encode_record(out: bytearray | memoryview | None, at: int, topic_b: bytes, body: bytes, props_b: bytes,
+                  queue_id: int, flag: int, sys_flag: int, born_ts: int, born_ip: bytes, born_port: int,
+                  store_ip: bytes, store_port: int, reconsume: int = 0, prepared_offset: int = 0,
+                  body_crc: int = -1) -> bytearray | memoryview:
+    """Encode one record — the store's one encoder (single puts, batches, re-puts, tests): MessageExtEncoder's
+    part, done before the put lock. Into ``out`` at ``at`` (a batch's buffer, sized with ``record_length``), or
+    with ``out`` None into a buffer of its own; returns the buffer.
 
     QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are left 0 and the whole-record CRC's digits (when
-    ``props_b`` reserves them) unfilled: the put lock decides those, in ``seal_record``. Sizes must be
-    checked already (``record_length``); ``body_crc`` < 0 computes BODYCRC here.
+    ``props_b`` reserves them) unfilled: the put lock decides those, in ``seal_record``. Sizes must be checked
+    by the caller; ``body_crc`` < 0 computes BODYCRC here. The hot path of every put: no nested calls but the
+    cached Struct's.
     """
     born_v6 = len(born_ip) == 16
     store_v6 = len(store_ip) == 16
     st = record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
-    st.pack_into(out, at, st.size, MESSAGE_MAGIC_CODE, crc32(body) if body_crc < 0 else body_crc, queue_id, flag,
-                 0, 0, host_flags(sys_flag, born_v6, store_v6), born_ts, born_ip, born_port, 0, store_ip,
-                 store_port, reconsume, prepared_offset, len(body), body, len(topic_b), topic_b, len(props_b),
-                 props_b)
-    return st.size
-
-
-def encode_to_bytes(topic_b: bytes, body: bytes, props_b: bytes, queue_id: int, flag: int, sys_flag: int,
-                    born_ts: int, born_ip: bytes, born_port: int, store_ip: bytes, store_port: int, reconsume: int = 0,
-                    prepared_offset: int = 0, body_crc: int = -1) -> bytearray:
-    """``encode_record`` into a buffer of its own (a single put's, sealed and copied in the put lock)."""
-    out = bytearray(record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(store_ip) == 16))
-    encode_record(out, 0, topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip,
-                  store_port, reconsume, prepared_offset, body_crc)
+    if out is None:
+        out = bytearray(st.size)
+    sys_flag &= ~_HOST_V6_FLAGS  # the host-width bits are this record's own (host_flags)
+    if born_v6:
+        sys_flag |= mc.BORNHOST_V6_FLAG
+    if store_v6:
+        sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
+    st.pack_into(out, at, st.size, MESSAGE_MAGIC_CODE, raw_crc32(body) & 0x7FFFFFFF if body_crc < 0 else body_crc,
+                 queue_id, flag, 0, 0, sys_flag, born_ts, born_ip, born_port, 0, store_ip, store_port, reconsume,
+                 prepared_offset, len(body), body, len(topic_b), topic_b, len(props_b), props_b)
     return out
 
 
 _QOFF_PHYS: Final = struct.Struct(">qq")  # QUEUEOFFSET @20, PHYSICALOFFSET @28
 _LONG: Final = struct.Struct(">q")
 QUEUEOFFSET_POS: Final = 20
+_BORN_V6_BYTE: Final = SYSFLAG_POS + 3  # SYSFLAG's low byte holds BORNHOST_V6_FLAG (0x10)
 
 
 def seal_record(out: bytearray | memoryview, at: int, total: int, queue_offset: int, phys_offset: int,
@@ -302,12 +302,13 @@ def seal_record(out: bytearray | memoryview, at: int, total: int, queue_offset: 
     physical offset, the store timestamp and, with ``prop_crc``, the whole-record CRC over all of them.
 
     The record is then copied into the mapping whole, so a process killed in the put lock leaves either
-    nothing of it or all of it but the tail of one copy, never a complete record without its CRC."""
+    nothing of it or part of one copy, never a complete record without its CRC."""
     _QOFF_PHYS.pack_into(out, at + QUEUEOFFSET_POS, queue_offset, phys_offset)
-    (sys_flag,) = INT.unpack_from(out, at + SYSFLAG_POS)
-    _LONG.pack_into(out, at + BORNHOST_POS + (20 if sys_flag & mc.BORNHOST_V6_FLAG else 8), store_ts)
+    _LONG.pack_into(out, at + BORNHOST_POS + (20 if out[at + _BORN_V6_BYTE] & mc.BORNHOST_V6_FLAG else 8), store_ts)
     if prop_crc:
-        write_prop_crc(out, at, total)
+        t = at + total - CRC32_RESERVED_LEN
+        # write_prop_crc, inline: ten digits, least significant first (MessageDecoder.createCrc32)
+        out[t + 9 : t + 19] = (b"%010d" % (raw_crc32(out[at:t]) & 0x7FFFFFFF))[::-1]
 
 
 def strip_prop_crc(props_b: bytes) -> bytes:

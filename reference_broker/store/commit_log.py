@@ -265,15 +265,15 @@ class CommitLog:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         born_ip = rec.host_bytes(msg.born_host[0])
         store_ip = self.store_ip
-        total = rec.record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(store_ip) == 16)
+        # Encoded before the lock (MessageExtEncoder); the lock fills in offsets, time and CRC and copies the
+        # record into the mapping whole (DefaultAppendMessageCallback.doAppend).
+        data = rec.encode_record(None, 0, topic_b, body, props_b, queue_id, msg.flag, msg.sys_flag,
+                                 msg.born_timestamp, born_ip, msg.born_host[1], store_ip, self.store_port,
+                                 msg.reconsume_times, msg.prepared_transaction_offset)
+        total = len(data)
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:  # would not fit even an empty file
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
-        # Encoded before the lock (MessageExtEncoder); the lock fills in offsets, time and CRC and copies the
-        # record into the mapping whole (DefaultAppendMessageCallback.doAppend).
-        data = rec.encode_to_bytes(topic_b, body, props_b, queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
-                                   born_ip, msg.born_host[1], store_ip, self.store_port, msg.reconsume_times,
-                                   msg.prepared_transaction_offset)
         tran = msg.sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
         no_cq = tran == mc.TRANSACTION_PREPARED_TYPE or tran == mc.TRANSACTION_ROLLBACK_TYPE
         key = f"{topic}-{queue_id}"
@@ -417,10 +417,11 @@ class CommitLog:
         at = 0
         store_port = self.store_port
         encode = rec.encode_record
-        for (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset,
-             body_crc) in entries:
-            at += encode(data, at, topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port,
-                         store_ip, store_port, reconsume, prepared_offset, body_crc)
+        for size, (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset,
+                   body_crc) in zip(sizes, entries, strict=True):
+            encode(data, at, topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip,
+                   store_port, reconsume, prepared_offset, body_crc)
+            at += size
         key = f"{topic}-{queue_id}"
         append_crc = self.append_prop_crc
         seal = rec.seal_record

@@ -236,7 +236,10 @@ class MappedFile:
         pos = self.staged_position
         n = len(data)
         self.wbuf[pos : pos + n] = data
-        self.advance(n if span < 0 else span)
+        end = pos + (n if span < 0 else span)  # advance(), inline: every put comes here
+        self.staged_position = end
+        if self.stage is None:
+            self.wrote_position = end
         return pos
 
     def advance(self, n: int) -> None:

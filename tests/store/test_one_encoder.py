@@ -36,9 +36,9 @@ def expected(cl: CommitLog, topic: str, body: bytes, props_b: bytes, queue_id: i
              born_ts: int, born_host: tuple[str, int], reconsume: int, prepared: int, queue_offset: int,
              phys: int, store_ts: int) -> bytes:
     stored = rec.reserve_prop_crc(props_b) if cl.append_prop_crc else props_b
-    out = rec.encode_to_bytes(topic.encode(), body, stored, queue_id, flag, sys_flag, born_ts,
-                              rec.host_bytes(born_host[0]), born_host[1], cl.store_ip, cl.store_port, reconsume,
-                              prepared)
+    out = rec.encode_record(None, 0, topic.encode(), body, stored, queue_id, flag, sys_flag, born_ts,
+                             rec.host_bytes(born_host[0]), born_host[1], cl.store_ip, cl.store_port, reconsume,
+                             prepared)
     rec.seal_record(out, 0, len(out), queue_offset, phys, store_ts, cl.append_prop_crc)
     return bytes(out)
 

@@ -39,7 +39,7 @@ def encode(msg: MessageExtBrokerInner, *, queue_offset: int = 42, phys: int = 40
     buf = bytearray(pad + total)
     assert rec.encode_record(buf, pad, topic_b, msg.body, props_b, msg.queue_id, msg.flag, msg.sys_flag,
                              msg.born_timestamp, born_ip, msg.born_host[1], store_ip, store_host[1],
-                             msg.reconsume_times, msg.prepared_transaction_offset) == total
+                             msg.reconsume_times, msg.prepared_transaction_offset) is buf
     rec.seal_record(buf, pad, total, queue_offset, phys, store_ts, False)
     return bytes(buf)
 
