@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from harness.fuzz_cases import Case, CaseGenerator, CaseKind, Expect, Frame, request_code_name
-from harness.fuzz_probe import Probe, verify_acked
+from harness.fuzz_probe import Probe, create_probe_topic, verify_acked
 from harness.fuzz_report import FuzzReport, ViolationKind, check_store, code_name, looks_raised
 from harness.launcher import BrokerProcess, LaunchError, Topology, env_broker_conf
 from reference_broker.remoting.codec import FrameDecoder, ProtocolError
@@ -409,6 +409,7 @@ def run_fuzz(options: FuzzOptions, progress: Callable[[str], None] = lambda line
     try:
         topo.start()
         broker = topo.brokers[0]
+        create_probe_topic(broker.port)
         probe = Probe(broker.port, options.probe_limit_s, str(seed))
         probe.start()
         fuzzer = Fuzzer(broker, options, report, progress)

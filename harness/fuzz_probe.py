@@ -58,6 +58,21 @@ class ProbeStats:
                 "acked": len(self.acked), "failures": self.failures[:20]}
 
 
+def create_probe_topic(port: int, timeout_s: float = 10.0) -> None:
+    """Create the probe's topic before any case runs. Left to auto-creation from TBW102 it would depend on the
+    fuzzer: a case may delete TBW102 or make it unwritable first (legitimate acts), and every probe send then
+    fails with TOPIC_NOT_EXIST."""
+    client = RemotingClient("127.0.0.1", port, timeout_s=timeout_s)
+    try:
+        resp = client.invoke(create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": PROBE_TOPIC, "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1",
+            "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
+    finally:
+        client.close()
+    if resp.code != ResponseCode.SUCCESS:
+        raise RuntimeError(f"cannot create the probe topic {PROBE_TOPIC}: code {resp.code} {resp.remark}")
+
+
 def _send_request(key: str, uniq: str) -> Any:
     props = {mc.PROPERTY_KEYS: key, mc.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq, mc.PROPERTY_TAGS: "probe"}
     return create_request(RequestCode.SEND_MESSAGE_V2, send_v1_to_v2({

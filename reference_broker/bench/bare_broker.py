@@ -99,7 +99,9 @@ class BareStore:
                born_ts: int, born_host: tuple[bytes, int], body_crc: int) -> tuple[int, int]:
         """Append one record and its unit; (commit-log offset, queue offset)."""
         born_ip, born_port = born_host
-        total = rec.record_length(len(body), len(topic_b), len(props_b), len(born_ip) == 16, len(self.store_ip) == 16)
+        r = rec.prepare_record(topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port,
+                               self.store_ip, self.store_port, 0, 0, body_crc)
+        total = r.st.size
         if self.pos + total > self.log_size:
             self.pos = 0  # recycled: a baseline keeps nothing
         q = self._queue(topic_b, queue_id)
@@ -107,10 +109,7 @@ class BareStore:
         now = time.time_ns() // 1_000_000
         ts = self.last_ts = now if now > self.last_ts else self.last_ts
         offset = self.offset
-        # The store's encoder, written in place: a baseline with no crash story needs no staging copy.
-        rec.encode_record(self.log_view, self.pos, topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip,
-                          born_port, self.store_ip, self.store_port, 0, 0, body_crc)
-        rec.seal_record(self.log_view, self.pos, total, queue_offset, offset, ts, False)
+        rec.write_record(self.log_view, self.pos, r, queue_offset, offset, ts, False)  # the store's one encoder
         CQ_UNIT.pack_into(q.mm, queue_offset % CQ_FILE_UNITS * CQ_UNIT.size, offset, total, 0)
         q.next_offset = queue_offset + 1
         self.pos += total

@@ -48,7 +48,7 @@ import enum
 import ipaddress
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from reference_broker.common import message as mc
 from reference_broker.common.crc import raw_crc32
@@ -261,54 +261,70 @@ def host_flags(sys_flag: int, born_v6: bool, store_v6: bool) -> int:
     return sys_flag
 
 
-def encode_record(out: bytearray | memoryview | None, at: int, topic_b: bytes, body: bytes, props_b: bytes,
-                  queue_id: int, flag: int, sys_flag: int, born_ts: int, born_ip: bytes, born_port: int,
-                  store_ip: bytes, store_port: int, reconsume: int = 0, prepared_offset: int = 0,
-                  body_crc: int = -1) -> bytearray | memoryview:
-    """Encode one record — the store's one encoder (single puts, batches, re-puts, tests): MessageExtEncoder's
-    part, done before the put lock. Into ``out`` at ``at`` (a batch's buffer, sized with ``record_length``), or
-    with ``out`` None into a buffer of its own; returns the buffer.
+class PreparedRecord(NamedTuple):
+    """One record with everything the put lock does not decide (MessageExtEncoder's part, 4.9.8): its
+    layout, BODYCRC, SYSFLAG with this record's host bits, and the bytes of its variable fields. A tuple:
+    one is made per put, and the lock unpacks it at once."""
 
-    QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are left 0 and the whole-record CRC's digits (when
-    ``props_b`` reserves them) unfilled: the put lock decides those, in ``seal_record``. Sizes must be checked
-    by the caller; ``body_crc`` < 0 computes BODYCRC here. The hot path of every put: no nested calls but the
-    cached Struct's.
-    """
+    st: struct.Struct  # the whole record's layout (record_struct); st.size is TOTALSIZE
+    body_crc: int
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_ts: int
+    born_ip: bytes
+    born_port: int
+    store_ip: bytes
+    store_port: int
+    reconsume: int
+    prepared_offset: int
+    body: bytes
+    topic_b: bytes
+    props_b: bytes
+
+    @property
+    def size(self) -> int:
+        return self.st.size
+
+
+def prepare_record(topic_b: bytes, body: bytes, props_b: bytes, queue_id: int, flag: int, sys_flag: int,
+                   born_ts: int, born_ip: bytes, born_port: int, store_ip: bytes, store_port: int, reconsume: int = 0,
+                   prepared_offset: int = 0, body_crc: int = -1) -> PreparedRecord:
+    """A record ready for ``write_record``, done before the put lock (sizes are the caller's to check;
+    ``body_crc`` < 0 computes BODYCRC here)."""
     born_v6 = len(born_ip) == 16
     store_v6 = len(store_ip) == 16
-    st = record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6)
-    if out is None:
-        out = bytearray(st.size)
-    sys_flag &= ~_HOST_V6_FLAGS  # the host-width bits are this record's own (host_flags)
-    if born_v6:
-        sys_flag |= mc.BORNHOST_V6_FLAG
-    if store_v6:
-        sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
-    st.pack_into(out, at, st.size, MESSAGE_MAGIC_CODE, raw_crc32(body) & 0x7FFFFFFF if body_crc < 0 else body_crc,
-                 queue_id, flag, 0, 0, sys_flag, born_ts, born_ip, born_port, 0, store_ip, store_port, reconsume,
-                 prepared_offset, len(body), body, len(topic_b), topic_b, len(props_b), props_b)
-    return out
+    return PreparedRecord(record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6),
+                          raw_crc32(body) & 0x7FFFFFFF if body_crc < 0 else body_crc, queue_id, flag,
+                          host_flags(sys_flag, born_v6, store_v6), born_ts, born_ip, born_port, store_ip, store_port,
+                          reconsume, prepared_offset, body, topic_b, props_b)
 
 
-_QOFF_PHYS: Final = struct.Struct(">qq")  # QUEUEOFFSET @20, PHYSICALOFFSET @28
-_LONG: Final = struct.Struct(">q")
-QUEUEOFFSET_POS: Final = 20
-_BORN_V6_BYTE: Final = SYSFLAG_POS + 3  # SYSFLAG's low byte holds BORNHOST_V6_FLAG (0x10)
+def write_record(out: bytearray | memoryview, at: int, r: PreparedRecord, queue_offset: int, phys_offset: int,
+                 store_ts: int, prop_crc: bool) -> int:
+    """The store's one encoder (single puts, batches, re-puts, the bare baseline, tests): write ``r`` at
+    ``out[at:]`` with what the put lock decided — queue offset, physical offset, store timestamp — and, with
+    ``prop_crc``, the whole-record CRC over all of it (DefaultAppendMessageCallback.doAppend). Returns TOTALSIZE.
 
-
-def seal_record(out: bytearray | memoryview, at: int, total: int, queue_offset: int, phys_offset: int,
-                store_ts: int, prop_crc: bool) -> None:
-    """Fill in what the put lock decides (DefaultAppendMessageCallback.doAppend): the queue offset, the
-    physical offset, the store timestamp and, with ``prop_crc``, the whole-record CRC over all of them.
-
-    The record is then copied into the mapping whole, so a process killed in the put lock leaves either
-    nothing of it or part of one copy, never a complete record without its CRC."""
-    _QOFF_PHYS.pack_into(out, at + QUEUEOFFSET_POS, queue_offset, phys_offset)
-    _LONG.pack_into(out, at + BORNHOST_POS + (20 if out[at + _BORN_V6_BYTE] & mc.BORNHOST_V6_FLAG else 8), store_ts)
+    TOTALSIZE is written last. Until then the record reads as size 0, which recovery treats as the end of the
+    valid log: a process killed in the put lock (after a thread switch, say) leaves a torn tail that is cut,
+    never a complete record without its CRC, which recovery would cut as damage and quarantine as intact.
+    """
+    (st, body_crc, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip, store_port, reconsume,
+     prepared_offset, body, topic_b, props_b) = r
+    total = st.size
+    st.pack_into(out, at, 0, MESSAGE_MAGIC_CODE, body_crc, queue_id, flag, queue_offset, phys_offset, sys_flag,
+                 born_ts, born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared_offset,
+                 len(body), body, len(topic_b), topic_b, len(props_b), props_b)
+    size_b = INT.pack(total)
     if prop_crc:
         t = at + total - CRC32_RESERVED_LEN
-        # write_prop_crc, inline: ten digits, least significant first (MessageDecoder.createCrc32)
-        out[t + 9 : t + 19] = (b"%010d" % (raw_crc32(out[at:t]) & 0x7FFFFFFF))[::-1]
+        # The CRC covers TOTALSIZE as it will read: its bytes first, then the rest (crc32's running value).
+        # Ten digits, least significant first (MessageDecoder.createCrc32).
+        crc = raw_crc32(out[at + 4 : t], raw_crc32(size_b)) & 0x7FFFFFFF
+        out[t + 9 : t + 19] = (b"%010d" % crc)[::-1]
+    out[at : at + 4] = size_b
+    return total
 
 
 def strip_prop_crc(props_b: bytes) -> bytes:

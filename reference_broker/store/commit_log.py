@@ -3,8 +3,8 @@
 This module owns the append path (CommitLog.asyncPutMessage/asyncPutMessages and
 DefaultAppendMessageCallback, 4.9.8), the per topic-queue logical offsets (topicQueueTable), the
 delay-level rewrite to SCHEDULE_TOPIC_XXXX, and raw byte access by offset for replication. Recovery is in
-``commit_log_recovery.py``; the record format and its one encoder in ``common/record.py``: a record is encoded
-before the put lock and sealed (offsets, store time, whole-record CRC) and copied into the mapping in it.
+``commit_log_recovery.py``; the record format and its one encoder in ``common/record.py``: a record is prepared
+before the put lock and written into the mapping in it, with the offsets, store time and whole-record CRC.
 """
 
 from __future__ import annotations
@@ -265,12 +265,12 @@ class CommitLog:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         born_ip = rec.host_bytes(msg.born_host[0])
         store_ip = self.store_ip
-        # Encoded before the lock (MessageExtEncoder); the lock fills in offsets, time and CRC and copies the
-        # record into the mapping whole (DefaultAppendMessageCallback.doAppend).
-        data = rec.encode_record(None, 0, topic_b, body, props_b, queue_id, msg.flag, msg.sys_flag,
-                                 msg.born_timestamp, born_ip, msg.born_host[1], store_ip, self.store_port,
-                                 msg.reconsume_times, msg.prepared_transaction_offset)
-        total = len(data)
+        # Prepared before the lock (MessageExtEncoder); written into the mapping in it, with the offsets, the
+        # store time and the CRC the lock decides (DefaultAppendMessageCallback.doAppend).
+        r = rec.prepare_record(topic_b, body, props_b, queue_id, msg.flag, msg.sys_flag, msg.born_timestamp, born_ip,
+                               msg.born_host[1], store_ip, self.store_port, msg.reconsume_times,
+                               msg.prepared_transaction_offset)
+        total = r.st.size
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:  # would not fit even an empty file
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
@@ -291,12 +291,13 @@ class CommitLog:
                     if nxt is None:
                         return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
                     mf = nxt
-                phys = mf.file_from_offset + mf.staged_position
+                pos = mf.staged_position
+                phys = mf.file_from_offset + pos
                 if append_crc and self.prop_crc_since is None:
                     self.set_prop_crc_since(phys)  # once: the first record with the CRC
                 qoff = 0 if no_cq else table.get(key, 0)
-                rec.seal_record(data, 0, total, qoff, phys, store_ts, append_crc)
-                mf.append_record(data)
+                rec.write_record(mf.wbuf, pos, r, qoff, phys, store_ts, append_crc)
+                mf.advance(total)
                 mf.store_timestamp = store_ts
                 if not no_cq:
                     table[key] = qoff + 1
@@ -402,29 +403,23 @@ class CommitLog:
         return (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset, body_crc)
 
     def _append_batch(self, topic: str, queue_id: int, topic_b: bytes, entries: list[_Entry]) -> PutMessageResult:
-        """Encode the records outside the lock, then write them whole into one file with consecutive queue
-        offsets (CommitLog.asyncPutMessages, MessageExtBatchEncoder)."""
+        """Prepare the records outside the lock, then write them into one file with consecutive queue offsets
+        (CommitLog.asyncPutMessages, MessageExtBatchEncoder)."""
         store_ip = self.store_ip
-        store_v6 = len(store_ip) == 16
-        topic_len = len(topic_b)
-        sizes = [rec.record_length(len(e[0]), topic_len, len(e[1]), len(e[5]) == 16, store_v6) for e in entries]
-        grand = sum(sizes)
+        store_port = self.store_port
+        prepare = rec.prepare_record
+        prepared = [prepare(topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip,
+                            store_port, reconsume, prepared_offset, body_crc)
+                    for (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset,
+                         body_crc) in entries]
+        grand = sum(r.st.size for r in prepared)
         # The encoder buffer is maxMessageSize + 64 KiB: a longer batch is illegal (MessageExtBatchEncoder).
         if grand > self.config.max_message_size + 64 * 1024 or grand + 8 > self.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
-        data = bytearray(grand)
-        at = 0
-        store_port = self.store_port
-        encode = rec.encode_record
-        for size, (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset,
-                   body_crc) in zip(sizes, entries, strict=True):
-            encode(data, at, topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip,
-                   store_port, reconsume, prepared_offset, body_crc)
-            at += size
         key = f"{topic}-{queue_id}"
         append_crc = self.append_prop_crc
-        seal = rec.seal_record
+        write = rec.write_record
         with self.put_lock:
             now = _now_ms()
             self.begin_time_in_lock = now
@@ -447,14 +442,14 @@ class CommitLog:
                 first_q = qoff = self.topic_queue_table.get(key, 0)
                 ids: list[str] = []
                 id_prefix = self.msg_id_prefix_hex
-                at = 0
-                for total in sizes:
-                    phys = start + at
-                    seal(data, at, total, qoff, phys, store_ts, append_crc)
+                wbuf = mf.wbuf
+                pos = mf.staged_position
+                for r in prepared:
+                    phys = mf.file_from_offset + pos
+                    pos += write(wbuf, pos, r, qoff, phys, store_ts, append_crc)
                     ids.append(f"{id_prefix}{phys:016X}")  # rec.create_message_id, prefix formatted once
-                    at += total
                     qoff += 1
-                mf.append_record(data)
+                mf.advance(grand)
                 mf.store_timestamp = store_ts
                 self.topic_queue_table[key] = qoff
             finally:

@@ -12,10 +12,10 @@ from reference_broker.common import message as mc
 from reference_broker.common.java_hash import string_hash_code
 from reference_broker.common.record import (
     decode_messages,
-    encode_record,
     host_bytes,
+    prepare_record,
     record_length,
-    seal_record,
+    write_record,
 )
 from reference_broker.remoting.codec import FrameDecoder
 from reference_broker.remoting.codes import RequestCode, ResponseCode
@@ -42,9 +42,9 @@ def records(*items: tuple[int, bytes, dict[str, str]], topic: str = "T", queue_i
         total = record_length(len(body), len(topic_b), len(props_b))
         start = len(out)
         out += bytes(total)
-        encode_record(out, start, topic_b, body, props_b, queue_id, 0, 0, 1, host_bytes("127.0.0.1"), 5,
-                      host_bytes("127.0.0.1"), 10911)
-        seal_record(out, start, total, queue_offset, phys, 2, False)
+        r = prepare_record(topic_b, body, props_b, queue_id, 0, 0, 1, host_bytes("127.0.0.1"), 5,
+                           host_bytes("127.0.0.1"), 10911)
+        write_record(out, start, r, queue_offset, phys, 2, False)
         phys += total
     return bytes(out)
 

@@ -386,7 +386,7 @@ def test_scan_records_equals_check_message_record_after_record(case: ScanCase) -
 
 
 def test_rec_helper_encodes_like_the_store() -> None:
-    """The hand encoder above writes what record.encode_record writes (it must, for the examples to mean anything)."""
+    """The hand encoder above writes what record.write_record writes (it must, for the examples to mean anything)."""
     msg = rec.MessageExtBrokerInner(topic="TopicTest", body=b"hello", queue_id=3, flag=7,
                                     properties={"TAGS": "TagA", "KEYS": "k"}, sys_flag=mc.TRANSACTION_COMMIT_TYPE,
                                     born_timestamp=5, born_host=("::1", 9), reconsume_times=2,
@@ -394,10 +394,10 @@ def test_rec_helper_encodes_like_the_store() -> None:
     topic_b, props_b = b"TopicTest", msg.encoded_properties()
     total = rec.record_length(5, len(topic_b), len(props_b), True, False)
     buf = bytearray(total)
-    rec.encode_record(buf, 0, topic_b, msg.body, props_b, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
-                      rec.host_bytes("::1"), 9, b"\x0a\x00\x00\x02", 10911, msg.reconsume_times,
-                      msg.prepared_transaction_offset)
-    rec.seal_record(buf, 0, total, 42, 4096, STORE_TS, False)
+    r = rec.prepare_record(topic_b, msg.body, props_b, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
+                           rec.host_bytes("::1"), 9, b"\x0a\x00\x00\x02", 10911, msg.reconsume_times,
+                           msg.prepared_transaction_offset)
+    rec.write_record(buf, 0, r, 42, 4096, STORE_TS, False)
     mine = Rec(topic=topic_b, body=b"hello", props=props_b, flag=7, sys_flag=mc.TRANSACTION_COMMIT_TYPE, born_ts=5,
                born_ip=rec.host_bytes("::1"), born_port=9, reconsume=2, prepared=99)
     assert mine.encode() == bytes(buf)

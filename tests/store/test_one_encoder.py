@@ -1,5 +1,5 @@
 """One record encoder: what CommitLog writes for single puts, batches and re-puts is, byte for byte, what
-``record.encode_record`` + ``record.seal_record`` make of the same fields (the encoder the tests and the
+``record.prepare_record`` + ``record.write_record`` make of the same fields (the encoder the tests and the
 bare-broker baseline use). A put path that packed records by hand would drift from it; this catches that."""
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ def expected(cl: CommitLog, topic: str, body: bytes, props_b: bytes, queue_id: i
              born_ts: int, born_host: tuple[str, int], reconsume: int, prepared: int, queue_offset: int,
              phys: int, store_ts: int) -> bytes:
     stored = rec.reserve_prop_crc(props_b) if cl.append_prop_crc else props_b
-    out = rec.encode_record(None, 0, topic.encode(), body, stored, queue_id, flag, sys_flag, born_ts,
-                             rec.host_bytes(born_host[0]), born_host[1], cl.store_ip, cl.store_port, reconsume,
-                             prepared)
-    rec.seal_record(out, 0, len(out), queue_offset, phys, store_ts, cl.append_prop_crc)
+    r = rec.prepare_record(topic.encode(), body, stored, queue_id, flag, sys_flag, born_ts,
+                           rec.host_bytes(born_host[0]), born_host[1], cl.store_ip, cl.store_port, reconsume, prepared)
+    out = bytearray(r.size)
+    assert rec.write_record(out, 0, r, queue_offset, phys, store_ts, cl.append_prop_crc) == r.size
     return bytes(out)
 
 

@@ -37,10 +37,10 @@ def encode(msg: MessageExtBrokerInner, *, queue_offset: int = 42, phys: int = 40
     store_ip = rec.host_bytes(store_host[0])
     total = rec.record_length(len(msg.body), len(topic_b), len(props_b), len(born_ip) == 16, len(store_ip) == 16)
     buf = bytearray(pad + total)
-    assert rec.encode_record(buf, pad, topic_b, msg.body, props_b, msg.queue_id, msg.flag, msg.sys_flag,
-                             msg.born_timestamp, born_ip, msg.born_host[1], store_ip, store_host[1],
-                             msg.reconsume_times, msg.prepared_transaction_offset) is buf
-    rec.seal_record(buf, pad, total, queue_offset, phys, store_ts, False)
+    r = rec.prepare_record(topic_b, msg.body, props_b, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
+                           born_ip, msg.born_host[1], store_ip, store_host[1], msg.reconsume_times,
+                           msg.prepared_transaction_offset)
+    assert rec.write_record(buf, pad, r, queue_offset, phys, store_ts, False) == total
     return bytes(buf)
 
 
