@@ -57,9 +57,6 @@ class EncodedBatch:
     properties_suffix: bytes = b""  # "\x02NAME\x01value…", appended to every entry's properties (CLUSTER)
 
 
-# A checked batch entry: body, stored properties, flag, sysflag, born timestamp, born address, born port,
-# reconsume times, prepared-transaction offset, BODYCRC (-1: compute).
-_Entry = tuple[bytes, bytes, int, int, int, bytes, int, int, int, int]
 
 
 def _illegal_batch() -> PutMessageResult:
@@ -346,17 +343,17 @@ class CommitLog:
         if bad is not None:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         topic_b = batch.topic.encode("utf-8")
-        entries: list[_Entry] = []
+        entries: list[rec.PreparedRecord] = []
         for m in batch.messages:
             m.topic = batch.topic
             m.queue_id = batch.queue_id
-            r = self._entry(topic_b, m.body, m.encoded_properties(), m.flag, m.sys_flag, m.born_timestamp,
-                            rec.host_bytes(m.born_host[0]), m.born_host[1], m.reconsume_times,
+            r = self._entry(topic_b, batch.queue_id, m.body, m.encoded_properties(), m.flag, m.sys_flag,
+                            m.born_timestamp, rec.host_bytes(m.born_host[0]), m.born_host[1], m.reconsume_times,
                             m.prepared_transaction_offset, -1)
             if isinstance(r, PutMessageResult):
                 return r
             entries.append(r)
-        return self._append_batch(batch.topic, batch.queue_id, topic_b, entries)
+        return self._append_batch(batch.topic, batch.queue_id, entries)
 
     def put_encoded_batch(self, batch: EncodedBatch) -> PutMessageResult:
         """``put_messages`` for a batch still in its wire encoding: each record is written from its entry
@@ -373,22 +370,23 @@ class CommitLog:
         born_ip = rec.host_bytes(batch.born_host[0])
         suffix = batch.properties_suffix
         entry = self._entry
-        entries: list[_Entry] = []
+        entries: list[rec.PreparedRecord] = []
         for flag, body, props, crc in raw_entries:
             if suffix:
                 # MessageExtBatchEncoder: a separator only when the entry's properties do not end with one
                 props = props + suffix if props and props[-1] != 2 else props + suffix[1:]
-            r = entry(topic_b, body, props, flag, batch.sys_flag, batch.born_timestamp, born_ip, batch.born_host[1],
-                      0, 0, crc)
+            r = entry(topic_b, batch.queue_id, body, props, flag, batch.sys_flag, batch.born_timestamp, born_ip,
+                      batch.born_host[1], 0, 0, crc)
             if isinstance(r, PutMessageResult):
                 return r
             entries.append(r)
-        return self._append_batch(batch.topic, batch.queue_id, topic_b, entries)
+        return self._append_batch(batch.topic, batch.queue_id, entries)
 
-    def _entry(self, topic_b: bytes, body: bytes, encoded: bytes, flag: int, sys_flag: int, born_ts: int,
+    def _entry(self, topic_b: bytes, queue_id: int, body: bytes, encoded: bytes, flag: int, sys_flag: int, born_ts: int,
                born_ip: bytes, born_port: int, reconsume: int, prepared_offset: int, body_crc: int
-               ) -> _Entry | PutMessageResult:
-        """One record of a batch, checked and with its stored properties; or why the batch is refused."""
+               ) -> rec.PreparedRecord | PutMessageResult:
+        """One record of a batch (``queue_id`` is the batch's), checked and prepared; or why the batch is
+        refused."""
         if _has_delay(encoded) or mc.transaction_value(sys_flag) != mc.TRANSACTION_NOT_TYPE:
             return _illegal_batch()  # batches carry neither delays nor transactions (CommitLog.asyncPutMessages)
         bad_header = header_problem(0, flag, sys_flag, born_ts, reconsume, prepared_offset)
@@ -400,18 +398,12 @@ class CommitLog:
             status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
                       if bad is AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED else PutMessageStatus.MESSAGE_ILLEGAL)
             return PutMessageResult(status, AppendMessageResult(bad))
-        return (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset, body_crc)
+        return rec.prepare_record(topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port,
+                                  self.store_ip, self.store_port, reconsume, prepared_offset, body_crc)
 
-    def _append_batch(self, topic: str, queue_id: int, topic_b: bytes, entries: list[_Entry]) -> PutMessageResult:
-        """Prepare the records outside the lock, then write them into one file with consecutive queue offsets
+    def _append_batch(self, topic: str, queue_id: int, prepared: list[rec.PreparedRecord]) -> PutMessageResult:
+        """Write records prepared outside the lock into one file with consecutive queue offsets
         (CommitLog.asyncPutMessages, MessageExtBatchEncoder)."""
-        store_ip = self.store_ip
-        store_port = self.store_port
-        prepare = rec.prepare_record
-        prepared = [prepare(topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip,
-                            store_port, reconsume, prepared_offset, body_crc)
-                    for (body, props_b, flag, sys_flag, born_ts, born_ip, born_port, reconsume, prepared_offset,
-                         body_crc) in entries]
         grand = sum(r.st.size for r in prepared)
         # The encoder buffer is maxMessageSize + 64 KiB: a longer batch is illegal (MessageExtBatchEncoder).
         if grand > self.config.max_message_size + 64 * 1024 or grand + 8 > self.file_size:
@@ -455,7 +447,7 @@ class CommitLog:
             finally:
                 self.begin_time_in_lock = 0
         return PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(
-            AppendMessageStatus.PUT_OK, start, grand, ",".join(ids), store_ts, first_q, len(entries)))
+            AppendMessageStatus.PUT_OK, start, grand, ",".join(ids), store_ts, first_q, len(prepared)))
 
     # ---- reads --------------------------------------------------------------------------------
     def get_data(self, offset: int, return_first_on_not_found: bool = False) -> SelectMappedBufferResult | None:

@@ -88,15 +88,19 @@ class CommitLogRecovery:
     def _is_zero_tail(mf: MappedFile, pos: int) -> bool:
         return pos + 8 > mf.file_size or bytes(mf.buf[pos : pos + 8]) == bytes(8)
 
+    def _recover_empty(self, truncate_logics: Callable[[int], None]) -> int:
+        """A log with no files: nothing to scan, every consume queue emptied."""
+        self.log.mapped_file_queue.flushed_where = 0
+        self._clamp_prop_crc_since(0)
+        truncate_logics(-1)
+        return 0
+
     def recover_normally(self, max_phy_offset_of_cq: int,
                          truncate_logics: Callable[[int], None]) -> int:
         """CommitLog.recoverNormally: scan the last three files with CRC, truncate at the first bad record."""
         files = self.log.mapped_file_queue.mapped_files
         if not files:
-            self.log.mapped_file_queue.flushed_where = 0
-            self._clamp_prop_crc_since(0)
-            truncate_logics(-1)
-            return 0
+            return self._recover_empty(truncate_logics)
         index = max(0, len(files) - 3)
         process_offset = self._recover_from(index, self.log.config.check_crc_on_recover, None)
         self._finish_recovery(process_offset, max_phy_offset_of_cq, truncate_logics, "normal recovery")
@@ -108,10 +112,7 @@ class CommitLogRecovery:
         (``dispatch`` takes runs of records, in log order)."""
         files = self.log.mapped_file_queue.mapped_files
         if not files:
-            self.log.mapped_file_queue.flushed_where = 0
-            self._clamp_prop_crc_since(0)
-            truncate_logics(-1)
-            return 0
+            return self._recover_empty(truncate_logics)
         start = self._checkpoint_recover_start()
         if start is not None:
             index, start_pos = start

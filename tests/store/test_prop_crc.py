@@ -79,10 +79,15 @@ def test_defaults_and_config_keys() -> None:
 
 
 def test_digits_are_written_least_significant_first() -> None:
-    buf = bytearray(b"any record bytes" + rec.reserve_prop_crc(b""))
-    rec.write_prop_crc(memoryview(buf), 0, len(buf))
-    crc = zlib.crc32(b"any record bytes") & 0x7FFFFFFF
+    assert rec.crc_digits(1234) == b"4321000000"
+    assert rec.crc_digits(-1) == b"7463847412"  # masked to 31 bits, as createCrc32's input is
+    r = rec.prepare_record(b"T", b"any record bytes", rec.reserve_prop_crc(b"KEYS\x01k"), 0, 0, 0, 1,
+                           rec.host_bytes("127.0.0.1"), 2, rec.host_bytes("127.0.0.1"), 3)
+    buf = bytearray(r.size)
+    rec.write_record(buf, 0, r, 5, 6, 7, True)  # the CRC covers TOTALSIZE, written after it is computed
+    crc = zlib.crc32(bytes(buf[:-20])) & 0x7FFFFFFF
     assert bytes(buf[-11:-1]) == str(crc)[::-1].ljust(10, "0").encode()
+    assert rec.prop_crc_ok(bytes(buf), 0, len(buf))
     assert_whole_record_crc(bytes(buf))
 
 
