@@ -326,9 +326,8 @@ class CommitLog:
         """Fill the rest of ``mf`` with a blank record and open the next file (END_OF_FILE)."""
         free = mf.free_space()
         if free >= rec.END_FILE_MIN_BLANK_LENGTH:
-            mf.append_record(rec.BLANK.pack(free, rec.BLANK_MAGIC_CODE), free)
-        else:
-            mf.advance(free)
+            rec.write_blank(mf.wbuf, mf.staged_position, free)
+        mf.advance(free)
         try:
             return self.mapped_file_queue.last_file_for_write()
         except OSError as e:

@@ -229,19 +229,7 @@ class MappedFile:
             self.stage = None
         return self.wrote_position
 
-    # ---- the writer's end (the commit log's appends) -------------------------------------------
-    def append_record(self, data: bytes | bytearray | memoryview, span: int = -1) -> int:
-        """Copy ``data`` to the writer's end in one piece and move that end on by ``span`` bytes (default
-        ``len(data)``; a blank record spans the rest of the file). Returns the position written at."""
-        pos = self.staged_position
-        n = len(data)
-        self.wbuf[pos : pos + n] = data
-        end = pos + (n if span < 0 else span)  # advance(), inline: every put comes here
-        self.staged_position = end
-        if self.stage is None:
-            self.wrote_position = end
-        return pos
-
+    # ---- the writer's end (the commit log writes at staged_position, then calls advance) -----------
     def advance(self, n: int) -> None:
         """The staging rule: without staging readers see the appended bytes at once; with it, once
         ``commit`` has written them into the file."""
