@@ -101,7 +101,7 @@ class BareStore:
         born_ip, born_port = born_host
         r = rec.prepare_record(topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port,
                                self.store_ip, self.store_port, 0, 0, body_crc)
-        total = r.st.size
+        total = r.size
         if self.pos + total > self.log_size:
             self.pos = 0  # recycled: a baseline keeps nothing
         q = self._queue(topic_b, queue_id)

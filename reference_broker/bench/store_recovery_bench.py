@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,15 +42,15 @@ CRASH_TAIL_BYTES: Final = 32 * MiB
 
 
 class DispatchCounter:
-    """A dispatch listener counting records dispatched (recovery re-dispatch included)."""
+    """A dispatch hook counting records dispatched (recovery re-dispatch included)."""
 
     __slots__ = ("count",)
 
     def __init__(self) -> None:
         self.count = 0
 
-    def __call__(self, req: DispatchRequest) -> None:
-        self.count += 1
+    def __call__(self, reqs: Sequence[DispatchRequest]) -> None:
+        self.count += len(reqs)
 
 
 def create_abort_file(root: Path) -> None:

@@ -21,7 +21,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from reference_broker import __version__
@@ -224,11 +224,11 @@ class BrokerController:
         await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
         log.info("broker %s shut down (normally: %s)", self.broker_addr, self.store.shutdown_normally)
 
-    def _arriving(self, req: DispatchRequest) -> None:
-        """A record dispatched (dispatch thread): held pulls on its queue may now be answered."""
+    def _arriving(self, reqs: Sequence[DispatchRequest]) -> None:
+        """Records dispatched (dispatch thread): held pulls on their queues may now be answered."""
         hold = self.hold_service
         if hold is not None:
-            hold.arriving(req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code, req.store_timestamp)
+            hold.arriving_run(reqs)
 
     def _stop_accepting(self) -> None:
         """The first step of shutdown: close the listener, and leave every request that arrives from now on

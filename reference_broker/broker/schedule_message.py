@@ -35,6 +35,7 @@ import heapq
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -236,17 +237,18 @@ class ScheduleMessageService:
         heapq.heappush(self._heap, (due, task))
         self._cond.notify()
 
-    def _on_dispatch(self, req: DispatchRequest) -> None:
-        """Dispatch listener (reput thread): wake an idle level when its queue grows."""
-        if req.topic != mc.SCHEDULE_TOPIC:
-            return
-        level = dl.queue_id_to_delay_level(req.queue_id)
-        with self._cond:
-            if level == self._running:
-                self._kicked.add(level)
-            elif level in self._idle:
-                self._idle.discard(level)
-                self._schedule(level, time.monotonic())
+    def _on_dispatch(self, reqs: Sequence[DispatchRequest]) -> None:
+        """Dispatch hook (reput thread): wake an idle level when its queue grows."""
+        for req in reqs:
+            if req.topic != mc.SCHEDULE_TOPIC:
+                continue
+            level = dl.queue_id_to_delay_level(req.queue_id)
+            with self._cond:
+                if level == self._running:
+                    self._kicked.add(level)
+                elif level in self._idle:
+                    self._idle.discard(level)
+                    self._schedule(level, time.monotonic())
 
     def _next_task(self) -> int | None:
         with self._cond:

@@ -231,34 +231,46 @@ def decode_message_id(msg_id: str) -> tuple[str, int, int]:
 # ---- encoding --------------------------------------------------------------------------------
 
 
-_RECORD_STRUCTS: dict[tuple[int, int, int, bool, bool], struct.Struct] = {}
-_RECORD_STRUCTS_MAX: Final = 4096
+class RecordLayout(NamedTuple):
+    """What the field lengths alone decide about a record: one Struct for all of it (one ``pack_into`` per
+    record is several times cheaper than packing the header and assigning slices of the mapping one by one),
+    TOTALSIZE, its bytes, and their crc32 (where the whole-record CRC starts)."""
+
+    st: struct.Struct
+    size: int
+    size_b: bytes
+    size_crc: int
 
 
-def record_struct(body_len: int, topic_len: int, props_len: int, born_v6: bool, store_v6: bool) -> struct.Struct:
-    """One Struct for a whole record of these field lengths (cached: one ``pack_into`` per record is
-    several times cheaper than packing the header and assigning slices of the mapping one by one)."""
-    key = (body_len, topic_len, props_len, born_v6, store_v6)
-    st = _RECORD_STRUCTS.get(key)
-    if st is None:
+_LayoutKey = tuple[int, int, int, bool, bool]  # body, topic and properties lengths; born, store host is v6
+_LAYOUTS: dict[_LayoutKey, RecordLayout] = {}
+_LAYOUTS_MAX: Final = 4096
+
+
+def record_layout(key: _LayoutKey) -> RecordLayout:
+    """The layout of a record of these field lengths, cached (prepare_record looks in the cache itself)."""
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        body_len, topic_len, props_len, born_v6, store_v6 = key
         b = "16s" if born_v6 else "4s"
         h = "16s" if store_v6 else "4s"
         st = struct.Struct(f">iiiiiqqiq{b}iq{h}iiqi{body_len}sB{topic_len}sH{props_len}s")
-        if len(_RECORD_STRUCTS) >= _RECORD_STRUCTS_MAX:
-            _RECORD_STRUCTS.clear()
-        _RECORD_STRUCTS[key] = st
-    return st
+        size_b = INT.pack(st.size)
+        layout = RecordLayout(st, st.size, size_b, raw_crc32(size_b))
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
+
+
+_HOST_BITS: Final = {(False, False): 0, (True, False): mc.BORNHOST_V6_FLAG,
+                     (False, True): mc.STOREHOSTADDRESS_V6_FLAG, (True, True): _HOST_V6_FLAGS}
 
 
 def host_flags(sys_flag: int, born_v6: bool, store_v6: bool) -> int:
     """SYSFLAG with the host-width bits of this record's own hosts, never those of a record it was rebuilt
     from (a retry or delay re-put keeps the old record's flags otherwise)."""
-    sys_flag &= ~_HOST_V6_FLAGS
-    if born_v6:
-        sys_flag |= mc.BORNHOST_V6_FLAG
-    if store_v6:
-        sys_flag |= mc.STOREHOSTADDRESS_V6_FLAG
-    return sys_flag
+    return (sys_flag & ~_HOST_V6_FLAGS) | _HOST_BITS[born_v6, store_v6]
 
 
 class PreparedRecord(NamedTuple):
@@ -266,7 +278,7 @@ class PreparedRecord(NamedTuple):
     layout, BODYCRC, SYSFLAG with this record's host bits, and the bytes of its variable fields. A tuple:
     one is made per put, and the lock unpacks it at once."""
 
-    st: struct.Struct  # the whole record's layout (record_struct); st.size is TOTALSIZE
+    layout: RecordLayout
     body_crc: int
     queue_id: int
     flag: int
@@ -284,7 +296,11 @@ class PreparedRecord(NamedTuple):
 
     @property
     def size(self) -> int:
-        return self.st.size
+        """TOTALSIZE."""
+        return self.layout.size
+
+
+_new_tuple = tuple.__new__  # a NamedTuple's own __new__ is Python code: this is the C one, run per put
 
 
 def prepare_record(topic_b: bytes, body: bytes, props_b: bytes, queue_id: int, flag: int, sys_flag: int,
@@ -294,10 +310,12 @@ def prepare_record(topic_b: bytes, body: bytes, props_b: bytes, queue_id: int, f
     ``body_crc`` < 0 computes BODYCRC here)."""
     born_v6 = len(born_ip) == 16
     store_v6 = len(store_ip) == 16
-    return PreparedRecord(record_struct(len(body), len(topic_b), len(props_b), born_v6, store_v6),
-                          raw_crc32(body) & 0x7FFFFFFF if body_crc < 0 else body_crc, queue_id, flag,
-                          host_flags(sys_flag, born_v6, store_v6), born_ts, born_ip, born_port, store_ip, store_port,
-                          reconsume, prepared_offset, body, topic_b, props_b)
+    key = (len(body), len(topic_b), len(props_b), born_v6, store_v6)
+    layout = _LAYOUTS.get(key) or record_layout(key)
+    return _new_tuple(PreparedRecord, (
+        layout, raw_crc32(body) & 0x7FFFFFFF if body_crc < 0 else body_crc, queue_id, flag,
+        (sys_flag & ~_HOST_V6_FLAGS) | _HOST_BITS[born_v6, store_v6], born_ts, born_ip, born_port, store_ip,
+        store_port, reconsume, prepared_offset, body, topic_b, props_b))
 
 
 def write_record(out: bytearray | memoryview, at: int, r: PreparedRecord, queue_offset: int, phys_offset: int,
@@ -310,17 +328,16 @@ def write_record(out: bytearray | memoryview, at: int, r: PreparedRecord, queue_
     valid log: a process killed in the put lock (after a thread switch, say) leaves a torn tail that is cut,
     never a complete record without its CRC, which recovery would cut as damage and quarantine as intact.
     """
-    (st, body_crc, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip, store_port, reconsume,
-     prepared_offset, body, topic_b, props_b) = r
-    total = st.size
+    ((st, total, size_b, size_crc), body_crc, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip,
+     store_port, reconsume, prepared_offset, body, topic_b, props_b) = r
     st.pack_into(out, at, 0, MESSAGE_MAGIC_CODE, body_crc, queue_id, flag, queue_offset, phys_offset, sys_flag,
                  born_ts, born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared_offset,
                  len(body), body, len(topic_b), topic_b, len(props_b), props_b)
-    size_b = INT.pack(total)
     if prop_crc:
         t = at + total - CRC32_RESERVED_LEN
-        # The CRC covers TOTALSIZE as it will read: its bytes first, then the rest (crc32's running value).
-        out[t + 9 : t + 19] = crc_digits(raw_crc32(out[at + 4 : t], raw_crc32(size_b)))
+        # The CRC covers TOTALSIZE as it will read: its bytes first (size_crc), then the rest (crc32's
+        # running value).
+        out[t + 9 : t + 19] = crc_digits(raw_crc32(out[at + 4 : t], size_crc))
     out[at : at + 4] = size_b
     return total
 

@@ -267,7 +267,7 @@ class CommitLog:
         r = rec.prepare_record(topic_b, body, props_b, queue_id, msg.flag, msg.sys_flag, msg.born_timestamp, born_ip,
                                msg.born_host[1], store_ip, self.store_port, msg.reconsume_times,
                                msg.prepared_transaction_offset)
-        total = r.st.size
+        total = r.size
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:  # would not fit even an empty file
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
@@ -403,7 +403,7 @@ class CommitLog:
     def _append_batch(self, topic: str, queue_id: int, prepared: list[rec.PreparedRecord]) -> PutMessageResult:
         """Write records prepared outside the lock into one file with consecutive queue offsets
         (CommitLog.asyncPutMessages, MessageExtBatchEncoder)."""
-        grand = sum(r.st.size for r in prepared)
+        grand = sum(r.size for r in prepared)
         # The encoder buffer is maxMessageSize + 64 KiB: a longer batch is illegal (MessageExtBatchEncoder).
         if grand > self.config.max_message_size + 64 * 1024 or grand + 8 > self.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,

@@ -5,14 +5,16 @@ CommitLogDispatcherBuildIndex, for one record at a time; the ReputMessageService
 service (``messageArrivingListener``) that the record arrived. Here a run of records in log order is
 dispatched together, and everything else a record should trigger is a dispatch hook registered with
 ``add_hook``, which says whether the hook also runs for the records that abnormal recovery re-dispatches
-(``during_recovery``) or only for records the live dispatch thread reads.
+(``during_recovery``) or only for records the live dispatch thread reads. A hook is called once per run,
+with the run's records in log order: most runs interest a hook not at all (no pull is held, no delayed
+message is due), and it can say so with one test instead of one call per record.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from reference_broker.common import message as mc
@@ -26,7 +28,7 @@ from reference_broker.store.index_service import IndexService
 log = logging.getLogger(__name__)
 
 CQ_WRITE_RETRIES: Final = 3  # docs/claims.md `cq-write-failure` (4.9.8's ConsumeQueue retries 30 times, 1 s apart)
-DispatchHook = Callable[[DispatchRequest], None]
+DispatchHook = Callable[[Sequence[DispatchRequest]], None]
 
 
 class CommitLogDispatcher:
@@ -46,8 +48,8 @@ class CommitLogDispatcher:
 
     # ---- hooks ------------------------------------------------------------------------------------
     def add_hook(self, hook: DispatchHook, *, during_recovery: bool) -> None:
-        """Run ``hook`` for every record dispatched from now on, after its unit and index entries are
-        written; with ``during_recovery`` also for the records abnormal recovery re-dispatches."""
+        """Run ``hook`` for every run of records dispatched from now on, after their units and index entries
+        are written; with ``during_recovery`` also for the runs abnormal recovery re-dispatches."""
         self._live_hooks = (*self._live_hooks, hook)
         if during_recovery:
             self._recovery_hooks = (*self._recovery_hooks, hook)
@@ -69,11 +71,10 @@ class CommitLogDispatcher:
 
     def _run_hooks(self, hooks: tuple[DispatchHook, ...], reqs: list[DispatchRequest]) -> None:
         for hook in hooks:
-            for req in reqs:
-                try:
-                    hook(req)
-                except Exception as e:  # noqa: BLE001 - boundary: a hook's bug must not stop dispatch
-                    self._failed(f"hook {hook!r}", [req], e)
+            try:
+                hook(reqs)
+            except Exception as e:  # noqa: BLE001 - boundary: a hook's bug must not stop dispatch
+                self._failed(f"hook {hook!r}", reqs, e)
 
     def _build(self, reqs: list[DispatchRequest]) -> None:
         """CommitLogDispatcherBuildConsumeQueue, then BuildIndex, for a run of records.

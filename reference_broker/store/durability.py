@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 class Waiter(Protocol):
     """One condition's wait for one put (GroupCommitRequest is one): completes exactly once, with a status."""
 
+    def done(self) -> bool: ...
+
     def add_done_callback(self, cb: Callable[[PutMessageStatus], None]) -> None: ...
 
     def wait(self) -> PutMessageStatus:
@@ -77,34 +79,96 @@ class FlushCondition:
         return None
 
 
-_LOCK = threading.Lock()
-
-
-class PendingPut:
-    """A put's result: ``done`` at once, or once every condition's waiter completed.
+class PendingPut(Protocol):
+    """A put's result: ``done`` at once (a ``PutMessageResult`` is its own completed put), or once every
+    condition's waiter completed.
 
     ``add_done_callback`` runs its callback at once when done, else on the thread that completes the last
     waiter (the group-commit or watcher thread): no thread waits per put. ``wait()`` blocks instead.
     """
 
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def result(self) -> PutMessageResult:
+        """Final once ``done``: the append's result, its status replaced by a failed condition's."""
+        ...
+
+    def add_done_callback(self, cb: Callable[[PutMessageResult], None]) -> None: ...
+
+    def wait(self) -> PutMessageResult:
+        """Block until every waiter completed or passed its own deadline (then its timeout status)."""
+        ...
+
+
+def _failed(result: PutMessageResult, name: str, status: PutMessageStatus, log_it: bool) -> PutMessageResult:
+    append = result.append
+    if log_it:
+        log.error("put at commit-log offset %d: wait for %s failed: %s",
+                  append.wrote_offset if append else -1, name, status.name)
+    return PutMessageResult(status, append, result.remark)
+
+
+class _OneWaiter:
+    """The put of one waiting condition (SYNC_FLUSH's group commit, today the only one): the waiter's
+    completion maps straight to the result, on the completing thread, with no lock or callback of its own
+    unless someone asks for a callback. The common SYNC_FLUSH put takes this path."""
+
+    __slots__ = ("_appended", "_final", "_name", "_waiter")
+
+    def __init__(self, appended: PutMessageResult, waiter: Waiter, name: str) -> None:
+        self._appended = appended
+        self._waiter = waiter
+        self._name = name
+        self._final: PutMessageResult | None = None
+
+    def _outcome(self, status: PutMessageStatus) -> PutMessageResult:
+        final = self._final
+        if final is None:
+            ok = status is PutMessageStatus.PUT_OK
+            final = self._appended if ok else _failed(self._appended, self._name, status, True)
+            self._final = final  # two threads may both compute it: the same value, logged twice at worst
+        return final
+
+    @property
+    def done(self) -> bool:
+        return self._waiter.done()
+
+    @property
+    def result(self) -> PutMessageResult:
+        return self._outcome(self._waiter.wait()) if self._waiter.done() else self._appended
+
+    def add_done_callback(self, cb: Callable[[PutMessageResult], None]) -> None:
+        outcome = self._outcome
+        self._waiter.add_done_callback(lambda status: cb(outcome(status)))
+
+    def wait(self) -> PutMessageResult:
+        return self._outcome(self._waiter.wait())
+
+
+_LOCK = threading.Lock()  # the few puts that wait for more than one condition
+
+
+class _AllWaiters:
+    """The put of several waiting conditions (flush and replication): done once the last one completed."""
+
     __slots__ = ("_callbacks", "_left", "_names", "_waiters", "result")
 
-    def __init__(self, result: PutMessageResult, waiters: Sequence[Waiter] = (),
-                 names: Sequence[str] = ()) -> None:
+    def __init__(self, result: PutMessageResult, waiters: Sequence[Waiter], names: Sequence[str]) -> None:
         self.result = result  # final once done: a failed condition replaces it
         self._waiters = waiters
         self._names = names
         self._left = len(waiters)
         self._callbacks: list[Callable[[PutMessageResult], None]] | None = None
-        if waiters:
-            for w in waiters:
-                w.add_done_callback(self._one_done)
+        for w in waiters:
+            w.add_done_callback(self._one_done)
 
     @property
     def done(self) -> bool:
         return self._left == 0
 
-    def _one_done(self, status: PutMessageStatus) -> None:
+    def _one_done(self, _status: PutMessageStatus) -> None:
         with _LOCK:
             left = self._left - 1
             if left:
@@ -112,8 +176,7 @@ class PendingPut:
                 return
             # Every waiter has completed, so wait() returns its status at once. The result is final before
             # ``done`` turns true: the loop thread reads both without the lock.
-            statuses = [status] if len(self._waiters) == 1 else [w.wait() for w in self._waiters]
-            self.result = self._combined(statuses, True)
+            self.result = self._combined([w.wait() for w in self._waiters], True)
             self._left = 0
             callbacks, self._callbacks = self._callbacks, None
         if callbacks:
@@ -125,11 +188,7 @@ class PendingPut:
         result = self.result
         for name, status in zip(self._names, statuses, strict=True):
             if status is not PutMessageStatus.PUT_OK:
-                append = result.append
-                if log_failure:
-                    log.error("put at commit-log offset %d: wait for %s failed: %s",
-                              append.wrote_offset if append else -1, name, status.name)
-                result = PutMessageResult(status, append, result.remark)
+                result = _failed(result, name, status, log_failure)
         return result
 
     def add_done_callback(self, cb: Callable[[PutMessageResult], None]) -> None:
@@ -142,9 +201,6 @@ class PendingPut:
         cb(self.result)
 
     def wait(self) -> PutMessageResult:
-        """Block until every waiter completed or passed its own deadline (then its timeout status)."""
-        if not self._waiters:
-            return self.result
         statuses = [w.wait() for w in self._waiters]
         with _LOCK:
             if self._left:  # the completing thread has not combined yet: the statuses are final all the same
@@ -154,10 +210,15 @@ class PendingPut:
 
 def submit_all(conditions: Sequence[DurabilityCondition], result: PutMessageResult,
                wait_store_ok: bool) -> PendingPut:
-    """The pending put of an append: every condition submitted, in list order."""
+    """The pending put of an append: every condition submitted, in list order. With nothing to wait for
+    (ASYNC_FLUSH, ``WAIT=false``, a refused put) it is the result itself."""
     append = result.append
     if result.status is not PutMessageStatus.PUT_OK or append is None:
-        return PendingPut(result)
+        return result
+    if len(conditions) == 1:  # today's store (the flush alone): no lists per put
+        cond = conditions[0]
+        w = cond.submit(append, wait_store_ok)
+        return result if w is None else _OneWaiter(result, w, cond.name)
     waiters: list[Waiter] = []
     names: list[str] = []
     for cond in conditions:
@@ -165,4 +226,8 @@ def submit_all(conditions: Sequence[DurabilityCondition], result: PutMessageResu
         if w is not None:
             waiters.append(w)
             names.append(cond.name)
-    return PendingPut(result, waiters, names)
+    if not waiters:
+        return result
+    if len(waiters) == 1:
+        return _OneWaiter(result, waiters[0], names[0])
+    return _AllWaiters(result, waiters, names)

@@ -405,7 +405,7 @@ class MessageStore:
         if self._shutdown or self._is_slave or self.running_flags.flag or cl.begin_time_in_lock:
             refused = self._refusal()
             if refused is not None:
-                return PendingPut(refused)
+                return refused
         self._throttle()
         result = cl.put_message(msg)
         if result.status is PutMessageStatus.PUT_OK:
@@ -417,7 +417,7 @@ class MessageStore:
         one message (CommitLog.asyncPutMessages); a batch always waits for the durability conditions."""
         refused = self._refusal()
         if refused is not None:
-            return PendingPut(refused)
+            return refused
         self._throttle()
         cl = self.commit_log
         result = cl.put_messages(batch) if isinstance(batch, MessageExtBatch) else cl.put_encoded_batch(batch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -86,6 +87,22 @@ class PutMessageResult:
     @property
     def is_ok(self) -> bool:
         return self.status.is_stored
+
+    # A result is also a put that has completed (durability.PendingPut): the store hands it back as it is
+    # when no durability condition waits, so the common put allocates no wrapper.
+    @property
+    def done(self) -> bool:
+        return True
+
+    @property
+    def result(self) -> PutMessageResult:
+        return self
+
+    def add_done_callback(self, cb: Callable[[PutMessageResult], None]) -> None:
+        cb(self)
+
+    def wait(self) -> PutMessageResult:
+        return self
 
 
 @dataclass

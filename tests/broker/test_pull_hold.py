@@ -4,6 +4,7 @@ import asyncio
 import threading
 
 from reference_broker.broker.pull_hold import PullRequestHoldService, Wake
+from reference_broker.common.dispatch import DispatchRequest
 
 
 def run(coro):
@@ -87,3 +88,31 @@ def test_arriving_for_an_idle_queue_does_not_touch_the_loop():
     finally:
         if not loop.is_closed():
             loop.close()
+
+
+def _dispatched(topic: str, queue_id: int, cq_offset: int, tags_code: int) -> DispatchRequest:
+    return DispatchRequest(topic, queue_id, 0, 100, tags_code, 0, cq_offset, "", None, 0, 0)
+
+
+def test_a_run_wakes_only_the_queues_that_grew_past_the_held_offset():
+    async def main():
+        hold = PullRequestHoldService(asyncio.get_running_loop(), lambda t, q: 0)
+        grown = hold.suspend("T", 0, 5, 10.0, lambda code: code == 42)
+        behind = hold.suspend("T", 1, 9, 10.0, None)
+        untouched = hold.suspend("U", 0, 0, 10.0, None)
+        run_of = [_dispatched("T", 0, 5, 7), _dispatched("T", 1, 3, 0), _dispatched("T", 0, 6, 42),
+                  _dispatched("V", 0, 0, 0)]
+        threading.Thread(target=hold.arriving_run, args=(run_of,)).start()
+        assert await grown == Wake.ARRIVED  # the entry at 6 matches its filter
+        await asyncio.sleep(0.01)
+        assert not behind.done() and not untouched.done()
+        hold.shutdown()
+
+    run(main())
+
+
+def test_a_run_with_no_pull_held_does_not_touch_the_loop():
+    loop = asyncio.new_event_loop()
+    hold = PullRequestHoldService(loop, lambda t, q: 0)
+    loop.close()
+    hold.arriving_run([_dispatched("T", 0, 0, 0)])  # would raise on the closed loop if it crossed

@@ -3,7 +3,7 @@ re-dispatches; a hook's failure is counted and skipped, never stops dispatch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -31,8 +31,8 @@ def test_only_hooks_registered_for_recovery_see_the_re_dispatch(tmp_path: Path, 
     both: list[int] = []
     live: list[int] = []
     store = stores.new(make_config(tmp_path, **CONFIG))
-    store.add_dispatch_hook(lambda req: both.append(req.commit_log_offset), during_recovery=True)
-    store.add_dispatch_hook(lambda req: live.append(req.commit_log_offset), during_recovery=False)
+    store.add_dispatch_hook(lambda reqs: both.extend(r.commit_log_offset for r in reqs), during_recovery=True)
+    store.add_dispatch_hook(lambda reqs: live.extend(r.commit_log_offset for r in reqs), during_recovery=False)
     assert store.load()
     assert not store.last_exit_ok
     assert len(both) == 5 and live == []
@@ -48,8 +48,8 @@ def test_a_removed_hook_no_longer_runs(tmp_path: Path, stores: Stores) -> None:
     store = stores.open(make_config(tmp_path, **CONFIG))
     seen: list[str] = []
 
-    def hook(req: DispatchRequest) -> None:
-        seen.append(req.topic)
+    def hook(reqs: Sequence[DispatchRequest]) -> None:
+        seen.extend(r.topic for r in reqs)
 
     store.add_dispatch_hook(hook, during_recovery=True)
     put_ok(store, make_msg("one"))
@@ -65,11 +65,11 @@ def test_a_failing_hook_is_counted_and_the_others_still_run(tmp_path: Path, stor
     store = stores.open(make_config(tmp_path, **CONFIG))
     seen: list[int] = []
 
-    def broken(req: DispatchRequest) -> None:
+    def broken(reqs: Sequence[DispatchRequest]) -> None:
         raise RuntimeError("a hook's bug")
 
     store.add_dispatch_hook(broken, during_recovery=False)
-    store.add_dispatch_hook(lambda req: seen.append(req.consume_queue_offset), during_recovery=False)
+    store.add_dispatch_hook(lambda reqs: seen.extend(r.consume_queue_offset for r in reqs), during_recovery=False)
     for i in range(3):
         put_ok(store, make_msg(f"m{i}"))
     wait_dispatched(store)

@@ -150,7 +150,7 @@ def open_recording_dispatch(stores: Stores, root: Path) -> tuple[MessageStore, l
     assert cfg.recover_from_checkpoint_offset  # the default
     store = stores.new(cfg)
     dispatched: list[int] = []
-    store.add_dispatch_hook(lambda req: dispatched.append(req.commit_log_offset), during_recovery=True)
+    store.add_dispatch_hook(lambda reqs: dispatched.extend(r.commit_log_offset for r in reqs), during_recovery=True)
     assert store.load()
     store.start()
     return store, dispatched
@@ -410,7 +410,7 @@ def test_abnormal_recovery_starts_at_the_checkpoint_offset(tmp_path: Path, store
 
     redispatched: list[int] = []
     store = new_store(make_config(tmp_path, mapped_file_size_commit_log=64 * 1024))
-    store.add_dispatch_hook(lambda req: redispatched.append(req.commit_log_offset), during_recovery=True)
+    store.add_dispatch_hook(lambda reqs: redispatched.extend(r.commit_log_offset for r in reqs), during_recovery=True)
     assert store.checkpoint.get_recover_offset() == durable
     assert store.load()
     store.start()
@@ -426,7 +426,7 @@ def test_abnormal_recovery_starts_at_the_checkpoint_offset(tmp_path: Path, store
     redispatched.clear()
     store = new_store(make_config(tmp_path, mapped_file_size_commit_log=64 * 1024,
                                   recover_from_checkpoint_offset=False))
-    store.add_dispatch_hook(lambda req: redispatched.append(req.commit_log_offset), during_recovery=True)
+    store.add_dispatch_hook(lambda reqs: redispatched.extend(r.commit_log_offset for r in reqs), during_recovery=True)
     assert store.load()
     store.start()
     try:
