@@ -15,6 +15,7 @@ import click
 from harness.checker import CheckResult, check_run
 from harness.records.reader import RunRecordError
 from harness.records.validate import validate_run
+from harness.rocketmq import BrokerImpl
 
 EXIT_VALID, EXIT_CHECK_FAILED, EXIT_INVALID_RUN = 0, 1, 2
 
@@ -109,16 +110,52 @@ def bench(n_events: int, writer_events: int, directory: Path | None) -> None:
     click.echo(run_bench(writer_events, n_events, directory))
 
 
+BROKER_IMPL = click.option("--broker-impl", type=click.Choice(["reference", "rocketmq"]), default="reference",
+                           show_default=True, help="Which broker runs: the reference broker, or Apache RocketMQ "
+                                                   "from --rocketmq-home.")
+ROCKETMQ_HOME = click.option("--rocketmq-home", type=click.Path(file_okay=False, exists=True, path_type=Path),
+                             default=None, help="A RocketMQ distribution directory (default: $ROCKETMQ_HOME, "
+                                                "else ../shared/rocketmq-4.9.8 beside the project).")
+
+
 @main.command("broker-bench")
 @click.option("--quick", is_flag=True, help="3 s per figure instead of 10 s.")
 @click.option("--json", "as_json", is_flag=True, help="Print every measurement as JSON.")
-def broker_bench(quick: bool, as_json: bool) -> None:
+@BROKER_IMPL
+@ROCKETMQ_HOME
+def broker_bench(quick: bool, as_json: bool, broker_impl: BrokerImpl, rocketmq_home: Path | None) -> None:
     """The broker's figures (send rates, latencies, SYNC vs ASYNC, consumption) against embedded topologies."""
     from harness.broker_bench import Plan, format_figures, run
+    from harness.launcher import LaunchError
 
     plan = Plan.quick() if quick else Plan()
-    result = run(plan, progress=lambda line: click.echo(f"[broker-bench] {line}", err=True))
+    try:
+        result = run(plan, progress=lambda line: click.echo(f"[broker-bench] {line}", err=True), impl=broker_impl,
+                     rocketmq_home=rocketmq_home)
+    except LaunchError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(result, indent=2, default=str) if as_json else format_figures(result))
+
+
+@main.command("vs-rocketmq")
+@click.option("--rounds", type=click.IntRange(1, 20), default=2, show_default=True,
+              help="Alternating rounds (reference, then RocketMQ, in each).")
+@click.option("--quick", is_flag=True, help="3 s per figure instead of 10 s.")
+@click.option("--json", "as_json", is_flag=True, help="Print every measurement as JSON.")
+@ROCKETMQ_HOME
+def vs_rocketmq(rounds: int, quick: bool, as_json: bool, rocketmq_home: Path | None) -> None:
+    """The reference broker beside Apache RocketMQ 4.9.8: the same figures, alternating runs, the ratios."""
+    from harness.broker_bench import Plan
+    from harness.launcher import LaunchError
+    from harness.vs_rocketmq import format_table, run
+
+    plan = Plan.quick() if quick else Plan()
+    try:
+        result = run(plan, rounds, progress=lambda line: click.echo(f"[vs-rocketmq] {line}", err=True),
+                     rocketmq_home=rocketmq_home)
+    except LaunchError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(result, indent=2, default=str) if as_json else format_table(result))
 
 
 @main.command()

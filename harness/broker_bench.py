@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.launcher import Process, Topology
 from harness.ports import free_port
+from harness.rocketmq import BrokerImpl
 
 BARE_TOPIC = "BareBenchmark"
 
@@ -94,73 +95,78 @@ def _run_tool(tool: str, count_key: str, topo: Topology, args: list[str], progre
     return result
 
 
-def _producer(topo: Topology, args: list[str], progress: Progress,
+def run_producer(topo: Topology, args: list[str], progress: Progress,
               cores: tuple[set[int], set[int]] | None = None, broker_pid: int | None = None) -> dict[str, Any]:
     return _run_tool("producer", "messages", topo, args, progress, cores, broker_pid)
 
 
-def _consumer(topo: Topology, args: list[str], progress: Progress) -> dict[str, Any]:
+def run_consumer(topo: Topology, args: list[str], progress: Progress) -> dict[str, Any]:
     return _run_tool("consumer", "consumed", topo, args, progress)
 
 
-def _lean(plan: Plan, topic: str, *extra: str) -> list[str]:
+def lean_args(plan: Plan, topic: str, *extra: str) -> list[str]:
     """A lean-generator run of ``plan``: ``--in-flight`` per process and the rest in ``extra``."""
     return ["-t", topic, "--lean", "-p", str(plan.processes), "-s", str(plan.size), "-d", str(plan.duration_s),
             *extra]
 
 
-def run(plan: Plan, progress: Progress = print, root: Path | None = None) -> dict[str, Any]:
+def run(plan: Plan, progress: Progress = print, root: Path | None = None, impl: BrokerImpl = "reference",
+        rocketmq_home: Path | None = None) -> dict[str, Any]:
+    """Every figure against ``impl``'s broker (the bare baseline only beside the reference broker: it is that
+    broker's floor)."""
     d = str(plan.duration_s)
     size = str(plan.size)
-    out: dict[str, Any] = {"plan": plan.__dict__}
+    out: dict[str, Any] = {"plan": plan.__dict__, "broker_impl": impl}
     with tempfile.TemporaryDirectory(prefix="rmq-lab-broker-bench-", dir=root) as tmp:
         for mode in ("ASYNC_FLUSH", "SYNC_FLUSH"):
-            with Topology(Path(tmp) / mode, broker_conf={"flushDiskType": mode}) as topo:
+            with Topology(Path(tmp) / mode, broker_conf={"flushDiskType": mode}, impl=impl,
+                          rocketmq_home=rocketmq_home) as topo:
                 r: dict[str, Any] = {}
                 # warm-up: creates the topic and maps the first files
-                _producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", size], progress)
-                r["single_64_in_flight"] = _producer(
+                run_producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", size], progress)
+                r["single_64_in_flight"] = run_producer(
                     topo, ["-t", "Single", "-y", "--in-flight", str(plan.in_flight), "-p", str(plan.processes),
                            "-s", size, "-d", d], progress)
-                lean_singles = _lean(plan, "Lean", "--in-flight", str(plan.in_flight))
-                r["single_64_lean"] = _producer(topo, lean_singles, progress)
-                r["one_in_flight"] = _producer(topo, ["-t", "One", "-w", "1", "-s", size, "-d", d], progress)
+                lean_singles = lean_args(plan, "Lean", "--in-flight", str(plan.in_flight))
+                r["single_64_lean"] = run_producer(topo, lean_singles, progress)
+                r["one_in_flight"] = run_producer(topo, ["-t", "One", "-w", "1", "-s", size, "-d", d], progress)
                 # The same round trip from the lean generator: the broker's own latency, without the client
                 # library's Python and thread hand-offs (reported side by side, the issue asks that the client
                 # not be the bound).
-                r["one_in_flight_lean"] = _producer(
+                r["one_in_flight_lean"] = run_producer(
                     topo, ["-t", "OneLean", "--lean", "--in-flight", "1", "-p", "1", "-s", size, "-d", d], progress)
                 half = r["single_64_in_flight"]["send_tps"] / 2
-                r["half_rate"] = _producer(
+                r["half_rate"] = run_producer(
                     topo, ["-t", "Half", "-r", f"{half / plan.processes:.0f}", "--in-flight", "1024",
                            "-p", str(plan.processes), "-s", size, "-d", d], progress)
                 # The same open-loop test with the lean generator, at half its own maximum: the client
                 # library's ~40 µs per message and its threads add their own tail on a 2-core machine.
                 half_lean = r["single_64_lean"]["send_tps"] / 2
-                half_lean_args = _lean(plan, "HalfLean", "-r", f"{half_lean / plan.processes:.0f}",
+                half_lean_args = lean_args(plan, "HalfLean", "-r", f"{half_lean / plan.processes:.0f}",
                                        "--in-flight", "1024")
-                r["half_rate_lean"] = _producer(topo, half_lean_args, progress)
+                r["half_rate_lean"] = run_producer(topo, half_lean_args, progress)
                 # Once more with the broker alone on one core and the generator on the other: what the tail
                 # owes to sharing two cores with the load (CFS time slices of several ms), rather than to
                 # the broker itself.
                 cores = separate_cores()
                 if cores is not None:
-                    r["half_rate_lean_pinned"] = _producer(topo, half_lean_args, progress, cores)
+                    r["half_rate_lean_pinned"] = run_producer(topo, half_lean_args, progress, cores)
                 if mode == "ASYNC_FLUSH":
-                    r["batch_32"] = _producer(
+                    r["batch_32"] = run_producer(
                         topo, ["-t", "Batch", "-b", "32", "-w", "4", "-p", str(plan.processes), "-s", size, "-d", d],
                         progress)
-                    r["batch_32_lean"] = _producer(topo, _lean(plan, "LeanBatch", "-b", "32", "--in-flight", "4"),
-                                                   progress)
+                    r["batch_32_lean"] = run_producer(
+                        topo, lean_args(plan, "LeanBatch", "-b", "32", "--in-flight", "4"), progress)
                     # Consumers in as many processes as the producers, so one interpreter's consume CPU (~20 µs
                     # per message) does not bound the broker's figure.
-                    r["consume_with_commits"] = _consumer(
+                    r["consume_with_commits"] = run_consumer(
                         topo, ["-t", "Batch", "-g", "bench_drain", "--from-first", "-p", str(plan.processes),
                                "-d", d], progress)
                     r["send_to_consume_1000"] = _send_to_consume(topo, plan, progress)
                     if cores is not None:
-                        r["single_64_lean_pinned"] = _producer(topo, lean_singles, progress, cores)
-                    r.update(_bare_baseline(topo, plan, Path(tmp), progress))
+                        r["single_64_lean_pinned"] = run_producer(topo, lean_singles, progress, cores)
+                    if impl == "reference":
+                        r.update(_bare_baseline(topo, plan, Path(tmp), progress))
                 out[mode] = r
     a, s = out["ASYNC_FLUSH"], out["SYNC_FLUSH"]
     single_a = a["single_64_in_flight"]["send_tps"]
@@ -222,9 +228,9 @@ def _bare_baseline(topo: Topology, plan: Plan, tmp: Path, progress: Progress) ->
                    tmp / "bare-broker.log", "bare broker boot success")
     bare.start()
     try:
-        single = _producer(topo, _lean(plan, BARE_TOPIC, "--in-flight", str(plan.in_flight)), progress,
+        single = run_producer(topo, lean_args(plan, BARE_TOPIC, "--in-flight", str(plan.in_flight)), progress,
                            broker_pid=bare.pid)
-        batch = _producer(topo, _lean(plan, BARE_TOPIC, "-b", "32", "--in-flight", "4"), progress,
+        batch = run_producer(topo, lean_args(plan, BARE_TOPIC, "-b", "32", "--in-flight", "4"), progress,
                           broker_pid=bare.pid)
     finally:
         bare.stop()
@@ -240,6 +246,8 @@ def _baseline_rows(a: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]
     if "single_64_lean_pinned" in a:
         rows.append(("lean single sends, broker and generator on separate cores",
                      f"{a['single_64_lean_pinned']['send_tps']:,.0f} msg/s", "reported", None))
+    if "bare_single_64_lean" not in a:  # beside RocketMQ: the bare broker is the reference broker's floor
+        return rows
     bs, bb = a["bare_single_64_lean"], a["bare_batch_32_lean"]
     rows += [
         ("baseline: bare broker, lean single sends", f"{bs['send_tps']:,.0f} msg/s "
@@ -266,7 +274,7 @@ def _half_lean(mode: dict[str, Any], key: str = "half_rate_lean") -> str:
 def _send_to_consume(topo: Topology, plan: Plan, progress: Progress) -> dict[str, Any]:
     """A consumer on a topic while a producer sends 1,000 msg/s to it; send-to-consume times (stamped by the
     producer in ns)."""
-    _producer(topo, ["-t", "E2E", "-q", "1", "-w", "1"], progress)  # the topic exists before the consumer looks
+    run_producer(topo, ["-t", "E2E", "-q", "1", "-w", "1"], progress)  # the topic exists before the consumer looks
     consumer = subprocess.Popen(
         [sys.executable, "-m", "reference_broker", "bench", "consumer", "-n", topo.namesrv_addr, "--json",
          "-t", "E2E", "-g", "bench_e2e", "-d", str(plan.duration_s + 6), "-i", "1000"],
@@ -275,7 +283,7 @@ def _send_to_consume(topo: Topology, plan: Plan, progress: Progress) -> dict[str
         import time
 
         time.sleep(3)  # let the consumer subscribe and its first long poll park
-        _producer(topo, ["-t", "E2E", "-r", "1000", "-s", str(plan.size), "-d", str(plan.duration_s)], progress)
+        run_producer(topo, ["-t", "E2E", "-r", "1000", "-s", str(plan.size), "-d", str(plan.duration_s)], progress)
         out, err = consumer.communicate(timeout=120)
     finally:
         if consumer.poll() is None:

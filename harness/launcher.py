@@ -3,6 +3,9 @@ started with a broker.conf per broker, waited for until ready, stopped cleanly (
 
 The scenarios and the chaos suite share it; tests use it for end-to-end runs. Ports are picked free on
 127.0.0.1 (harness/ports.py); every process logs to ``<root>/<name>.log``.
+
+Either implementation runs: the reference broker (``impl="reference"``), or Apache RocketMQ from a distribution
+directory (``impl="rocketmq"``, harness/rocketmq.py), with the same broker.conf keys and store directory.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import rocketmq
 from harness.ports import free_port
+from harness.rocketmq import BrokerImpl
 
 READY_TIMEOUT_S = 30.0
 BOOT_LINE_BROKER = "boot success"
@@ -43,22 +48,40 @@ class Process:
     log_path: Path
     ready_line: str
     proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] | None = None  # None: this process's environment
+    # A JVM started through a distribution's script: its own session, signalled as a group (harness/rocketmq.py).
+    group: bool = False
+    ready_timeout_s: float = READY_TIMEOUT_S
 
     @property
     def pid(self) -> int:
+        """The process doing the work (for a group, the JVM under the script)."""
         assert self.proc is not None
-        return self.proc.pid
+        return rocketmq.jvm_pid(self.proc.pid) if self.group else self.proc.pid
+
+    def _signal(self, sig: int) -> None:
+        assert self.proc is not None
+        if self.group:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        else:
+            self.proc.send_signal(sig)
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+    def start(self, timeout_s: float | None = None) -> None:
+        if timeout_s is None:
+            timeout_s = self.ready_timeout_s
         with open(self.log_path, "ab") as log:
             log.write(f"---- start {self.name}: {' '.join(self.args)}\n".encode())
             start_size = log.tell()
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                         env={**(self.env or os.environ), "PYTHONUNBUFFERED": "1"},
+                                         start_new_session=self.group)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -76,7 +99,7 @@ class Process:
         """SIGTERM and wait (the broker's graceful shutdown); SIGKILL if it does not end in time."""
         if self.proc is None or self.proc.poll() is not None:
             return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
+        self._signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -86,16 +109,16 @@ class Process:
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to flush or persist anything."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+            self._signal(signal.SIGKILL)
             self.proc.wait(10)
 
     def pause(self) -> None:
         if self.alive:
-            os.kill(self.pid, signal.SIGSTOP)
+            self._signal(signal.SIGSTOP)
 
     def resume(self) -> None:
         if self.alive:
-            os.kill(self.pid, signal.SIGCONT)
+            self._signal(signal.SIGCONT)
 
 
 @dataclass
@@ -108,7 +131,7 @@ class BrokerProcess(Process):
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def restart(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+    def restart(self, timeout_s: float | None = None) -> None:
         if self.alive:
             self.stop()
         self.start(timeout_s)
@@ -134,10 +157,22 @@ def write_broker_conf(path: Path, conf: Mapping[str, Any]) -> None:
 
 
 class Topology:
-    """``with Topology(root) as topo:`` — one name server and ``brokers`` brokers, all local subprocesses."""
+    """``with Topology(root) as topo:`` — one name server and ``brokers`` brokers, all local subprocesses, of
+    the reference broker or (``impl="rocketmq"``) of the RocketMQ distribution at ``rocketmq_home``
+    (harness/rocketmq.find_home: ``$ROCKETMQ_HOME`` or the one beside the repository when None)."""
 
     def __init__(self, root: Path | str | None = None, broker_conf: Mapping[str, Any] | None = None,
-                 brokers: int = 1, python: str = sys.executable) -> None:
+                 brokers: int = 1, python: str = sys.executable, impl: BrokerImpl = "reference",
+                 rocketmq_home: Path | str | None = None) -> None:
+        if impl not in rocketmq.IMPLS:
+            raise ValueError(f"unknown broker implementation {impl!r}: one of {', '.join(rocketmq.IMPLS)}")
+        self.impl: BrokerImpl = impl
+        self.rocketmq_home: Path | None = None
+        if impl == "rocketmq":
+            reason = rocketmq.unavailable(rocketmq_home)
+            if reason is not None:
+                raise LaunchError(reason)
+            self.rocketmq_home = rocketmq.find_home(rocketmq_home)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if root is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="rmq-lab-topology-")
@@ -158,9 +193,15 @@ class Topology:
     def start(self) -> Topology:
         try:
             self.namesrv_port = free_port()
-            self.namesrv = Process("namesrv", [self.python, "-m", "reference_broker", "namesrv", "--host",
-                                               "127.0.0.1", "-p", str(self.namesrv_port)],
-                                   self.root / "namesrv.log", BOOT_LINE_NAMESRV)
+            if self.rocketmq_home is not None:
+                conf = self.root / "namesrv.conf"
+                conf.write_text(f"listenPort={self.namesrv_port}\n", encoding="utf-8")
+                self.namesrv = Process("namesrv", rocketmq.namesrv_args(self.rocketmq_home, conf),
+                                       self.root / "namesrv.log", BOOT_LINE_NAMESRV, **self._java("namesrv"))
+            else:
+                self.namesrv = Process("namesrv", [self.python, "-m", "reference_broker", "namesrv", "--host",
+                                                   "127.0.0.1", "-p", str(self.namesrv_port)],
+                                       self.root / "namesrv.log", BOOT_LINE_NAMESRV)
             self.namesrv.start()
             for i in range(self.n_brokers):
                 self.add_broker(f"broker-{chr(ord('a') + i)}")
@@ -169,22 +210,38 @@ class Topology:
             raise
         return self
 
+    def _java(self, name: str) -> dict[str, Any]:
+        """How a RocketMQ process of this topology runs: its environment (home, heap, ``-Duser.home``), as
+        a process group, with the JVM's boot time."""
+        assert self.rocketmq_home is not None
+        return {"env": rocketmq.java_env(self.rocketmq_home, self.root / name / "rmq-home"), "group": True,
+                "ready_timeout_s": rocketmq.BOOT_TIMEOUT_S}
+
     def add_broker(self, name: str, extra: Mapping[str, Any] | None = None) -> BrokerProcess:
-        port = free_port()
+        home = self.rocketmq_home
+        port = rocketmq.broker_port() if home is not None else free_port()
         store_root = self.root / name / "store"
         store_root.mkdir(parents=True, exist_ok=True)
         conf: dict[str, str] = {
             "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0",
             "listenPort": str(port), "storePathRootDir": str(store_root), "brokerIP1": "127.0.0.1",
         }
+        if home is not None:
+            conf.update(rocketmq.broker_conf_extra(store_root, self.namesrv_addr))
         conf.update(env_broker_conf())
         conf.update({k: str(v) for k, v in self.broker_conf.items()})
         conf.update({k: str(v) for k, v in (extra or {}).items()})
         conf_path = self.root / name / "broker.conf"
         write_broker_conf(conf_path, conf)
-        bp = BrokerProcess(name, [self.python, "-m", "reference_broker", "broker", "--host", "127.0.0.1",
-                                  "-n", self.namesrv_addr, "-c", str(conf_path)],
-                           self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root, conf=conf)
+        if home is not None:
+            bp = BrokerProcess(name, rocketmq.broker_args(home, self.namesrv_addr, conf_path),
+                               self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root,
+                               conf=conf, **self._java(name))
+        else:
+            bp = BrokerProcess(name, [self.python, "-m", "reference_broker", "broker", "--host", "127.0.0.1",
+                                      "-n", self.namesrv_addr, "-c", str(conf_path)],
+                               self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root,
+                               conf=conf)
         self.brokers.append(bp)  # before it starts: stop() then ends it even if its start fails
         bp.start()
         return bp

@@ -256,7 +256,7 @@ class CommitLog:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
         queue_id = msg.queue_id
-        bad = self._topic_problem(topic) or header_problem(queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
+        bad = (None if topic in self._safe_topics else self._topic_problem(topic)) or header_problem(queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
                                                            msg.reconsume_times, msg.prepared_transaction_offset)
         if bad is not None:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)

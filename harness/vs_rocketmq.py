@@ -1,0 +1,106 @@
+"""The reference broker beside Apache RocketMQ 4.9.8 (``python -m harness vs-rocketmq``): the same figures from
+the same lean load generator against both, their runs alternating in one sitting, with each broker's CPU per
+message and the ratio RocketMQ / reference per figure.
+
+Each round starts a fresh topology of each implementation in turn (reference first), under ASYNC_FLUSH then
+SYNC_FLUSH, and measures in it: single sends with 64 in flight, batches of 32, one in flight, the p99 at half of
+that broker's own single-send maximum, and consumption with offset commits. Alternating cancels most of the
+machine's drift; two rounds or more show the noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from harness.broker_bench import Plan, lean_args, run_consumer, run_producer
+from harness.launcher import Topology
+from harness.rocketmq import IMPLS, BrokerImpl
+
+Progress = Callable[[str], None]
+
+# (key, what it is, the measurement's field, unit) — in the order the table prints them.
+FIGURES: Final = (
+    ("single_64", "single sends, 64 in flight (ASYNC)", "send_tps", "msg/s"),
+    ("batch_32", "batches of 32 (ASYNC)", "send_tps", "msg/s"),
+    ("sync_single_64", "single sends, 64 in flight (SYNC_FLUSH)", "send_tps", "msg/s"),
+    ("one_in_flight", "one in flight, p50 (ASYNC)", "p50_ms", "ms"),
+    ("half_rate", "p99 at half its own max rate (ASYNC)", "p99_ms", "ms"),
+    ("consume", "consumption with offset commits", "tps", "msg/s"),
+)
+
+
+def _one(impl: BrokerImpl, plan: Plan, root: Path, rocketmq_home: Path | None, progress: Progress
+         ) -> dict[str, dict[str, Any]]:
+    d, size = str(plan.duration_s), str(plan.size)
+    r: dict[str, dict[str, Any]] = {}
+    with Topology(root / "async", broker_conf={"flushDiskType": "ASYNC_FLUSH"}, impl=impl,
+                  rocketmq_home=rocketmq_home) as topo:
+        run_producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", size], progress)
+        r["single_64"] = run_producer(topo, lean_args(plan, "Lean", "--in-flight", str(plan.in_flight)), progress)
+        r["batch_32"] = run_producer(topo, lean_args(plan, "LeanBatch", "-b", "32", "--in-flight", "4"), progress)
+        r["one_in_flight"] = run_producer(
+            topo, ["-t", "OneLean", "--lean", "--in-flight", "1", "-p", "1", "-s", size, "-d", d], progress)
+        half = r["single_64"]["send_tps"] / 2
+        r["half_rate"] = run_producer(
+            topo, lean_args(plan, "HalfLean", "-r", f"{half / plan.processes:.0f}", "--in-flight", "1024"), progress)
+        r["consume"] = run_consumer(
+            topo, ["-t", "LeanBatch", "-g", "vs_drain", "--from-first", "-p", str(plan.processes), "-d", d], progress)
+    with Topology(root / "sync", broker_conf={"flushDiskType": "SYNC_FLUSH"}, impl=impl,
+                  rocketmq_home=rocketmq_home) as topo:
+        run_producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", size], progress)
+        r["sync_single_64"] = run_producer(topo, lean_args(plan, "Lean", "--in-flight", str(plan.in_flight)), progress)
+    return r
+
+
+def run(plan: Plan, rounds: int = 2, progress: Progress = print, rocketmq_home: Path | None = None,
+        root: Path | None = None) -> dict[str, Any]:
+    """``{"plan", "rounds": [{impl: {figure: measurement}}], "table": [...]}``."""
+    out: dict[str, Any] = {"plan": plan.__dict__, "rounds": []}
+    with tempfile.TemporaryDirectory(prefix="rmq-lab-vs-rocketmq-", dir=root) as tmp:
+        for n in range(rounds):
+            this: dict[str, Any] = {}
+            for impl in IMPLS:
+                progress(f"round {n + 1}/{rounds}: {impl}")
+                this[impl] = _one(impl, plan, Path(tmp) / f"{n}-{impl}", rocketmq_home, progress)
+            out["rounds"].append(this)
+    out["table"] = table(out["rounds"])
+    return out
+
+
+def table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per figure: each implementation's values (one per round), its mean broker CPU per message, and
+    the ratio of the means, RocketMQ / reference."""
+    rows = []
+    for key, label, field, unit in FIGURES:
+        row: dict[str, Any] = {"figure": label, "unit": unit}
+        for impl in IMPLS:
+            runs = [r[impl][key] for r in rounds]
+            row[impl] = [m.get(field) for m in runs]
+            cpu = [m["broker_cpu_us_per_msg"] for m in runs if m.get("broker_cpu_us_per_msg") is not None]
+            row[f"{impl}_cpu_us"] = statistics.fmean(cpu) if cpu else None
+        ref, rmq = row["reference"], row["rocketmq"]
+        row["ratio"] = (statistics.fmean(rmq) / statistics.fmean(ref)
+                        if all(v is not None for v in ref + rmq) and statistics.fmean(ref) else None)
+        rows.append(row)
+    return rows
+
+
+def format_table(result: dict[str, Any]) -> str:
+    def vals(v: list[float | None], unit: str) -> str:
+        return ", ".join("n/a" if x is None else (f"{x:,.0f}" if unit == "msg/s" else f"{x:.3f}") for x in v)
+
+    def cpu(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.1f} µs"
+
+    lines = ["| figure | reference broker | broker CPU/msg | RocketMQ 4.9.8 | broker CPU/msg | RocketMQ / reference |",
+             "|---|---|---|---|---|---|"]
+    for row in result["table"]:
+        ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.2f}"
+        lines.append(f"| {row['figure']} ({row['unit']}) | {vals(row['reference'], row['unit'])} | "
+                     f"{cpu(row['reference_cpu_us'])} | {vals(row['rocketmq'], row['unit'])} | "
+                     f"{cpu(row['rocketmq_cpu_us'])} | {ratio} |")
+    return "\n".join(lines)
