@@ -137,6 +137,28 @@ def broker_bench(quick: bool, as_json: bool, broker_impl: BrokerImpl, rocketmq_h
     click.echo(json.dumps(result, indent=2, default=str) if as_json else format_figures(result))
 
 
+@main.command("ab-bench")
+@click.argument("old")
+@click.argument("new", default="HEAD")
+@click.option("--rounds", type=click.IntRange(2, 50), default=8, show_default=True)
+@click.option("--load", type=click.Choice(["single_64", "batch_32"]), default="single_64", show_default=True)
+@click.option("--flush", "mode", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default="ASYNC_FLUSH",
+              show_default=True)
+@click.option("--seconds", type=click.FloatRange(1, 60), default=4.0, show_default=True, help="Per run.")
+@click.option("--json", "as_json", is_flag=True, help="Print every run as JSON.")
+def ab_bench(old: str, new: str, rounds: int, load: str, mode: str, seconds: float, as_json: bool) -> None:
+    """Two revisions of the reference broker running at once, the same lean load to each in turn: is NEW
+    within noise of OLD? (git revisions; each is checked out into a temporary worktree.)"""
+    from harness.ab_bench import AbError, compare, format_result
+
+    try:
+        result = compare(old, new, rounds, load, mode, seconds,
+                         progress=lambda line: click.echo(f"[ab-bench] {line}", err=True))
+    except AbError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(result, indent=2) if as_json else format_result(result))
+
+
 @main.command("vs-rocketmq")
 @click.option("--rounds", type=click.IntRange(1, 20), default=2, show_default=True,
               help="Alternating rounds (reference, then RocketMQ, in each).")

@@ -1,0 +1,171 @@
+"""Two revisions of the reference broker side by side (``python -m harness ab-bench OLD NEW``): is a change
+within noise?
+
+Run one after the other, two broker benchmarks on this 2-core machine differ by 10-15 % with no change at all
+(the page cache, the files' growth, other tenants). So both revisions run at once: each is checked out into a
+temporary git worktree, each gets its own name server and broker (started from its own tree), both are warmed
+up, and then the same lean-generator run goes to one and then the other, the order swapped every round. Drift
+then hits both alike, and the paired difference, with the spread of the runs, says whether a change costs.
+The broker that is not under load idles (its background threads take ~3 % of a core).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+Progress = Callable[[str], None]
+REPO: Final = Path(__file__).resolve().parents[1]
+
+# The figures: (name, extra lean-generator options). 64 in flight over 2 processes, as broker-bench's.
+LOADS: Final = {
+    "single_64": ["--in-flight", "32"],
+    "batch_32": ["-b", "32", "--in-flight", "4"],
+}
+
+# Run in a child interpreter whose sys.path starts at one revision's tree: that revision's launcher starts
+# that revision's name server and broker; it prints their addresses and waits for stdin to close.
+_TOPOLOGY_CHILD: Final = """
+import json, sys
+from pathlib import Path
+from harness.launcher import Topology
+topo = Topology(Path(sys.argv[1]), broker_conf={"flushDiskType": sys.argv[2]}).start()
+try:
+    print(json.dumps({"namesrv": topo.namesrv_addr, "pid": topo.brokers[0].pid}), flush=True)
+    sys.stdin.read()
+finally:
+    topo.cleanup()
+"""
+
+
+class AbError(RuntimeError):
+    """A revision could not be checked out or its topology did not start."""
+
+
+@dataclass
+class Side:
+    label: str
+    rev: str
+    tree: Path
+    namesrv: str = ""
+    pid: int = 0
+    runs: list[dict[str, float]] = field(default_factory=list)
+
+
+def _git(*args: str) -> str:
+    p = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise AbError(f"git {' '.join(args)}: {p.stderr.strip()}")
+    return p.stdout.strip()
+
+
+@contextmanager
+def worktree(rev: str, where: Path) -> Iterator[Path]:
+    """``rev`` checked out at ``where`` (a detached worktree), removed afterwards."""
+    commit = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    _git("worktree", "add", "--detach", "-f", str(where), commit)
+    try:
+        yield where
+    finally:
+        _git("worktree", "remove", "--force", str(where))
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def running(side: Side, root: Path, mode: str) -> Iterator[Side]:
+    env = {**os.environ, "PYTHONPATH": str(side.tree)}
+    proc = subprocess.Popen([sys.executable, "-c", _TOPOLOGY_CHILD, str(root), mode], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env, text=True, cwd=side.tree)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise AbError(f"{side.label} ({side.rev}): its topology did not start (see {root}/*.log)")
+        info = json.loads(line)
+        side.namesrv, side.pid = info["namesrv"], info["pid"]
+        yield side
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _produce(side: Side, args: list[str]) -> dict[str, float]:
+    """One ``bench producer`` run of ``side``'s own tree against its broker, with the broker's CPU per message."""
+    env = {**os.environ, "PYTHONPATH": str(side.tree)}
+    cmd = [sys.executable, "-m", "reference_broker", "bench", "producer", "-n", side.namesrv, "--json", "-i", "1000",
+           *args]
+    cpu0 = _cpu_s(side.pid)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=side.tree, timeout=300)
+    if p.returncode != 0:
+        raise AbError(f"{side.label}: bench producer failed: {p.stderr[-1000:]}")
+    r = json.loads(p.stdout)
+    n = r.get("messages") or 0
+    return {"send_tps": float(r["send_tps"]), "p50_ms": float(r.get("p50_ms") or 0.0),
+            "broker_cpu_us_per_msg": (_cpu_s(side.pid) - cpu0) / n * 1e6 if n else 0.0}
+
+
+def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: str = "ASYNC_FLUSH",
+            seconds: float = 4.0, progress: Progress = print) -> dict[str, Any]:
+    """Paired runs of revisions ``old`` and ``new`` (see the module's docstring)."""
+    if rounds < 2:
+        raise ValueError("at least 2 rounds: one spread needs two runs")
+    lean = ["--lean", "-p", "2", "-s", "1024", *LOADS[load]]
+    with tempfile.TemporaryDirectory(prefix="rmq-lab-ab-") as tmp:
+        base = Path(tmp)
+        with worktree(old, base / "old") as t_old, worktree(new, base / "new") as t_new:
+            sides = [Side("old", old, t_old), Side("new", new, t_new)]
+            with running(sides[0], base / "topo-old", mode), running(sides[1], base / "topo-new", mode):
+                for s in sides:
+                    _produce(s, ["-t", "Warm", "-q", "200", "-w", "4", "-s", "1024"])
+                    _produce(s, ["-t", "Ab", *lean, "-d", "2"])
+                for n in range(rounds):
+                    for s in sides if n % 2 == 0 else sides[::-1]:
+                        s.runs.append(_produce(s, ["-t", "Ab", *lean, "-d", str(seconds)]))
+                        progress(f"round {n + 1}/{rounds} {s.label}: {s.runs[-1]['send_tps']:,.0f} msg/s, "
+                                 f"{s.runs[-1]['broker_cpu_us_per_msg']:.1f} us/msg")
+    return summarize(sides, {"old": old, "new": new, "rounds": rounds, "load": load, "mode": mode,
+                             "seconds": seconds})
+
+
+def summarize(sides: list[Side], plan: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"plan": plan}
+    for s in sides:
+        tps = [r["send_tps"] for r in s.runs]
+        cpu = [r["broker_cpu_us_per_msg"] for r in s.runs]
+        out[s.label] = {"rev": s.rev, "runs": s.runs, "tps_mean": statistics.fmean(tps),
+                        "tps_sd": statistics.stdev(tps), "cpu_mean": statistics.fmean(cpu),
+                        "cpu_sd": statistics.stdev(cpu)}
+    o, n = sides[0].runs, sides[1].runs
+    # Paired by round: the runs of one round met the same machine.
+    ratios = [b["send_tps"] / a["send_tps"] for a, b in zip(o, n, strict=True) if a["send_tps"]]
+    out["tps_ratio_mean"] = statistics.fmean(ratios)
+    out["tps_ratio_sd"] = statistics.stdev(ratios)
+    return out
+
+
+def format_result(r: dict[str, Any]) -> str:
+    p = r["plan"]
+    lines = [f"{p['load']} under {p['mode']}, {p['rounds']} paired rounds of {p['seconds']:g} s"]
+    for label in ("old", "new"):
+        s = r[label]
+        lines.append(f"  {label} {s['rev']:>12}: {s['tps_mean']:9,.0f} msg/s (sd {s['tps_sd']:,.0f}), "
+                     f"broker {s['cpu_mean']:.1f} us/msg (sd {s['cpu_sd']:.1f})")
+    lines.append(f"  new / old, paired by round: {r['tps_ratio_mean']:.3f} (sd {r['tps_ratio_sd']:.3f})")
+    return "\n".join(lines)
