@@ -83,6 +83,16 @@ def header_problem(queue_id: int, flag: int, sys_flag: int, born_ts: int, recons
     return None  # pragma: no cover (the first test covers every field)
 
 
+def _batch_header_refusal(flag: int, sys_flag: int, born_ts: int, reconsume: int, prepared_offset: int
+                          ) -> PutMessageResult | None:
+    """Why a batch's record with these header fields is refused, or None: batches carry no transactions
+    (CommitLog.asyncPutMessages), and the fields must fit the record."""
+    if mc.transaction_value(sys_flag) != mc.TRANSACTION_NOT_TYPE:
+        return _illegal_batch()
+    bad = header_problem(0, flag, sys_flag, born_ts, reconsume, prepared_offset)
+    return None if bad is None else _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
+
+
 def _refused(status: PutMessageStatus, remark: str = "") -> PutMessageResult:
     result = PutMessageResult(status, AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR))
     result.remark = remark
@@ -256,7 +266,7 @@ class CommitLog:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
         queue_id = msg.queue_id
-        bad = (None if topic in self._safe_topics else self._topic_problem(topic)) or header_problem(queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
+        bad = self._topic_problem(topic) or header_problem(queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
                                                            msg.reconsume_times, msg.prepared_transaction_offset)
         if bad is not None:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
@@ -346,6 +356,10 @@ class CommitLog:
         for m in batch.messages:
             m.topic = batch.topic
             m.queue_id = batch.queue_id
+            refused = _batch_header_refusal(m.flag, m.sys_flag, m.born_timestamp, m.reconsume_times,
+                                            m.prepared_transaction_offset)
+            if refused is not None:
+                return refused
             r = self._entry(topic_b, batch.queue_id, m.body, m.encoded_properties(), m.flag, m.sys_flag,
                             m.born_timestamp, rec.host_bytes(m.born_host[0]), m.born_host[1], m.reconsume_times,
                             m.prepared_transaction_offset, -1)
@@ -361,10 +375,14 @@ class CommitLog:
             raw_entries = decode_batch_entries(batch.body)
         except BatchDecodeError as exc:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
-        bad = self._topic_problem(batch.topic) or header_problem(batch.queue_id, 0, batch.sys_flag,
-                                                                 batch.born_timestamp, 0, 0)
+        bad = self._topic_problem(batch.topic) or header_problem(batch.queue_id, 0, 0, 0, 0, 0)
         if bad is not None:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
+        # Every entry shares the batch's header fields but its flag, a signed 32-bit field of the entry
+        # (decode_batch_entries): in range by construction, so the header is checked once per batch.
+        refused = _batch_header_refusal(0, batch.sys_flag, batch.born_timestamp, 0, 0)
+        if refused is not None:
+            return refused
         topic_b = batch.topic.encode("utf-8")
         born_ip = rec.host_bytes(batch.born_host[0])
         suffix = batch.properties_suffix
@@ -384,13 +402,10 @@ class CommitLog:
     def _entry(self, topic_b: bytes, queue_id: int, body: bytes, encoded: bytes, flag: int, sys_flag: int, born_ts: int,
                born_ip: bytes, born_port: int, reconsume: int, prepared_offset: int, body_crc: int
                ) -> rec.PreparedRecord | PutMessageResult:
-        """One record of a batch (``queue_id`` is the batch's), checked and prepared; or why the batch is
-        refused."""
-        if _has_delay(encoded) or mc.transaction_value(sys_flag) != mc.TRANSACTION_NOT_TYPE:
-            return _illegal_batch()  # batches carry neither delays nor transactions (CommitLog.asyncPutMessages)
-        bad_header = header_problem(0, flag, sys_flag, born_ts, reconsume, prepared_offset)
-        if bad_header is not None:
-            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad_header)
+        """One record of a batch (``queue_id`` is the batch's; its header fields checked by
+        ``_batch_header_refusal``), prepared; or why the batch is refused."""
+        if _has_delay(encoded):
+            return _illegal_batch()  # batches carry no delays (CommitLog.asyncPutMessages)
         props_b = self._stored_properties(encoded)
         bad = self._check_sizes(topic_b, props_b, body)
         if bad is not None:
