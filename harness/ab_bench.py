@@ -104,6 +104,9 @@ def running(side: Side, root: Path, mode: str) -> Iterator[Side]:
             proc.wait(90)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _produce(side: Side, args: list[str]) -> dict[str, float]:

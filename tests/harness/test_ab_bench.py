@@ -1,0 +1,55 @@
+"""harness/ab_bench.py: two revisions checked out into worktrees, each running its own name server and broker at
+once, the same lean load to each in turn, paired by round; the worktrees are gone afterwards."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from harness import ab_bench
+from harness.ab_bench import AbError, Side, summarize
+
+
+def _side(label: str, tps: list[float]) -> Side:
+    s = Side(label, label, ab_bench.REPO)
+    s.runs = [{"send_tps": t, "p50_ms": 1.0, "broker_cpu_us_per_msg": 1e6 / t} for t in tps]
+    return s
+
+
+def test_the_ratio_is_paired_by_round() -> None:
+    # The machine slowed down in round 2 for both: pairing by round keeps new/old at 0.9 in each.
+    r = summarize([_side("old", [100.0, 50.0]), _side("new", [90.0, 45.0])], {})
+    assert r["tps_ratio_mean"] == pytest.approx(0.9)
+    assert r["tps_ratio_sd"] == pytest.approx(0.0, abs=1e-12)
+    assert r["old"]["tps_mean"] == 75.0 and r["new"]["tps_mean"] == 67.5
+    assert "0.900" in ab_bench.format_result({**r, "plan": {"load": "single_64", "mode": "ASYNC_FLUSH",
+                                                            "rounds": 2, "seconds": 1.0}})
+
+
+def test_an_unknown_revision_is_a_clear_error() -> None:
+    with pytest.raises(AbError, match="no-such-revision"):
+        ab_bench.compare("no-such-revision", "HEAD", rounds=2)
+
+
+def test_one_round_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 2 rounds"):
+        ab_bench.compare("HEAD", "HEAD", rounds=1)
+
+
+def _worktrees() -> list[str]:
+    out = subprocess.run(["git", "-C", str(ab_bench.REPO), "worktree", "list"], capture_output=True, text=True)
+    return out.stdout.splitlines()
+
+
+@pytest.mark.e2e
+def test_two_revisions_run_side_by_side_and_leave_no_worktree() -> None:
+    if subprocess.run(["git", "-C", str(ab_bench.REPO), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout: ab-bench compares git revisions")
+    before = _worktrees()
+    r = ab_bench.compare("HEAD", "HEAD", rounds=2, seconds=1.0, progress=lambda _line: None)
+    for label in ("old", "new"):
+        runs = r[label]["runs"]
+        assert len(runs) == 2 and all(run["send_tps"] > 0 and run["broker_cpu_us_per_msg"] > 0 for run in runs)
+    assert r["tps_ratio_mean"] > 0
+    assert _worktrees() == before
