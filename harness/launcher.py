@@ -163,11 +163,12 @@ class Topology:
 
     def __init__(self, root: Path | str | None = None, broker_conf: Mapping[str, Any] | None = None,
                  brokers: int = 1, python: str = sys.executable, impl: BrokerImpl = "reference",
-                 rocketmq_home: Path | str | None = None) -> None:
+                 rocketmq_home: Path | str | None = None, rocketmq_heap: str | None = None) -> None:
         if impl not in rocketmq.IMPLS:
             raise ValueError(f"unknown broker implementation {impl!r}: one of {', '.join(rocketmq.IMPLS)}")
         self.impl: BrokerImpl = impl
         self.rocketmq_home: Path | None = None
+        self.rocketmq_heap = rocketmq_heap  # None: $ROCKETMQ_HEAP, else 512m (harness/rocketmq.java_env)
         if impl == "rocketmq":
             reason = rocketmq.unavailable(rocketmq_home)
             if reason is not None:
@@ -214,7 +215,8 @@ class Topology:
         """How a RocketMQ process of this topology runs: its environment (home, heap, ``-Duser.home``), as
         a process group, with the JVM's boot time."""
         assert self.rocketmq_home is not None
-        return {"env": rocketmq.java_env(self.rocketmq_home, self.root / name / "rmq-home"), "group": True,
+        return {"env": rocketmq.java_env(self.rocketmq_home, self.root / name / "rmq-home", self.rocketmq_heap),
+                "group": True,
                 "ready_timeout_s": rocketmq.BOOT_TIMEOUT_S}
 
     def add_broker(self, name: str, extra: Mapping[str, Any] | None = None) -> BrokerProcess:

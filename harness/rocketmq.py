@@ -68,9 +68,10 @@ def unavailable(explicit: Path | str | None = None) -> str | None:
     return None
 
 
-def java_env(home: Path, user_home: Path) -> dict[str, str]:
-    """The environment of a RocketMQ process whose logs and default paths live under ``user_home``."""
-    heap = os.environ.get(HEAP_ENV, DEFAULT_HEAP)
+def java_env(home: Path, user_home: Path, heap: str | None = None) -> dict[str, str]:
+    """The environment of a RocketMQ process whose logs and default paths live under ``user_home``; ``heap``
+    (e.g. "2g") over ``$ROCKETMQ_HEAP`` over 512m."""
+    heap = heap or os.environ.get(HEAP_ENV, DEFAULT_HEAP)
     extra = os.environ.get("JAVA_OPT_EXT", "")
     user_home.mkdir(parents=True, exist_ok=True)
     return {**os.environ, HOME_ENV: str(home), HEAP_ENV: heap,
