@@ -43,6 +43,9 @@ from reference_broker.remoting.command import RemotingCommand, create_request, j
 from reference_broker.remoting.errors import RemotingError
 from reference_broker.tools import admin
 
+# How long after a broker's boot GET_BROKER_RUNTIME_INFO may still fail on RocketMQ 4.9.8 (runtime_info).
+RUNTIME_INFO_BOOT_S = 5.0
+
 
 class DriverError(RuntimeError):
     """A setup or admin operation failed (topic creation, a backlog query): not a per-message outcome."""
@@ -453,11 +456,21 @@ class RocketMQDriver(Driver):
             raise DriverError(f"cluster info from {self.namesrv}: {exc}") from exc
 
     def runtime_info(self, addr: str) -> dict[str, str]:
-        """GET_BROKER_RUNTIME_INFO's table, over the persistent admin connection."""
-        try:
-            resp = self._admin.invoke(addr, create_request(RequestCode.GET_BROKER_RUNTIME_INFO, {}))
-        except RemotingError as exc:
-            raise DriverError(f"{addr}: runtime info: {exc}") from exc
+        """GET_BROKER_RUNTIME_INFO's table, over the persistent admin connection.
+
+        RocketMQ 4.9.8 answers SYSTEM_ERROR (``NoSuchElementException`` from ``LinkedList.getLast``) until its
+        StoreStatsService has taken its first sample, about a second after boot: that answer is asked again,
+        for up to RUNTIME_INFO_BOOT_S."""
+        deadline = time.monotonic() + RUNTIME_INFO_BOOT_S
+        while True:
+            try:
+                resp = self._admin.invoke(addr, create_request(RequestCode.GET_BROKER_RUNTIME_INFO, {}))
+            except RemotingError as exc:
+                raise DriverError(f"{addr}: runtime info: {exc}") from exc
+            if not (resp.code == ResponseCode.SYSTEM_ERROR and "NoSuchElementException" in (resp.remark or "")
+                    and time.monotonic() < deadline):
+                break
+            time.sleep(0.2)
         if resp.code != ResponseCode.SUCCESS:
             raise DriverError(f"{addr}: runtime info: code {resp.code} {resp.remark}")
         table: dict[str, str] = json_loads(resp.body).get("table", {})
@@ -468,7 +481,8 @@ class RocketMQDriver(Driver):
         facts: dict[str, Any] = {"broker": {}, "broker_impl": None, "brokers": dict(sorted(addrs.items()))}
         for _name, addr in sorted(addrs.items()):
             info = self.runtime_info(addr)
-            facts["broker"].setdefault("flushDiskType", info.get("flushDiskType"))
-            facts["broker"].setdefault("brokerRole", info.get("brokerRole"))
+            for key in ("flushDiskType", "brokerRole"):  # the reference broker's; RocketMQ's table has neither
+                if info.get(key) is not None:
+                    facts["broker"].setdefault(key, info[key])
             facts["broker_impl"] = facts["broker_impl"] or info.get("brokerVersionDesc")
         return facts

@@ -81,9 +81,10 @@ class Coordinator:
         if namesrv is None:
             conf = {**self.spec.broker_conf, **s.broker_conf_dict()}
             root = Path(s.store_dir) / f"topology-{os.getpid()}" if s.store_dir else None
-            self.topology = Topology(root, broker_conf=conf)
+            self.topology = Topology(root, broker_conf=conf, impl=s.broker_impl, rocketmq_home=s.rocketmq_home or None)
             self._exit.callback(self.topology.cleanup)
-            log.info("starting the embedded topology (name server + broker) in %s", self.topology.root)
+            log.info("starting the embedded topology (name server + %s broker) in %s", s.broker_impl,
+                     self.topology.root)
             self.topology.start()
             namesrv = self.topology.namesrv_addr
         self.namesrv = namesrv
@@ -209,8 +210,10 @@ class _Run:
                     self.driver.create_topic(topic, queues)
         facts = self.driver.broker_facts()
         broker = dict(facts["broker"])
-        if co.topology is not None:
+        if co.topology is not None and co.topology.impl == "reference":
             broker = {**effective_broker_conf(Path(co.topology.brokers[0].args[-1])), **broker}
+        elif co.topology is not None:  # RocketMQ answers GET_BROKER_CONFIG (in ``facts``); its file is the base
+            broker = {**co.topology.brokers[0].conf, **broker}
         brokers = self._targets(facts)
         rec.update_meta(broker=broker, broker_impl=facts["broker_impl"], sysctl=co.sysctl, fio=co.fio,
                         topology={"embedded": co.topology is not None, "namesrv": co.namesrv,

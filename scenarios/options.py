@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final
 
+from harness.rocketmq import IMPLS, BrokerImpl
+
 FLUSH_TYPES: Final = ("ASYNC_FLUSH", "SYNC_FLUSH")
 HOST_SCHEME: Final = "rmq://"
 
@@ -40,6 +42,8 @@ class Settings:
     drain_timeout_s: float = 30.0
     record: bool = True
     flush: str = "ASYNC_FLUSH"
+    broker_impl: BrokerImpl = "reference"  # the embedded topology's broker: "reference" or "rocketmq"
+    rocketmq_home: str = ""  # "" = $ROCKETMQ_HOME, else ../shared/rocketmq-4.9.8 (harness/rocketmq.py)
     broker_conf: tuple[str, ...] = ()
     store_dir: str = ""
     sysctl_profile: str = ""
@@ -118,6 +122,10 @@ _OPTIONS: Final[list[tuple[str, str, Callable[[Any], Any], str, bool]]] = [
     ("--send-timeout", "send_timeout_s", float, "Send timeout, s (a timeout is outcome unknown)", True),
     ("--drain-timeout", "drain_timeout_s", float, "At the end: how long consumers may take to catch up, s", True),
     ("--flush", "flush", str, "Embedded broker: flushDiskType (ASYNC_FLUSH or SYNC_FLUSH)", False),
+    ("--broker-impl", "broker_impl", str, "Embedded topology: which broker runs, reference or rocketmq (Apache "
+                                          "RocketMQ from --rocketmq-home)", False),
+    ("--rocketmq-home", "rocketmq_home", str, "Embedded topology: a RocketMQ distribution directory (default "
+                                              "$ROCKETMQ_HOME, else ../shared/rocketmq-4.9.8)", False),
     ("--store-dir", "store_dir", str, "Embedded topology: directory for its stores (default: a temporary "
                                       "directory)", False),
     ("--sysctl-profile", "sysctl_profile", str, "Apply this vm.* profile (sysctl_profiles) around the run "
@@ -213,6 +221,8 @@ def validate(s: Settings) -> None:
         problems.append("--in-flight >= 1, --consumers >= 0, --consume-threads >= 1, --consume-batch in [1, 1024]")
     if s.flush not in FLUSH_TYPES:
         problems.append(f"--flush must be one of {', '.join(FLUSH_TYPES)}")
+    if s.broker_impl not in IMPLS:
+        problems.append(f"--broker-impl must be one of {', '.join(IMPLS)}")
     if not 0 < s.drain_ratio <= 1:
         problems.append("--drain-ratio must be in (0, 1]")
     if not 1 <= s.max_queues_per_topic <= 1024:

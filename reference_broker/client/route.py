@@ -21,7 +21,7 @@ from typing import Any
 from reference_broker.client.message import MessageQueue
 from reference_broker.common.perm import PERM_READ, PERM_WRITE
 from reference_broker.common.route_data import MASTER_ID, BrokerData, QueueData
-from reference_broker.remoting.command import json_loads
+from reference_broker.remoting.command import fastjson_loads
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class TopicRouteData:
     def from_json(cls, raw: bytes | str | dict[str, Any]) -> TopicRouteData:
         """ValueError (or KeyError/TypeError, re-raised as ValueError) for a body that is not a route."""
         try:
-            obj = raw if isinstance(raw, dict) else json_loads(raw.encode() if isinstance(raw, str) else raw)
+            obj = raw if isinstance(raw, dict) else fastjson_loads(raw.encode() if isinstance(raw, str) else raw)
             qds = tuple(QueueData.from_json(q) for q in obj.get("queueDatas") or ())
             bds = tuple(BrokerData.from_json(b) for b in obj.get("brokerDatas") or ())
             conf = obj.get("orderTopicConf")

@@ -66,6 +66,60 @@ else:
     json_dumps = orjson.dumps
 
 
+_DIGITS: Final = frozenset(b"-0123456789")
+_SPACE: Final = frozenset(b" \t\r\n")
+
+
+def quote_bare_keys(data: bytes) -> bytes:
+    """fastjson's output made standard JSON: RocketMQ 4.9.8 writes a map whose keys are not strings (the name
+    server's ``brokerAddrs``, a ``HashMap<Long, String>``) with the keys bare, ``{0:"127.0.0.1:10911"}``. Each
+    bare numeric key of an object is quoted; strings and arrays are left as they are."""
+    out = bytearray()
+    stack: list[int] = []  # the open containers: ord("{") or ord("[")
+    i, n = 0, len(data)
+    while i < n:
+        c = data[i]
+        if c == 0x22:  # a string, copied whole (escapes included)
+            j = i + 1
+            while j < n and data[j] != 0x22:
+                j += 2 if data[j] == 0x5C else 1
+            out += data[i : j + 1]
+            i = j + 1
+            continue
+        out.append(c)
+        i += 1
+        if c in (0x7B, 0x5B):  # { [
+            stack.append(c)
+        elif c in (0x7D, 0x5D) and stack:  # } ]
+            stack.pop()
+        if c in (0x7B, 0x2C) and stack and stack[-1] == 0x7B:  # a key may follow: { or , in an object
+            while i < n and data[i] in _SPACE:
+                out.append(data[i])
+                i += 1
+            j = i
+            while j < n and data[j] in _DIGITS:
+                j += 1
+            k = j
+            while k < n and data[k] in _SPACE:
+                k += 1
+            if j > i and k < n and data[k] == 0x3A:  # a bare number, then ':'
+                out += b'"' + data[i:j] + b'"'
+                i = j
+    return bytes(out)
+
+
+def fastjson_loads(data: bytes) -> Any:
+    """``json_loads`` for bodies RocketMQ's fastjson wrote (routes, cluster info): bare numeric keys are quoted
+    first when the body is not standard JSON."""
+    try:
+        return json_loads(data)
+    except ValueError:
+        fixed = quote_bare_keys(data)
+        if fixed == data:
+            raise
+        return json_loads(fixed)
+
+
 # Java: static AtomicInteger requestId starting at 0; getAndIncrement wraps at 2^31 to negative.
 _opaque_counter = itertools.count()
 _opaque_lock = threading.Lock()

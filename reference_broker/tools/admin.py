@@ -17,7 +17,7 @@ from reference_broker.common import record as rec
 from reference_broker.common.quarantine_names import BIN_SUFFIX, QUARANTINE_DIR
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import RemotingCommand, create_request, json_loads
+from reference_broker.remoting.command import RemotingCommand, create_request, fastjson_loads, json_loads
 from reference_broker.store.quarantine import list_quarantine
 
 
@@ -71,7 +71,7 @@ class QueueRef:
 
 def cluster_info(namesrv: str) -> dict[str, Any]:
     resp = _invoke(_first_namesrv(namesrv), RequestCode.GET_BROKER_CLUSTER_INFO)
-    info: dict[str, Any] = json_loads(resp.body)
+    info: dict[str, Any] = fastjson_loads(resp.body)
     return info
 
 
@@ -91,7 +91,7 @@ def master_addrs(namesrv: str, cluster: str | None = None) -> dict[str, str]:
 
 def topic_route(namesrv: str, topic: str) -> dict[str, Any]:
     resp = _invoke(_first_namesrv(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-    route: dict[str, Any] = json_loads(resp.body)
+    route: dict[str, Any] = fastjson_loads(resp.body)
     return route
 
 
