@@ -86,11 +86,18 @@ def test_kill_9_reaches_the_jvm_and_a_restart_recovers(rmq: Topology) -> None:
     assert _pull_all(rmq) == [f"m{i}".encode() for i in range(10)]
 
 
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def test_pause_stops_the_jvm_until_resumed(rmq: Topology) -> None:
     broker = rmq.brokers[0]
     broker.pause()
     try:
-        state = Path(f"/proc/{broker.pid}/stat").read_text().split(")")[1].split()[0]
+        # SIGSTOP is delivered asynchronously: a thread running on the other core stops moments later.
+        deadline = time.monotonic() + 5
+        while (state := _state(broker.pid)) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert state == "T", f"the JVM is {state}, not stopped"
     finally:
         broker.resume()
