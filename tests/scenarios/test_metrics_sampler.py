@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,11 @@ def test_sampler_against_a_broker(topo, driver):
     driver.create_topic("SamplerT", 2)
     for i in range(5):
         driver.send("SamplerT", f"s-{i}", b"x" * 100)
+    # The consume queue is built a moment after the send is acknowledged (the dispatch thread): wait for it,
+    # so that the samples below see every message as backlog.
+    deadline = time.monotonic() + 10
+    while driver.backlog("g1", ["SamplerT"]).total < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
     rows: list[tuple[str, float, str, int]] = []
     broker = topo.brokers[0]
     counts = iter([(0, 0), (10, 4)])
