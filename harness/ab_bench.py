@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from harness.broker_bench import cpu_seconds
+
 Progress = Callable[[str], None]
 REPO: Final = Path(__file__).resolve().parents[1]
 
@@ -79,11 +81,6 @@ def worktree(rev: str, where: Path) -> Iterator[Path]:
         _git("worktree", "remove", "--force", str(where))
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @contextmanager
 def running(side: Side, root: Path, mode: str) -> Iterator[Side]:
     env = {**os.environ, "PYTHONPATH": str(side.tree)}
@@ -114,14 +111,14 @@ def _produce(side: Side, args: list[str]) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(side.tree)}
     cmd = [sys.executable, "-m", "reference_broker", "bench", "producer", "-n", side.namesrv, "--json", "-i", "1000",
            *args]
-    cpu0 = _cpu_s(side.pid)
+    cpu0 = cpu_seconds(side.pid)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=side.tree, timeout=300)
     if p.returncode != 0:
         raise AbError(f"{side.label}: bench producer failed: {p.stderr[-1000:]}")
     r = json.loads(p.stdout)
     n = r.get("messages") or 0
     return {"send_tps": float(r["send_tps"]), "p50_ms": float(r.get("p50_ms") or 0.0),
-            "broker_cpu_us_per_msg": (_cpu_s(side.pid) - cpu0) / n * 1e6 if n else 0.0}
+            "broker_cpu_us_per_msg": (cpu_seconds(side.pid) - cpu0) / n * 1e6 if n else 0.0}
 
 
 def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: str = "ASYNC_FLUSH",

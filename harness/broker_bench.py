@@ -40,7 +40,7 @@ class Plan:
         return cls(duration_s=3.0)
 
 
-def _cpu_s(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (/proc/<pid>/stat fields 14 and 15)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -75,7 +75,7 @@ def _run_tool(tool: str, count_key: str, topo: Topology, args: list[str], progre
     progress(f"bench {tool} " + " ".join(args) + (" (broker and generator on separate cores)" if cores else ""))
     if broker_pid is None:
         broker_pid = topo.brokers[0].pid
-    cpu0 = _cpu_s(broker_pid)
+    cpu0 = cpu_seconds(broker_pid)
     if cores is None:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     else:
@@ -91,7 +91,7 @@ def _run_tool(tool: str, count_key: str, topo: Topology, args: list[str], progre
         raise RuntimeError(f"bench {tool} failed ({p.returncode}): {p.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(p.stdout)
     n = result.get(count_key) or 0
-    result["broker_cpu_us_per_msg"] = (_cpu_s(broker_pid) - cpu0) / n * 1e6 if n else None
+    result["broker_cpu_us_per_msg"] = (cpu_seconds(broker_pid) - cpu0) / n * 1e6 if n else None
     return result
 
 

@@ -47,10 +47,10 @@ def candidate_range(range_file: Path = RANGE_FILE) -> range:
 
 
 def port_pair_free(host: str, port: int) -> bool:
-    return 0 < port < 65535 and _bindable(host, port) and _bindable(host, port + 1)
+    return 0 < port < 65535 and bindable(host, port) and bindable(host, port + 1)
 
 
-def _bindable(host: str, port: int) -> bool:
+def bindable(host: str, port: int) -> bool:
     with socket.socket() as s:
         try:
             s.bind((host, port))

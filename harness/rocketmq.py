@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from pathlib import Path
 from typing import Final, Literal
 
-from harness.ports import free_port
+from harness.ports import bindable, free_port
 
 BrokerImpl = Literal["reference", "rocketmq"]
 IMPLS: Final[tuple[BrokerImpl, ...]] = ("reference", "rocketmq")
@@ -78,20 +77,12 @@ def java_env(home: Path, user_home: Path, heap: str | None = None) -> dict[str, 
             "JAVA_OPT_EXT": f"{extra} -Xms{heap} -Xmx{heap} -Duser.home={user_home}".strip()}
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def broker_port() -> int:
-    """A ``listenPort`` whose VIP channel (port - 2) and HA port (port + 1) are free too."""
+    """A ``listenPort`` whose VIP channel (port - 2) and HA port (port + 1) are free too (``free_port`` already
+    hands out ports whose next port is free)."""
     for _ in range(100):
         p = free_port()
-        if p > 1100 and _bindable(p - 2) and _bindable(p + 1):
+        if p > 1100 and bindable("127.0.0.1", p - 2):
             return p
     raise RuntimeError("no free port triple for a RocketMQ broker")
 
