@@ -1,7 +1,9 @@
 """``python -m chaos``: one experiment per fault, the matrix with its gate, and cleanup.
 
 Exit codes: 0 = every experiment passed (or was skipped for a stated reason); 1 = a verdict failed (the
-gate); 2 = bad usage or the harness itself failed.
+gate); 2 = bad usage or the harness itself failed. ``--broker-impl rocketmq`` runs Apache RocketMQ instead: a
+verdict it fails is a finding about RocketMQ, appended to ``{runs-dir}/findings.jsonl`` (harness/records/findings.py),
+not a failed gate; a cell that could not run fails whichever broker it ran.
 """
 
 from __future__ import annotations
@@ -19,7 +21,18 @@ import click
 from chaos.experiment import ExperimentResult, ExperimentSpec, FaultName, FlushMode, run_experiment
 from chaos.leftovers import Ledger, cleanup
 from chaos.load import LoadSpec
-from chaos.matrix import MatrixSpec, format_table, gate_failures, make_fault, run_matrix, summary_rows
+from chaos.matrix import (
+    MatrixSpec,
+    format_table,
+    gate_failures,
+    make_fault,
+    rocketmq_findings,
+    run_matrix,
+    summary_rows,
+)
+from harness import rocketmq
+from harness.records import findings
+from harness.rocketmq import IMPLS, BrokerImpl, parse_impls
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 
@@ -52,6 +65,13 @@ def _faults(text: str) -> list[FaultName]:
         raise click.BadParameter(f"faults: choose from {', '.join(f.value for f in FaultName)}") from None
 
 
+def _impls(text: str) -> list[BrokerImpl]:
+    try:
+        return parse_impls(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--broker-impl") from None
+
+
 def _profiles(text: str) -> list[str | None]:
     return [None if t == "none" else t for t in _split(text)]
 
@@ -64,6 +84,12 @@ def _gap(text: str) -> tuple[float, float]:
     if not 0 <= lo <= hi:
         raise click.BadParameter("expected 0 <= MIN <= MAX")
     return lo, hi
+
+
+_rocketmq_home_opt = click.option(
+    "--rocketmq-home", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="The RocketMQ distribution for --broker-impl rocketmq (default: $ROCKETMQ_HOME, else "
+         "../shared/rocketmq-4.9.8).")
 
 
 def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -85,6 +111,7 @@ def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--check-each-recovery", is_flag=True,
                      help="After each recovery from a crash, stop the broker cleanly, run admin checkStore on its "
                           "store and start it again (the check always runs at the cell's end)."),
+        _rocketmq_home_opt,
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -92,6 +119,9 @@ def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _print_results(results: list[ExperimentResult], as_json: bool, runs_dir: Path) -> None:
+    for finding in rocketmq_findings(results):
+        path = findings.record(runs_dir, finding)
+        click.echo(f"finding about {finding.broker}: {finding.title} (recorded in {path})", err=True)
     rows = summary_rows(results)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
@@ -113,22 +143,26 @@ def main() -> None:
 
 def _single(fault: FaultName, flush: str, profile: str, cycles: int, runs_dir: Path, work_dir: Path | None,
             seed: int | None, gap: str, msg_size: int, in_flight: int, as_json: bool, check_each_recovery: bool,
-            quick: bool = False) -> None:
+            rocketmq_home: Path | None, broker_impl: str, quick: bool = False) -> None:
+    (impl,) = _impls(broker_impl)
     spec = ExperimentSpec(fault=fault, flush=_flushes(flush)[0], cycles=cycles, profile=_profiles(profile)[0],
                           runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
                           load=LoadSpec(msg_size=msg_size, in_flight=in_flight), command=tuple(sys.argv),
-                          check_each_recovery=check_each_recovery)
+                          check_each_recovery=check_each_recovery, broker_impl=impl, rocketmq_home=rocketmq_home)
     result = run_experiment(spec, make_fault(fault, quick=quick), log=_progress(as_json))
     _print_results([result], as_json, runs_dir)
-    sys.exit(EXIT_OK if result.ok else EXIT_GATE)
+    sys.exit(EXIT_GATE if gate_failures([result]) else EXIT_OK)
 
 
 _flush_opt = click.option("--flush", default="async", show_default=True, help="sync or async (flushDiskType).")
+_impl_opt = click.option("--broker-impl", type=click.Choice(IMPLS), default="reference", show_default=True,
+                         help="Which broker runs: the reference broker, or Apache RocketMQ (--rocketmq-home).")
 _profile_opt = click.option("--profile", default="default", show_default=True,
                             help="sysctl profile applied during the run (sysctl_profiles); 'none' for none.")
 
 
 @main.command()
+@_impl_opt
 @_flush_opt
 @_profile_opt
 @common_options
@@ -138,6 +172,7 @@ def kill9(**kw: Any) -> None:
 
 
 @main.command("power-loss")
+@_impl_opt
 @_flush_opt
 @_profile_opt
 @common_options
@@ -148,6 +183,7 @@ def power_loss(torn: bool, **kw: Any) -> None:
 
 
 @main.command("disk-fill")
+@_impl_opt
 @_flush_opt
 @_profile_opt
 @common_options
@@ -158,6 +194,7 @@ def disk_fill(no_clean_phase: bool, **kw: Any) -> None:
 
 
 @main.command()
+@_impl_opt
 @_flush_opt
 @_profile_opt
 @common_options
@@ -174,15 +211,21 @@ def pause(**kw: Any) -> None:
 @click.option("--gate", is_flag=True, help="Exit 1 if any cell fails its verdict (the tox -e crash check).")
 @click.option("--require-all", is_flag=True, help="With --gate, a skipped cell fails too.")
 @click.option("--quick", is_flag=True, help="Short cells: disk fill without the cleaning phase.")
+@click.option("--broker-impl", "broker_impl", default="reference", show_default=True,
+              help="Brokers, comma-separated: reference, rocketmq (Apache RocketMQ, --rocketmq-home), or both.")
 @common_options
-def matrix(flush: str, faults: str, profiles: str, gate: bool, require_all: bool, quick: bool, cycles: int,
-           runs_dir: Path, work_dir: Path | None, seed: int | None, gap: str, msg_size: int, in_flight: int,
-           as_json: bool, check_each_recovery: bool) -> None:
-    """Run every flush mode x fault x profile against fresh stores; print the summary table."""
+def matrix(flush: str, faults: str, profiles: str, gate: bool, require_all: bool, quick: bool, broker_impl: str,
+           cycles: int, runs_dir: Path, work_dir: Path | None, seed: int | None, gap: str, msg_size: int,
+           in_flight: int, as_json: bool, check_each_recovery: bool, rocketmq_home: Path | None) -> None:
+    """Run every broker x flush mode x fault x profile against fresh stores; print the summary table.
+
+    A violation on Apache RocketMQ is a finding about RocketMQ (findings.jsonl in the runs directory), not
+    a gate failure; a cell that could not run as planned fails the gate whichever broker it ran."""
     spec = MatrixSpec(flushes=_flushes(flush), faults=_faults(faults), profiles=_profiles(profiles), cycles=cycles,
                       runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
                       load=LoadSpec(msg_size=msg_size, in_flight=in_flight), quick=quick, command=tuple(sys.argv),
-                      check_each_recovery=check_each_recovery)
+                      check_each_recovery=check_each_recovery, impls=_impls(broker_impl),
+                      rocketmq_home=rocketmq_home)
     results = run_matrix(spec, log=_progress(as_json))
     _print_results(results, as_json, runs_dir)
     if gate:
@@ -218,10 +261,14 @@ def cleanup_cmd(force: bool, state_file: Path | None) -> None:
 @click.option("--file-size", "file_mib", type=click.IntRange(min=1), default=256, show_default=True,
               help="mappedFileSizeCommitLog in MiB.")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
-              show_default=True, help="Where the run record (scenario \"recovery\") goes.")
+              show_default=True,
+              help="Where the run record (scenario \"recovery\"; meta.json names the broker) goes.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=None, help="Scratch space (default: $TMPDIR).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
-def recovery_bench(sizes: str, file_mib: int, runs_dir: Path, work_dir: Path | None, as_json: bool) -> None:
+@_impl_opt
+@_rocketmq_home_opt
+def recovery_bench(sizes: str, file_mib: int, runs_dir: Path, work_dir: Path | None, as_json: bool,
+                   broker_impl: BrokerImpl, rocketmq_home: Path | None) -> None:
     """Broker restart time after a clean stop and after kill -9 (no tail, a tail, no checkpoint), per log size.
 
     The rows go into the run record's meta.json ``results.recovery`` (the Spark recovery report reads them)."""
@@ -234,11 +281,15 @@ def recovery_bench(sizes: str, file_mib: int, runs_dir: Path, work_dir: Path | N
         raise click.BadParameter(f"not a list of MiB counts: {sizes!r}", param_hint="--sizes") from None
     if not mibs or min(mibs) < 1:
         raise click.BadParameter("give at least one size of 1 MiB or more", param_hint="--sizes")
+    if broker_impl == "rocketmq" and (reason := rocketmq.unavailable(rocketmq_home)) is not None:
+        raise click.UsageError(reason)
     rows = []
-    record = RunRecord.create(runs_dir, "recovery", {"sizes_mib": mibs, "file_mib": file_mib}, list(sys.argv))
+    record = RunRecord.create(runs_dir, "recovery", {"sizes_mib": mibs, "file_mib": file_mib,
+                                                   "broker_impl": broker_impl}, list(sys.argv))
     try:
         for mib in mibs:
-            got = bench_log_size(mib << 20, work_dir=work_dir, file_bytes=file_mib << 20, record=record)
+            got = bench_log_size(mib << 20, work_dir=work_dir, file_bytes=file_mib << 20, record=record,
+                                 impl=broker_impl, rocketmq_home=rocketmq_home)
             click.echo(format_rows(got), err=True)
             rows += got
     finally:

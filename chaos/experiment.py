@@ -31,13 +31,15 @@ from chaos.leftovers import Ledger, ResourceKind, cleanup, process_start_time
 from chaos.load import DrainStats, LoadSpec, Workload
 from chaos.lookups import LookupCheck, choose_sample, probe
 from chaos.payload import classify
-from chaos.sampler import BrokerSample, Sampler, messages_at, try_status
+from chaos.sampler import BrokerSample, Sampler, first_status, messages_at, try_status
 from chaos.store_check import apply_store_check, check_store_at_cell_end
 from chaos.verdict import Verdict, evaluate
+from harness import rocketmq
 from harness.checker import CheckResult, check_run
 from harness.launcher import BrokerProcess, LaunchError, Process, Topology
 from harness.records import FaultKind, RunRecord, WallClock
 from harness.records.run import write_json_atomic
+from harness.rocketmq import BrokerImpl
 from reference_broker.remoting.errors import RemotingError
 from reference_broker.tools import admin
 
@@ -136,11 +138,16 @@ class ExperimentSpec:
     command: tuple[str, ...] | None = None
     # After each recovery from a crash: a clean stop, admin checkStore, and a start again (store_check.py).
     check_each_recovery: bool = False
+    # Which broker the cell runs: the reference broker, or Apache RocketMQ from a distribution directory
+    # (harness/rocketmq.find_home: this path, $ROCKETMQ_HOME, or the one beside the repository).
+    broker_impl: BrokerImpl = "reference"
+    rocketmq_home: Path | None = None
 
     @property
     def scenario(self) -> str:
         prof = (self.profile or "none").replace("_", ".")
-        return f"chaos-{self.fault.value.replace('_', '.')}-{self.flush.short}-{prof}"
+        impl = "" if self.broker_impl == "reference" else f"-{self.broker_impl}"
+        return f"chaos-{self.fault.value.replace('_', '.')}-{self.flush.short}-{prof}{impl}"
 
 
 class Cell:
@@ -283,6 +290,7 @@ class ExperimentResult:
     # Absent messages looked up directly in the commit log: (probed, found intact there, example keys).
     unreachable: tuple[int, int, list[str]] = (0, 0, [])
     store_check: dict[str, Any] | None = None  # the offline check after the final clean stop (store_check.py)
+    broker_version: str | None = None  # the broker's brokerVersionDesc (meta.json's broker_impl)
 
     @property
     def ok(self) -> bool:
@@ -302,6 +310,7 @@ class ExperimentResult:
         chk, v, rec = self.check, self.verdict, self.recovery_times()
         windows = [c.window_bytes for c in self.cycles if c.window_bytes >= 0]
         return {
+            "broker_impl": self.spec.broker_impl,
             "fault": self.spec.fault.value, "flush": self.spec.flush.short, "profile": self.spec.profile,
             "sysctl_applied": None if self.sysctl is None else self.sysctl.get("applied"),
             "skipped": self.skipped, "error": self.error,
@@ -375,6 +384,8 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
     line) gets progress lines."""
     say = log or (lambda _line: None)
     reason = fault.unsupported_reason()
+    if reason is None and spec.broker_impl == "rocketmq":
+        reason = rocketmq.unavailable(spec.rocketmq_home)
     if reason is not None:
         return ExperimentResult(spec, None, skipped=reason)
     ledger = ledger if ledger is not None else Ledger()
@@ -382,6 +393,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
     seed = spec.seed if spec.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     params = {"fault": spec.fault.value, "flush": spec.flush.value, "cycles": spec.cycles, "profile": spec.profile,
+              "broker_impl": spec.broker_impl,
               "seed": seed, "gap_s": list(spec.gap_s), "load": asdict(spec.load), **fault.params()}
     record = RunRecord.create(spec.runs_dir, spec.scenario, params,
                               list(spec.command) if spec.command is not None else list(sys.argv))
@@ -404,7 +416,8 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
             store_root = stack.enter_context(fault.storage(work, ledger))
             conf = {**BASE_BROKER_CONF, "flushDiskType": spec.flush.value, **fault.broker_conf(spec.flush),
                     **spec.broker_conf}
-            topo = Topology(work / "topo", broker_conf=conf, brokers=0)
+            topo = Topology(work / "topo", broker_conf=conf, brokers=0, impl=spec.broker_impl,
+                            rocketmq_home=spec.rocketmq_home)
             stack.callback(topo.stop)
             topo.start()
             assert topo.namesrv is not None
@@ -412,7 +425,8 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
             broker = topo.add_broker("broker-a", extra={"storePathRootDir": str(store_root)})
             broker_started = time.monotonic()
             cell_ledger_proc(ledger, broker, "broker")
-            status = try_status(broker.addr, record.clock)
+            status = first_status(broker.addr, record.clock)
+            result.broker_version = status.version if status else None
             record.update_meta(broker={**broker.conf, "brokerRole": conf.get("brokerRole", "ASYNC_MASTER")},
                                broker_impl=status.version if status else None)
             admin.update_topic(topo.namesrv_addr, spec.load.topic, spec.load.queues, spec.load.queues,
@@ -497,12 +511,24 @@ def _unreachable(addr: str, workload: Workload) -> tuple[int, int, list[str]]:
     return len(probe), len(hits), hits[:10]
 
 
+KEPT_LOG_BYTES = 16 << 20  # of each RocketMQ log, the last this many bytes
+
+
 def _keep_logs(topo_root: Path, dest: Path) -> None:
-    """Copy the processes' logs (what recovery said it truncated, errors) into the run record."""
+    """Copy the processes' logs (what recovery said it truncated, errors) into the run record; for RocketMQ
+    also its own logs (``${user.home}/logs/rocketmqlogs``: store.log says what recovery and dispatch did), each
+    cut to its last ``KEPT_LOG_BYTES``, under ``logs/<process>-rocketmqlogs/``."""
     for log_file in sorted(topo_root.glob("*.log")):
         dest.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
             shutil.copyfile(log_file, dest / log_file.name)
+    for log_file in sorted(topo_root.glob("*/rmq-home/logs/rocketmqlogs/*.log")):
+        to = dest / f"{log_file.parents[3].name}-rocketmqlogs" / log_file.name
+        to.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError), log_file.open("rb") as src, to.open("wb") as out:
+            size = src.seek(0, 2)
+            src.seek(max(0, size - KEPT_LOG_BYTES))
+            shutil.copyfileobj(src, out)
 
 
 def cell_ledger_proc(ledger: Ledger, proc: Process, what: str) -> None:
@@ -539,7 +565,8 @@ def _judge(result: ExperimentResult, workload: Workload | None) -> None:
                               lookups=[c.lookup for c in result.cycles if c.lookup is not None],
                               drain_complete=result.drain is not None
                               and result.drain.complete, drain_problems=result.drain.problems if result.drain
-                              else ["no drain"], error=result.error)
+                              else ["no drain"], error=result.error,
+                              flushed_reported=spec.broker_impl == "reference")
     for c in result.cycles:
         apply_store_check(result.verdict, c.store_check, f"after the recovery of cycle {c.cycle}")
     apply_store_check(result.verdict, result.store_check)

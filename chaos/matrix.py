@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from chaos.disk_fill import DiskFill
 from chaos.experiment import ExperimentResult, ExperimentSpec, Fault, FaultName, FlushMode, run_experiment
@@ -19,6 +19,8 @@ from chaos.kill9 import Kill9
 from chaos.load import LoadSpec
 from chaos.pause import Pause
 from chaos.power_loss import PowerLoss
+from harness.records.findings import Finding, FindingKind
+from harness.rocketmq import BrokerImpl
 
 
 def make_fault(name: FaultName, *, quick: bool = False) -> Fault:
@@ -49,19 +51,25 @@ class MatrixSpec:
     quick: bool = False
     command: tuple[str, ...] | None = None
     check_each_recovery: bool = False
+    impls: Sequence[BrokerImpl] = ("reference",)
+    rocketmq_home: Path | None = None
 
     def cells(self) -> list[ExperimentSpec]:
+        """Broker by broker, the same cells in the same order with the same seeds: a fault lands at the same
+        moments on each."""
         out = []
-        n = 0
-        for profile in self.profiles:
-            for fault in self.faults:
-                for flush in self.flushes:
-                    seed = None if self.seed is None else self.seed + n
-                    n += 1
-                    out.append(ExperimentSpec(fault=fault, flush=flush, cycles=self.cycles, profile=profile,
-                                              runs_dir=self.runs_dir, work_dir=self.work_dir, seed=seed,
-                                              gap_s=self.gap_s, load=self.load, command=self.command,
-                                              check_each_recovery=self.check_each_recovery))
+        for impl in self.impls:
+            n = 0
+            for profile in self.profiles:
+                for fault in self.faults:
+                    for flush in self.flushes:
+                        seed = None if self.seed is None else self.seed + n
+                        n += 1
+                        out.append(ExperimentSpec(fault=fault, flush=flush, cycles=self.cycles, profile=profile,
+                                                  runs_dir=self.runs_dir, work_dir=self.work_dir, seed=seed,
+                                                  gap_s=self.gap_s, load=self.load, command=self.command,
+                                                  check_each_recovery=self.check_each_recovery,
+                                                  broker_impl=impl, rocketmq_home=self.rocketmq_home))
         return out
 
 
@@ -71,7 +79,7 @@ def run_matrix(spec: MatrixSpec, log: Callable[[str], None] | None = None,
     results = []
     cells = spec.cells()
     for i, cell in enumerate(cells):
-        say(f"[{i + 1}/{len(cells)}] {cell.fault.value} {cell.flush.short} profile={cell.profile}")
+        say(f"[{i + 1}/{len(cells)}] {cell.broker_impl} {cell.fault.value} {cell.flush.short} profile={cell.profile}")
         t0 = time.monotonic()
         result = run_experiment(cell, make_fault(cell.fault, quick=spec.quick), log=log)
         say(f"[{i + 1}/{len(cells)}] {_status(result)} in {time.monotonic() - t0:.1f} s")
@@ -88,7 +96,8 @@ def _status(r: ExperimentResult) -> str:
 
 
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("fault", "fault"), ("flush", "flush"), ("profile", "profile"), ("cycles", "cycles"), ("acknowledged", "acked"),
+    ("broker_impl", "broker"), ("fault", "fault"), ("flush", "flush"), ("profile", "profile"), ("cycles", "cycles"),
+    ("acknowledged", "acked"),
     ("lost", "lost"), ("lost_bytes", "lost B"), ("absent", "absent"), ("absent_bytes", "absent B"),
     ("window_bytes_max", "unflushed B (max)"),
     ("duplicated", "dup"), ("recovered", "recovered"), ("unexpected", "unexpected"),
@@ -125,11 +134,11 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) if i >= 3 and i < len(widths) - 1 else c.ljust(w)
+    lines += ["  ".join(c.rjust(w) if i >= 4 and i < len(widths) - 1 else c.ljust(w)
                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))) for cells in body]
     notes = []
     for row in rows:
-        name = f"{row['fault']}/{row['flush']}/{row['profile']}"
+        name = f"{row['broker_impl']}/{row['fault']}/{row['flush']}/{row['profile']}"
         if row.get("skipped"):
             notes.append(f"  {name}: skipped: {row['skipped']}")
         for v in row.get("violations") or []:
@@ -140,14 +149,65 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def gate_failures(results: Iterable[ExperimentResult], require_all: bool = False) -> list[str]:
+    """What fails the gate: a reference-broker cell whose verdict failed, and any cell (RocketMQ's too) that
+    did not run as planned. A RocketMQ cell's violations are findings about RocketMQ (``rocketmq_findings``),
+    judged by the same rules as ours: a loss its flush mode allows is no violation at all."""
     out = []
     for r in results:
-        name = f"{r.spec.fault.value}/{r.spec.flush.short}/{r.spec.profile}"
+        name = f"{r.spec.broker_impl}/{r.spec.fault.value}/{r.spec.flush.short}/{r.spec.profile}"
         if r.skipped is not None:
             if require_all:
                 out.append(f"{name}: skipped ({r.skipped})")
             continue
-        if not r.ok:
+        if r.error is not None:
+            out.append(f"{name}: {r.error}")
+        elif not r.ok and r.spec.broker_impl == "reference":
             out += [f"{name}: {v}" for v in r.summary()["violations"]] or [f"{name}: failed"]
     return out
 
+
+
+_FAULT_COMMANDS: Final = {FaultName.KILL9: "kill9", FaultName.POWER_LOSS: "power-loss",
+                          FaultName.POWER_LOSS_TORN: "power-loss --torn", FaultName.DISK_FILL: "disk-fill",
+                          FaultName.PAUSE: "pause"}
+
+
+def reproduce_command(spec: ExperimentSpec) -> str:
+    """The single-experiment command that runs ``spec`` again, same seed (the fault moments)."""
+    parts = ["python -m chaos", _FAULT_COMMANDS[spec.fault], "--broker-impl", spec.broker_impl,
+             "--flush", spec.flush.short, "--profile", spec.profile or "none", "--cycles", str(spec.cycles)]
+    if spec.seed is not None:
+        parts += ["--seed", str(spec.seed)]
+    if spec.rocketmq_home is not None:
+        parts += ["--rocketmq-home", str(spec.rocketmq_home)]
+    return " ".join(parts)
+
+
+def _kind(violations: Sequence[str]) -> FindingKind:
+    text = " ".join(violations)
+    if "missing" in text or "lost" in text or "unreachable" in text:
+        return FindingKind.LOSS
+    if "did not recover" in text or "no send acknowledged" in text or "did not come back" in text:
+        return FindingKind.STALL
+    return FindingKind.DIFFERENCE
+
+
+def rocketmq_findings(results: Iterable[ExperimentResult]) -> list[Finding]:
+    """A finding per RocketMQ cell whose verdict failed: what it lost, wedged or stalled beyond what its flush
+    mode allows, judged by the rules that hold the reference broker (chaos/verdict.py)."""
+    out = []
+    for r in results:
+        if r.spec.broker_impl != "rocketmq" or r.skipped is not None or r.error is not None or r.ok:
+            continue
+        row = r.summary()
+        cell = f"{r.spec.fault.value}/{r.spec.flush.short}/{r.spec.profile}"
+        violations = list(row["violations"])
+        kind = _kind(violations)
+        out.append(Finding(
+            key=f"chaos/{cell}: {kind.value}", kind=kind, broker=r.broker_version or "RocketMQ",
+            title=f"{r.spec.fault.value} under {r.spec.flush.value}: {violations[0] if violations else 'failed'}",
+            detail="; ".join(violations) + f" ({row['acknowledged']} acknowledged, {row['absent']} absent at "
+                                           f"the end, {row['cycles']} cycles)",
+            reproduce=reproduce_command(r.spec), source="chaos matrix",
+            run_dir=str(r.run_dir) if r.run_dir is not None else None))
+    return out

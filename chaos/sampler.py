@@ -10,6 +10,7 @@ from /proc. A broker that is down or stopped simply yields no sample.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,15 @@ def try_status(addr: str, clock: WallClock) -> BrokerSample | None:
         return read_status(addr, clock)
     except (AdminError, RemotingError, OSError, ValueError):
         return None
+
+
+def first_status(addr: str, clock: WallClock, timeout_s: float = 5.0) -> BrokerSample | None:
+    """``try_status``, asked again for up to ``timeout_s``: RocketMQ 4.9.8 answers SYSTEM_ERROR for about a
+    second after its boot line, until its stats service took a first sample (docs/findings.md, F4)."""
+    deadline = time.monotonic() + timeout_s
+    while (status := try_status(addr, clock)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return status
 
 
 def rss_bytes(pid: int) -> int | None:

@@ -15,7 +15,7 @@ import click
 from harness.checker import CheckResult, check_run
 from harness.records.reader import RunRecordError
 from harness.records.validate import validate_run
-from harness.rocketmq import BrokerImpl
+from harness.rocketmq import BrokerImpl, parse_impls, unavailable
 
 EXIT_VALID, EXIT_CHECK_FAILED, EXIT_INVALID_RUN = 0, 1, 2
 
@@ -188,14 +188,23 @@ def vs_rocketmq(rounds: int, quick: bool, as_json: bool, rocketmq_home: Path | N
 @click.option("--backlog-seconds", type=click.IntRange(10, 3600), default=30, show_default=True)
 @click.option("--cycles", type=click.IntRange(1, 1000), default=3, show_default=True,
               help="Crash cycles per cell of the sync-vs-async comparison.")
-def pipeline(runs_dir: Path, reports_dir: Path, backlog_seconds: int, cycles: int) -> None:
+@click.option("--broker-impl", "broker_impls", default="reference", show_default=True,
+              help="Brokers, comma-separated: reference, rocketmq (Apache RocketMQ from $ROCKETMQ_HOME or "
+                   "../shared/rocketmq-4.9.8), or both; each runs every experiment, the reports judge them apart.")
+def pipeline(runs_dir: Path, reports_dir: Path, backlog_seconds: int, cycles: int, broker_impls: str) -> None:
     """The main job: a short run of each experiment (backlog, queues, flush modes, crashes, recovery, disk
     fill), then the Spark reports and the claims front page."""
     from harness.pipeline import PipelineError, run
 
     try:
+        impls = parse_impls(broker_impls)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--broker-impl") from None
+    if "rocketmq" in impls and (reason := unavailable()) is not None:
+        raise click.UsageError(reason)
+    try:
         index = run(runs_dir.resolve(), reports_dir.resolve(), backlog_seconds, cycles,
-                    progress=lambda line: click.echo(f"[pipeline] {line}", err=True))
+                    progress=lambda line: click.echo(f"[pipeline] {line}", err=True), impls=impls or ["reference"])
     except PipelineError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"reports: {index}")

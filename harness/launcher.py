@@ -228,11 +228,12 @@ class Topology:
             "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0",
             "listenPort": str(port), "storePathRootDir": str(store_root), "brokerIP1": "127.0.0.1",
         }
-        if home is not None:
-            conf.update(rocketmq.broker_conf_extra(store_root, self.namesrv_addr))
         conf.update(env_broker_conf())
         conf.update({k: str(v) for k, v in self.broker_conf.items()})
         conf.update({k: str(v) for k, v in (extra or {}).items()})
+        store_root = Path(conf["storePathRootDir"])  # a caller's (a chaos cell's loop mount) over the default
+        if home is not None:
+            conf = {**rocketmq.broker_conf_extra(store_root, self.namesrv_addr), **conf}
         conf_path = self.root / name / "broker.conf"
         write_broker_conf(conf_path, conf)
         if home is not None:
@@ -253,6 +254,15 @@ class Topology:
             b.stop()
         if self.namesrv is not None:
             self.namesrv.stop()
+
+    def kill(self) -> None:
+        """SIGKILL every process, brokers first. For a topology whose store is thrown away (a benchmark):
+        RocketMQ 4.9.8's graceful stop takes about 7 s for a broker and 3 s for a name server (its Netty
+        event loops' quiet periods and executor waits), ours well under one."""
+        for b in self.brokers:
+            b.kill()
+        if self.namesrv is not None:
+            self.namesrv.kill()
 
     def cleanup(self) -> None:
         self.stop()

@@ -14,9 +14,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.rocketmq import BrokerImpl
 
 Progress = Callable[[str], None]
 
@@ -41,58 +43,66 @@ def can_power_loss() -> str | None:
     return None
 
 
-def stages(runs: Path, reports: Path, backlog_s: int, cycles: int, why_not_root: str | None) -> list[Stage]:
-    """The experiments, shortest settings that still test each seed claim, then the reports.
+def stages(runs: Path, reports: Path, backlog_s: int, cycles: int, why_not_root: str | None,
+           impls: Sequence[BrokerImpl] = ("reference",)) -> list[Stage]:
+    """The experiments, shortest settings that still test each seed claim, for each broker in ``impls``, then
+    the reports (once, over every run: they judge each implementation's runs apart).
 
     ``why_not_root``: why the experiments that need root (power loss, a cold page cache, disk fill on a
-    loop-mounted filesystem) cannot run here, or None when they can; those stages are then left out.
+    loop-mounted filesystem) cannot run here, or None when they can; those stages are then left out. Only the
+    reference broker's first stage is required: Apache RocketMQ's stages are reported and skipped if they fail.
     """
     py = sys.executable
     root = Path(__file__).resolve().parents[1]
-
-    def locust(scenario: str, seconds: int, *extra: str) -> list[str]:
-        return [py, "-m", "locust", "-f", str(root / "scenarios" / f"{scenario}.py"), "--headless", "-t",
-                f"{seconds}s", "--run-dir", str(runs), "--only-summary", *extra]
-
     faults = "kill9,power_loss" if why_not_root is None else "kill9"
-    todo = [
-        Stage("backlog workload, page cache hot (locust, embedded broker)", locust("backlog", backlog_s)),
-    ]
-    if why_not_root is None:
-        todo.append(Stage("backlog workload, page cache dropped first (--cold)",
-                          locust("backlog", backlog_s, "--cold"), required=False))
-    todo += [
-        Stage("queues: 1, 1,000 and 10,000 queues at one rate",
-              locust("queues", 24, "--queue-counts", "1,1000,10000"), required=False),
-        Stage("flush comparison: maximum send rate, ASYNC_FLUSH",
-              locust("throughput", 15, "--rate", "0", "--flush", "ASYNC_FLUSH"), required=False),
-        Stage("flush comparison: maximum send rate, SYNC_FLUSH",
-              locust("throughput", 15, "--rate", "0", "--flush", "SYNC_FLUSH"), required=False),
-        Stage(f"crash comparison, SYNC vs ASYNC flush ({faults}, {cycles} cycles)",
-              [py, "-m", "chaos", "matrix", "--flush", "sync,async", "--faults", faults, "--profiles", "default",
-               "--cycles", str(cycles), "--runs-dir", str(runs)], required=False),
-        # 512 MiB: with dispatch by runs a full scan of 128 MiB hides inside the broker's start-up time.
-        Stage("recovery time: 32 and 512 MiB logs, with and without the checkpoint",
-              [py, "-m", "chaos", "recovery-bench", "--sizes", "32,512", "--file-size", "64", "--runs-dir",
-               str(runs)], required=False),
-    ]
-    if why_not_root is None:
-        todo.append(Stage("disk fill past 90 % (loop-mounted filesystem)",
-                          [py, "-m", "chaos", "disk-fill", "--cycles", "2", "--no-clean-phase", "--runs-dir",
-                           str(runs)], required=False))
+    todo: list[Stage] = []
+    for impl in impls:
+        other = impl != "reference"
+        tag = f" [{impl}]" if other else ""
+        with_impl = ["--broker-impl", impl] if other else []
+
+        def locust(scenario: str, seconds: int, *extra: str) -> list[str]:
+            return [py, "-m", "locust", "-f", str(root / "scenarios" / f"{scenario}.py"), "--headless", "-t",
+                    f"{seconds}s", "--run-dir", str(runs), "--only-summary", *extra, *with_impl]  # noqa: B023
+
+        todo.append(Stage(f"backlog workload, page cache hot (locust, embedded broker){tag}",
+                          locust("backlog", backlog_s), required=not other))
+        if why_not_root is None:
+            todo.append(Stage(f"backlog workload, page cache dropped first (--cold){tag}",
+                              locust("backlog", backlog_s, "--cold"), required=False))
+        todo += [
+            Stage(f"queues: 1, 1,000 and 10,000 queues at one rate{tag}",
+                  locust("queues", 24, "--queue-counts", "1,1000,10000"), required=False),
+            Stage(f"flush comparison: maximum send rate, ASYNC_FLUSH{tag}",
+                  locust("throughput", 15, "--rate", "0", "--flush", "ASYNC_FLUSH"), required=False),
+            Stage(f"flush comparison: maximum send rate, SYNC_FLUSH{tag}",
+                  locust("throughput", 15, "--rate", "0", "--flush", "SYNC_FLUSH"), required=False),
+            Stage(f"crash comparison, SYNC vs ASYNC flush ({faults}, {cycles} cycles){tag}",
+                  [py, "-m", "chaos", "matrix", "--flush", "sync,async", "--faults", faults, "--profiles",
+                   "default", "--cycles", str(cycles), "--runs-dir", str(runs), *with_impl], required=False),
+            # 512 MiB: with dispatch by runs a full scan of 128 MiB hides inside the broker's start-up time.
+            Stage(f"recovery time: 32 and 512 MiB logs, with and without the checkpoint{tag}",
+                  [py, "-m", "chaos", "recovery-bench", "--sizes", "32,512", "--file-size", "64", "--runs-dir",
+                   str(runs), *with_impl], required=False),
+        ]
+        if why_not_root is None:
+            todo.append(Stage(f"disk fill past 90 % (loop-mounted filesystem){tag}",
+                              [py, "-m", "chaos", "disk-fill", "--cycles", "2", "--no-clean-phase", "--runs-dir",
+                               str(runs), *with_impl], required=False))
     todo.append(Stage("Spark reports", [py, "-m", "spark_reports", "all", "--runs", str(runs), "--out",
                                         str(reports)]))
     return todo
 
 
-def run(runs: Path, reports: Path, backlog_s: int = 30, cycles: int = 3, progress: Progress = print) -> Path:
+def run(runs: Path, reports: Path, backlog_s: int = 30, cycles: int = 3, progress: Progress = print,
+        impls: Sequence[BrokerImpl] = ("reference",)) -> Path:
     runs.mkdir(parents=True, exist_ok=True)
     reports.mkdir(parents=True, exist_ok=True)
     why = can_power_loss()
     if why is not None:
         progress(f"power loss, the cold backlog and disk fill are skipped ({why}); the crash comparison uses "
                  "kill -9 only")
-    todo = stages(runs, reports, backlog_s, cycles, why)
+    todo = stages(runs, reports, backlog_s, cycles, why, impls)
     t0 = time.monotonic()
     for i, stage in enumerate(todo, 1):
         progress(f"[{i}/{len(todo)}] {stage.name}: {' '.join(stage.argv[1:])}")

@@ -41,6 +41,21 @@ BESIDE_REPO: Final = REPO.parent / "shared" / "rocketmq-4.9.8"
 BOOT_TIMEOUT_S: Final = 60.0
 
 
+def parse_impls(text: str) -> list[BrokerImpl]:
+    """``reference``, ``rocketmq``, ``both`` or a comma-separated list of them, in order, each once; a
+    ValueError names an unknown one."""
+    out: list[BrokerImpl] = []
+    for name in (n.strip() for n in text.split(",")):
+        if name == "both":
+            out += [i for i in IMPLS if i not in out]
+        elif name in IMPLS:
+            if name not in out:
+                out.append(name)
+        elif name:
+            raise ValueError(f"unknown broker {name!r}: expected {', '.join(IMPLS)} or both")
+    return out
+
+
 def is_distribution(home: Path) -> bool:
     return (home / "bin" / "mqbroker").is_file() and (home / "bin" / "mqnamesrv").is_file() and (home / "lib").is_dir()
 

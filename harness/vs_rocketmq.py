@@ -61,11 +61,13 @@ def _one(impl: BrokerImpl, plan: Plan, root: Path, rocketmq_home: Path | None, p
             topo, lean_args(plan, "HalfLean", "-r", f"{half / plan.processes:.0f}", "--in-flight", "1024"), progress)
         r["consume"] = run_consumer(
             topo, ["-t", "LeanBatch", "-g", "vs_drain", "--from-first", "-p", str(plan.processes), "-d", d], progress)
+        topo.kill()  # the store is thrown away: no graceful stop (about 10 s for RocketMQ, Topology.kill)
     with Topology(root / "sync", broker_conf={"flushDiskType": "SYNC_FLUSH"}, impl=impl,
                   rocketmq_home=rocketmq_home, rocketmq_heap=heap) as topo:
         run_producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", size], progress)
         run_producer(topo, lean_args(warm, "Lean", "--in-flight", str(plan.in_flight)), progress)
         r["sync_single_64"] = run_producer(topo, lean_args(plan, "Lean", "--in-flight", str(plan.in_flight)), progress)
+        topo.kill()
     return r
 
 

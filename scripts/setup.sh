@@ -8,7 +8,8 @@ cd "$ROOT"
 log() { echo "[setup] $*"; }
 
 # ---------------------------------------------------------------- system tools
-# fio (device baselines), fincore (page-cache residency, util-linux), a Java runtime (Spark).
+# fio (device baselines), fincore (page-cache residency, util-linux), a JDK (Spark; RocketMQ 4.9.8; javac for
+# the Java client driver of tests/java).
 missing=()
 packages=()
 command -v fio >/dev/null 2>&1 || { missing+=(fio); packages+=(fio); }
@@ -17,7 +18,8 @@ if ! command -v fincore >/dev/null 2>&1; then
     missing+=(fincore)
     packages+=(FINCORE)  # resolved once the package lists are fresh
 fi
-command -v java >/dev/null 2>&1 || { missing+=(java); packages+=(openjdk-17-jre-headless); }
+command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 \
+    || { missing+=(javac); packages+=(openjdk-17-jdk-headless); }
 PY=python3
 command -v python3.11 >/dev/null 2>&1 && PY=python3.11
 # `python3 -m venv` needs ensurepip, which Debian ships separately (python3-venv / python3.11-venv).
@@ -40,7 +42,7 @@ if ((${#missing[@]})); then
         log "         need a Java runtime, and the venv needs ensurepip."
     fi
 fi
-for tool in fio fincore java; do
+for tool in fio fincore java javac; do
     command -v "$tool" >/dev/null 2>&1 || log "WARNING: $tool is still missing; the figures that need it are skipped."
 done
 

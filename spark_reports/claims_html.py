@@ -7,11 +7,11 @@ appended to a ``Page`` as ready HTML.
 """
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from spark_reports.claims import CLAIM_BY_ID, CLAIMS, Claim, Finding, Verdict
+from spark_reports.claims import CLAIM_BY_ID, CLAIMS, Claim, ClaimId, Finding, Verdict
 from spark_reports.html_report import Page
 
 VERDICT_STYLE: Final = {
@@ -82,19 +82,52 @@ def claims_table(findings: Sequence[Finding], out_dir: Path) -> str:
     return '<table class="claims">' + "\n".join(rows) + "</table>"
 
 
+def claim_verdict(findings: Sequence[Finding], claim: ClaimId) -> Verdict:
+    """One claim's verdict: not held if any finding says so, else held if any finding holds it (a report that
+    could not judge it takes nothing away), else not measured yet."""
+    verdicts = {f.verdict for f in findings if f.claim == claim}
+    if Verdict.NOT_HELD in verdicts:
+        return Verdict.NOT_HELD
+    if Verdict.HELD in verdicts:
+        return Verdict.HELD
+    return Verdict.NOT_MEASURED
+
+
 def verdict_counts(findings: Sequence[Finding]) -> dict[Verdict, int]:
-    """Claims by verdict: a claim counts as not held if any finding says so, else as held if any finding
-    holds it (a report that could not judge it takes nothing away), else as not measured yet."""
+    """Claims by verdict (``claim_verdict``)."""
     out = dict.fromkeys(Verdict, 0)
     for claim in CLAIMS:
-        verdicts = {f.verdict for f in findings if f.claim == claim.id}
-        if Verdict.NOT_HELD in verdicts:
-            out[Verdict.NOT_HELD] += 1
-        elif Verdict.HELD in verdicts:
-            out[Verdict.HELD] += 1
-        else:
-            out[Verdict.NOT_MEASURED] += 1
+        out[claim_verdict(findings, claim.id)] += 1
     return out
+
+
+def brokers_table(by_broker: Mapping[str, Sequence[Finding]], labels: Mapping[str, str],
+                  links: Mapping[str, str], out_dir: Path) -> str:
+    """One row per seed claim, a column per implementation (its verdict and the figures measured, linking to
+    its report), and whether they agree. Two verdicts differ only when both were judged: a claim measured on
+    one broker alone is "one side only", not a difference."""
+    header = ["claim", *(labels[b] for b in by_broker), "the brokers"]
+    rows = ["<tr>" + "".join(f'<th class="text">{_e(h)}</th>' for h in header) + "</tr>"]
+    for claim in CLAIMS:
+        cells = []
+        verdicts = []
+        for broker, findings in by_broker.items():
+            verdict = claim_verdict(findings, claim.id)
+            verdicts.append(verdict)
+            measured = "; ".join(f.measured for f in findings if f.claim == claim.id) or "no runs"
+            reports = sorted({f.report for f in findings if f.claim == claim.id})
+            where = "".join(f' <a href="{_e(links[broker])}{_e(r)}/index.html">{_e(r)}</a>' for r in reports
+                            if (out_dir / f"{links[broker]}{r}" / "index.html").is_file())
+            cells.append(f'<td style="{VERDICT_STYLE[verdict]};{_LEFT}">{_e(verdict.value)}'
+                         f'<br><span class="note">{_e(measured)}</span>{where}</td>')
+        judged = [v for v in verdicts if v is not Verdict.NOT_MEASURED]
+        if len(judged) < len(verdicts):
+            agree = "one side only" if judged else "not measured"
+        else:
+            agree = "agree" if len(set(judged)) == 1 else "DIFFER: a finding about RocketMQ, or a defect of ours"
+        rows.append(f'<tr><td style="{_LEFT}"><a href="#{_e(claim.id.value)}">{_e(claim.text)}</a></td>'
+                    + "".join(cells) + f'<td style="{_LEFT}">{_e(agree)}</td></tr>')
+    return '<table class="brokers">' + "\n".join(rows) + "</table>"
 
 
 def findings_section(page: Page, findings: Sequence[Finding]) -> None:

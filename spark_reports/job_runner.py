@@ -18,9 +18,10 @@ from pyspark.sql import SparkSession
 
 from spark_reports.html_report import ReportOutput
 from spark_reports.percentiles import DEFAULT_ACCURACY, DEFAULT_WINDOW_ACCURACY, MIN_ACCURACY
+from spark_reports.run_records import BROKERS, REFERENCE, discover_runs
 from spark_reports.run_source import RunSourceError, is_url, stage_runs
 from spark_reports.session import build_session
-from spark_reports.site import write_site_index
+from spark_reports.site import broker_dir, write_site_index
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,18 @@ def run_reports(jobs: Sequence[Job], runs_arg: str, out: Path, master: str | Non
             click.echo(f"runs: {runs_arg} (small files staged in {runs}; events and metrics read from the URL)")
         else:
             runs = Path(runs_arg)
-        for job in jobs:
-            began = time.perf_counter()
-            if job.percentile_options:
-                output = job.run(spark, runs, out, accuracy, window_accuracy)
-            else:
-                output = job.run(spark, runs, out)
-            click.echo(f"{job.name}: {output.index} ({time.perf_counter() - began:.1f} s)")
+        # The reference broker's reports in OUT, RocketMQ's (when its runs are there) in OUT/rocketmq: each
+        # report sees one implementation's runs, so each claim gets a verdict per implementation.
+        brokers = [b for b in BROKERS if b == REFERENCE or discover_runs(runs, b)]
+        for broker in brokers:
+            broker_out = broker_dir(out, broker)
+            for job in jobs:
+                began = time.perf_counter()
+                if job.percentile_options:
+                    output = job.run(spark, runs, broker_out, accuracy, window_accuracy, broker=broker)
+                else:
+                    output = job.run(spark, runs, broker_out, broker=broker)
+                click.echo(f"{job.name} ({broker}): {output.index} ({time.perf_counter() - began:.1f} s)")
         click.echo(f"index: {write_site_index(out, runs)}")
     finally:
         if staging is not None:

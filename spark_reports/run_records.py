@@ -11,6 +11,7 @@ types so Parquet written with wider or narrower integers still lines up.
 # mypy: disable-error-code="import-untyped"
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -59,6 +60,19 @@ EVENT_COLUMNS: Final[Mapping[str, DataType]] = {f.name: spark_type(f.type) for f
 EVENT_DEFAULTS: Final[Mapping[str, object]] = dict(EVENTS_OPTIONAL_DEFAULTS)
 EVENTS_SCHEMA: Final = StructType([StructField(name, kind, True) for name, kind in EVENT_COLUMNS.items()])
 
+REFERENCE: Final = "reference"
+ROCKETMQ: Final = "rocketmq"
+BROKERS: Final = (REFERENCE, ROCKETMQ)  # the order of the claims page's columns
+# RocketMQ's brokerVersionDesc is MQVersion's name, "V4_9_8"; the reference broker's "reference_broker X.Y".
+_ROCKETMQ_VERSION: Final = re.compile(r"V\d+_\d+_\d+")
+
+
+def broker_of(broker_impl: object) -> str:
+    """``rocketmq`` for a run whose meta.json ``broker_impl`` is a RocketMQ version, else ``reference`` (the
+    reference broker, synthetic runs, and runs that did not say)."""
+    return ROCKETMQ if isinstance(broker_impl, str) and _ROCKETMQ_VERSION.match(broker_impl) else REFERENCE
+
+
 class RunRecordError(ValueError):
     """A run directory that does not follow schema v1."""
 
@@ -86,6 +100,11 @@ class RunInfo:
     @property
     def broker_impl(self) -> str:
         return str(self.meta.get("broker_impl", "unknown"))
+
+    @property
+    def broker(self) -> str:
+        """Which implementation ran (``broker_of``): ``rocketmq`` or ``reference``."""
+        return broker_of(self.meta.get("broker_impl"))
 
     @property
     def started_at_ns(self) -> int | None:
@@ -158,14 +177,16 @@ def read_run(path: Path) -> RunInfo:
     return RunInfo(run_id=run_id, path=path, meta=meta)
 
 
-def discover_runs(runs_dir: Path) -> list[RunInfo]:
-    """Every run under ``runs_dir`` (or ``runs_dir`` itself if it is one run), sorted by run id."""
+def discover_runs(runs_dir: Path, broker: str | None = None) -> list[RunInfo]:
+    """Every run under ``runs_dir`` (or ``runs_dir`` itself if it is one run), sorted by run id; with
+    ``broker``, only the runs of that implementation (``RunInfo.broker``)."""
     if (runs_dir / META_FILE).is_file():
-        return [read_run(runs_dir)]
-    if not runs_dir.is_dir():
+        runs = [read_run(runs_dir)]
+    elif not runs_dir.is_dir():
         raise RunRecordError(f"{runs_dir}: not a directory")
-    runs = [read_run(p) for p in sorted(runs_dir.iterdir()) if (p / META_FILE).is_file()]
-    return sorted(runs, key=lambda r: r.run_id)
+    else:
+        runs = [read_run(p) for p in sorted(runs_dir.iterdir()) if (p / META_FILE).is_file()]
+    return sorted((r for r in runs if broker is None or r.broker == broker), key=lambda r: r.run_id)
 
 
 def read_faults(run: RunInfo) -> list[dict[str, Any]]:

@@ -11,9 +11,10 @@ from typing import Final
 
 from spark_reports import REPORT_NAMES
 from spark_reports.claims import CLAIMS, Verdict, read_findings
-from spark_reports.claims_html import claims_table, verdict_counts
+from spark_reports.claims_html import brokers_table, claims_table, verdict_counts
+from spark_reports.findings_page import write_findings_page
 from spark_reports.html_report import Page
-from spark_reports.run_records import RunInfo, discover_runs
+from spark_reports.run_records import BROKERS, REFERENCE, ROCKETMQ, RunInfo, discover_runs
 
 DESCRIPTIONS: Final = {
     "offset-overflow": "Years until a 64-bit commit-log / consume-queue offset overflows: the seed's table "
@@ -61,17 +62,29 @@ def _machines(runs: list[RunInfo]) -> list[tuple[str, str, int]]:
     return [(host, broker, n) for (host, broker), n in sorted(counts.items())]
 
 
+BROKER_LABELS: Final = {REFERENCE: "reference broker", ROCKETMQ: "Apache RocketMQ"}
+
+
+def broker_dir(out_dir: Path, broker: str) -> Path:
+    """Where one implementation's reports go: the reference broker's in OUT, another's in OUT/<broker>."""
+    return out_dir if broker == REFERENCE else out_dir / broker
+
+
 def write_site_index(out_dir: Path, runs_dir: Path | None = None) -> Path:
-    """Write OUT/index.html: the claims table from OUT/*/findings.json, the reports present in OUT, and the
-    machine(s) of the runs in ``runs_dir`` (when given)."""
+    """Write OUT/index.html: the claims table from OUT/*/findings.json (the reference broker's reports), the
+    same claims per implementation beside RocketMQ's (OUT/rocketmq/*/findings.json), the reports present, the
+    findings about RocketMQ (OUT/findings.html, from ``runs_dir``'s findings.jsonl) and the machine(s) of the
+    runs in ``runs_dir`` (when given)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    findings = read_findings(out_dir)
+    by_broker = {b: read_findings(broker_dir(out_dir, b)) for b in BROKERS}
+    findings = by_broker[REFERENCE]
     present = [name for name in REPORT_NAMES if (out_dir / name / "index.html").is_file()]
     page = Page("RocketMQ store lab — the seed's claims, tested")
     counts = verdict_counts(findings)
     page.paragraph(
         f"{len(CLAIMS)} claims from RocketMQ's design documents: {counts[Verdict.HELD]} held, "
-        f"{counts[Verdict.NOT_HELD]} not held, {counts[Verdict.NOT_MEASURED]} not measured yet on this machine.")
+        f"{counts[Verdict.NOT_HELD]} not held, {counts[Verdict.NOT_MEASURED]} not measured yet on this machine "
+        "by the reference broker.")
     page.paragraph(
         "Each verdict comes from run records only: the report named under \"evidence\" read the runs listed, "
         "measured the figure shown and applied the rule under it. A claim with no runs that can show it is "
@@ -79,6 +92,14 @@ def write_site_index(out_dir: Path, runs_dir: Path | None = None) -> Path:
         note=True)
     page.heading("Claims")
     page.parts.append(claims_table(findings, out_dir))
+    page.heading("The same claims on each broker")
+    page.paragraph(
+        "The same experiments with --broker-impl rocketmq (Apache RocketMQ from its distribution directory) write "
+        "run records the reports judge apart: RocketMQ's reports are under rocketmq/. Where the verdicts differ, "
+        "that is a finding about RocketMQ or a defect of the reference broker; docs/findings.md says which.",
+        note=True)
+    page.parts.append(brokers_table(by_broker, BROKER_LABELS,
+                                    {b: "" if b == REFERENCE else f"{b}/" for b in BROKERS}, out_dir))
     page.heading("Reports")
     if present:
         page.links([(f"{name}/index.html", f"{name}: {DESCRIPTIONS.get(name, '')}") for name in present])
@@ -87,6 +108,14 @@ def write_site_index(out_dir: Path, runs_dir: Path | None = None) -> Path:
     missing = [name for name in REPORT_NAMES if name not in present]
     if missing:
         page.paragraph("Not generated in this directory: " + ", ".join(missing) + ".", note=True)
+    rocketmq_present = [name for name in REPORT_NAMES
+                        if (broker_dir(out_dir, ROCKETMQ) / name / "index.html").is_file()]
+    if rocketmq_present:
+        page.links([(f"{ROCKETMQ}/{name}/index.html", f"{name} on Apache RocketMQ") for name in rocketmq_present])
+    found_page, found = write_findings_page(out_dir, runs_dir)
+    page.heading("Findings about Apache RocketMQ")
+    page.links([(found_page.name, f"{found} recorded: what RocketMQ was shown to lose, wedge, stall or do "
+                                  "differently, with the command that shows it again")])
     page.heading("Machine")
     runs = discover_runs(runs_dir) if runs_dir is not None else []
     if runs:

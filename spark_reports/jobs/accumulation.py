@@ -32,7 +32,7 @@ from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.plots import bar_plot
 from spark_reports.report_io import finish_report, fixed, make_report_dir
-from spark_reports.run_records import discover_runs
+from spark_reports.run_records import REFERENCE, discover_runs
 
 NAME: Final = "accumulation"
 
@@ -95,8 +95,8 @@ def _share(value: float | None) -> str | None:
     return None if value is None else f"{100 * value:.1f} %"
 
 
-def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
-    runs = discover_runs(runs_dir)
+def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERENCE) -> ReportOutput:
+    runs = discover_runs(runs_dir, broker)
     report_dir = make_report_dir(out_dir, NAME)
     rows, series = backlog_rows(spark, runs)
     files = [write_findings(report_dir, [])]  # the claims these runs bear on are judged by backlog-capacity

@@ -22,7 +22,7 @@ from spark_reports.claims import ClaimId, Finding, Verdict, write_findings
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.report_io import finish_report, fixed, make_report_dir
-from spark_reports.run_records import RunInfo, discover_runs, load_events, load_metrics, read_faults
+from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events, load_metrics, read_faults
 
 NAME: Final = "backlog-capacity"
 CQ_UNIT_BYTES: Final = 20  # RocketMQ 4.9.8 ConsumeQueue.CQ_STORE_UNIT_SIZE
@@ -285,8 +285,8 @@ def _count(value: float | None) -> str | None:
     return None if value is None else f"{value:.3g}"
 
 
-def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
-    runs = discover_runs(runs_dir)
+def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERENCE) -> ReportOutput:
+    runs = discover_runs(runs_dir, broker)
     report_dir = make_report_dir(out_dir, NAME)
     prints, excluded = footprints(spark, runs)
     rows, _ = backlog_rows(spark, runs, with_series=False)

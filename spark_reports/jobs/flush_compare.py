@@ -30,7 +30,7 @@ from spark_reports.job_runner import Job, submit
 from spark_reports.percentiles import CDF_GRID, DEFAULT_ACCURACY, MIN_ACCURACY
 from spark_reports.plots import cdf_plot
 from spark_reports.report_io import finish_report, make_report_dir
-from spark_reports.run_records import RunInfo, discover_runs, load_events, read_faults
+from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events, read_faults
 
 NAME: Final = "flush-compare"
 SYNC: Final = loss.SYNC_FLUSH
@@ -239,8 +239,9 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
-def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY) -> ReportOutput:
-    runs = discover_runs(runs_dir)
+def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY,
+        broker: str = REFERENCE) -> ReportOutput:
+    runs = discover_runs(runs_dir, broker)
     report_dir = make_report_dir(out_dir, NAME)
     groups = comparison_groups(runs)
     compared, fault_free = chosen_pairs(groups)

@@ -33,7 +33,7 @@ from spark_reports.percentiles import (
 )
 from spark_reports.plots import cdf_plot, window_plot
 from spark_reports.report_io import finish_report, make_report_dir
-from spark_reports.run_records import RunInfo, discover_runs, load_events
+from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events
 
 NAME: Final = "latency"
 WINDOW_NS: Final = 10_000_000_000
@@ -171,8 +171,8 @@ def _ms(ns: int | None) -> float | None:
 
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY,
-        window_accuracy: int = DEFAULT_WINDOW_ACCURACY) -> ReportOutput:
-    runs = discover_runs(runs_dir)
+        window_accuracy: int = DEFAULT_WINDOW_ACCURACY, broker: str = REFERENCE) -> ReportOutput:
+    runs = discover_runs(runs_dir, broker)
     report_dir = make_report_dir(out_dir, NAME)
     stats = compute(spark, runs, accuracy, window_accuracy)
     whole = [s for s in stats if s.window is None]

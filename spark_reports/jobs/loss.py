@@ -39,7 +39,7 @@ from spark_reports.run_loss import (
     power_loss_windows,
     run_loss,
 )
-from spark_reports.run_records import discover_runs, read_faults
+from spark_reports.run_records import REFERENCE, discover_runs, read_faults
 
 NAME: Final = "loss"
 KIB: Final = 1024
@@ -233,8 +233,8 @@ def _disk_fill_section(page: Page, cycles: list[FillCycle]) -> list[tuple[object
     return rows
 
 
-def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
-    runs = discover_runs(runs_dir)
+def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERENCE) -> ReportOutput:
+    runs = discover_runs(runs_dir, broker)
     report_dir = make_report_dir(out_dir, NAME)
     losses = [loss for loss in (run_loss(r) for r in runs) if loss is not None]
     unchecked = [r.run_id for r in runs if not (r.path / "check.json").is_file()]

@@ -19,7 +19,7 @@ from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.plots import horizon_plot
 from spark_reports.report_io import finish_report, make_report_dir
-from spark_reports.run_records import RunInfo, discover_runs, load_events
+from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events
 
 NAME = "offset-overflow"
 ONE_SECOND_NS = 1_000_000_000
@@ -139,8 +139,8 @@ def overflow_finding(seed: list[SeedRow], measured: list[MeasuredRow]) -> Findin
                    figures)
 
 
-def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
-    runs = discover_runs(runs_dir)
+def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERENCE) -> ReportOutput:
+    runs = discover_runs(runs_dir, broker)
     report_dir = make_report_dir(out_dir, NAME)
     seed = seed_table(spark)
     measured = measured_rows(spark, runs)

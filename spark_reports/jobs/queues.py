@@ -23,7 +23,7 @@ from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.percentiles import DEFAULT_ACCURACY, MIN_ACCURACY
 from spark_reports.report_io import finish_report, make_report_dir
-from spark_reports.run_records import RunInfo, discover_runs, load_events
+from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events
 from spark_reports.xy_plots import xy_plot
 
 NAME: Final = "queues"
@@ -174,8 +174,9 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
-def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY) -> ReportOutput:
-    runs = [r for r in discover_runs(runs_dir) if r.scenario == SCENARIO]
+def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY,
+        broker: str = REFERENCE) -> ReportOutput:
+    runs = [r for r in discover_runs(runs_dir, broker) if r.scenario == SCENARIO]
     report_dir = make_report_dir(out_dir, NAME)
     stats = compute(spark, runs, accuracy)
     finding = judge(stats)

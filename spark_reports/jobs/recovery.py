@@ -22,7 +22,7 @@ from spark_reports.claims import ClaimId, Finding, Verdict
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.report_io import finish_report, make_report_dir
-from spark_reports.run_records import RunInfo, discover_runs
+from spark_reports.run_records import REFERENCE, RunInfo, discover_runs
 from spark_reports.xy_plots import xy_plot
 
 NAME: Final = "recovery"
@@ -155,8 +155,8 @@ def judge(cells: list[Cell], run_ids: tuple[str, ...]) -> Finding:
     return Finding(claim, Verdict.HELD if held else Verdict.NOT_HELD, measured, NAME, run_ids, detail, figures)
 
 
-def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
-    runs = [r for r in discover_runs(runs_dir) if r.scenario == SCENARIO]
+def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERENCE) -> ReportOutput:
+    runs = [r for r in discover_runs(runs_dir, broker) if r.scenario == SCENARIO]
     report_dir = make_report_dir(out_dir, NAME)
     rows = [row for r in runs for row in rows_of(r)]
     cells = aggregate(spark, rows) if rows else []

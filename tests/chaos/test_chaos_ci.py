@@ -1,6 +1,7 @@
-"""The short chaos matrix CI runs on every submission: both flush modes x every fault, two cycles each, with
-the same verdict as ``tox -e crash`` (chaos.verdict). power_loss and disk_fill need root and loop devices and
-are skipped, with the reason, without them. Also ``python -m chaos matrix --json --gate`` end to end.
+"""The short chaos matrix CI runs on every submission (among the slow tests): both flush modes x every fault, two
+cycles each, with the same verdict as ``tox -e crash`` (chaos.verdict), and two of its cells on Apache RocketMQ
+4.9.8. power_loss and disk_fill need root and loop devices and are skipped, with the reason, without them. Also
+``python -m chaos matrix --json --gate`` end to end.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 
 from chaos import ExperimentSpec, FaultName, FlushMode, LoadSpec, make_fault, run_experiment
 from chaos.leftovers import Ledger
+from chaos.matrix import gate_failures, rocketmq_findings
+from harness import rocketmq
 from harness.records import validate_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -86,3 +89,35 @@ def test_matrix_cli_prints_json_and_passes_the_gate(tmp_path):
     for r in rows:
         assert r["verdict"] == "ok" and r["lost"] == 0 and Path(r["run_dir"]).is_dir()
     assert "gate passed" in done.stderr
+
+
+# Apache RocketMQ 4.9.8 in the same cells (--broker-impl rocketmq): the power-loss cell judges its loss by its
+# flush mode only (4.9.8 reports no flushed offset); a violation would be a finding, never a gate failure.
+RMQ_CELLS = [pytest.param(FaultName.KILL9, FlushMode.SYNC, id="kill9-sync"),
+             pytest.param(FaultName.POWER_LOSS, FlushMode.ASYNC, id="power_loss-async", marks=pytest.mark.machine)]
+
+
+@pytest.mark.parametrize(("fault", "flush"), RMQ_CELLS)
+def test_rocketmq_matrix_cell(tmp_path, ledger, fault, flush):
+    reason = rocketmq.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    spec = ExperimentSpec(fault=fault, flush=flush, cycles=2, profile="default" if fault in MACHINE_FAULTS else None,
+                          runs_dir=tmp_path / "runs", work_dir=tmp_path / "work", seed=99, gap_s=(0.3, 1.0),
+                          load=LoadSpec(in_flight=16), broker_impl="rocketmq")
+    result = run_experiment(spec, make_fault(fault, quick=True), ledger=ledger)
+    if result.skipped is not None:
+        pytest.skip(f"{fault.value}: {result.skipped}")
+    assert result.error is None and gate_failures([result]) == []
+    assert ledger.entries() == [], "the experiment left processes, mounts or loop devices behind"
+    assert result.run_dir is not None and validate_run(result.run_dir) == []
+    meta = json.loads((result.run_dir / "meta.json").read_text())
+    assert meta["broker_impl"] == "V4_9_8" and meta["scenario"].endswith("-rocketmq")
+    row = result.summary()
+    assert row["broker_impl"] == "rocketmq" and row["cycles"] == 2 and row["acknowledged"] > 0
+    assert row["window_bytes_max"] is None, "4.9.8 reports no flushed offset: no window is claimed"
+    # A failed verdict is one finding about RocketMQ, with the command that runs the cell again.
+    findings = rocketmq_findings([result])
+    assert len(findings) == (0 if result.ok else 1)
+    if fault is FaultName.KILL9:
+        assert result.ok, row["violations"]  # SYNC_FLUSH and kill -9: 4.9.8 keeps every acknowledged message

@@ -106,6 +106,19 @@ def test_more_lost_than_the_window_fails_async_power_loss():
     assert not v.ok and any("more than the unflushed window" in x for x in v.violations)
 
 
+def test_an_unknown_window_fails_unless_the_broker_reports_no_flushed_offset():
+    # the reference broker always reports its flushed offset: a window it could not sample is a failure; RocketMQ
+    # 4.9.8 reports none, and an ASYNC power loss then has nothing to be held to but its flush mode
+    absent = {"a": Ack(500, 50)}
+    assert not judge("power_loss", "ASYNC_FLUSH", [crash(0, 100, -1, 900)], absent=absent).ok
+    v = judge("power_loss", "ASYNC_FLUSH", [crash(0, 100, -1, 900)], absent=absent, flushed_reported=False)
+    assert v.ok, v.violations
+    assert [(c.cycle, c.lost, c.window_bytes) for c in v.per_crash] == [(0, 1, -1)]
+    # ... but not under SYNC_FLUSH, nor with a kill -9
+    assert not judge("power_loss", "SYNC_FLUSH", [crash(0, 100, -1, 900)], absent=absent, flushed_reported=False).ok
+    assert not judge("kill9", "ASYNC_FLUSH", [], absent=absent, flushed_reported=False).ok
+
+
 def test_losses_are_charged_by_restart_time_not_kill_time():
     # acknowledged a moment after the kill was recorded (the answer was read late), before the restart:
     # it belongs to crash 0, not crash 1

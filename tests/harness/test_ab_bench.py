@@ -43,6 +43,7 @@ def _worktrees() -> list[str]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_two_revisions_run_side_by_side_and_leave_no_worktree() -> None:
     if subprocess.run(["git", "-C", str(ab_bench.REPO), "rev-parse", "HEAD"], capture_output=True).returncode:
         pytest.skip("not a git checkout: ab-bench compares git revisions")

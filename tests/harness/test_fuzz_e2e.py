@@ -1,5 +1,5 @@
-"""The broker fuzzer (harness/fuzz.py) against a real name server and broker: a short run in the default
-suite (``RMQ_LAB_FUZZ_SECONDS``, 45 s unless set; ``tox -e fuzz`` runs 10 minutes through the CLI).
+"""The broker fuzzer (harness/fuzz.py) against a real name server and broker: a short run among the slow tests
+(``tox -e slow``; ``RMQ_LAB_FUZZ_SECONDS``, 30 s unless set; ``tox -e fuzz`` runs 10 minutes through the CLI).
 
 The seed is random unless ``RMQ_LAB_FUZZ_SEED`` is set, and printed first; a failure names the case to replay
 (``python -m harness fuzz --seed S --case I``). The run's figures go to ``$RMQ_LAB_FUZZ_JSON`` when set;
@@ -14,9 +14,9 @@ import pytest
 
 from harness.fuzz import FuzzOptions, run_fuzz
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-FUZZ_SECONDS = float(os.environ.get("RMQ_LAB_FUZZ_SECONDS", "45"))
+FUZZ_SECONDS = float(os.environ.get("RMQ_LAB_FUZZ_SECONDS", "30"))
 # The invariant's bound on the probe's send + pull round; a slower machine may widen it.
 PROBE_LIMIT_S = float(os.environ.get("RMQ_LAB_FUZZ_PROBE_LIMIT", "1.0"))
 

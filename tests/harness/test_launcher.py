@@ -1,4 +1,5 @@
-"""harness/launcher.py: a topology stops every broker it started, those added after its start included."""
+"""harness/launcher.py: a topology stops every broker it started, those added after its start included, and
+kill() ends them all without a graceful stop."""
 
 from __future__ import annotations
 
@@ -15,3 +16,12 @@ def test_a_broker_added_later_is_stopped_with_the_topology(tmp_path):
         assert broker.alive and topo.brokers == [broker]
     assert not broker.alive
     assert topo.namesrv is not None and not topo.namesrv.alive
+
+
+def test_kill_ends_every_process_without_a_graceful_stop(tmp_path):
+    with Topology(tmp_path / "topo") as topo:
+        (broker,) = topo.brokers
+        topo.kill()
+        assert not broker.alive and topo.namesrv is not None and not topo.namesrv.alive
+        assert broker.proc is not None and broker.proc.returncode == -9
+        assert (broker.store_root / "abort").exists(), "a killed broker leaves its abort file"

@@ -32,6 +32,7 @@ def rmq(tmp_path: Path) -> Iterator[Topology]:
         pytest.skip(reason)
     with Topology(tmp_path / "rmq", broker_conf=SMALL_FILES, impl="rocketmq") as topo:
         yield topo
+        topo.kill()  # the graceful stop (about 10 s) is tested once, below, not after every test
 
 
 def _send(topo: Topology, n: int) -> list[int]:

@@ -9,6 +9,8 @@ import pytest
 
 from chaos.cli import main as chaos_main
 from harness.pipeline import stages
+from harness.rocketmq import parse_impls
+from scenarios.options import _OPTIONS, SCENARIO_OPTIONS
 from spark_reports.cli import cli as spark_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,13 +42,17 @@ def test_reports_come_last_and_every_experiment_writes_into_runs() -> None:
 
 @pytest.mark.parametrize("why", [None, "not root"])
 def test_every_command_parses(why: str | None, tmp_path: Path) -> None:
-    """Each chaos and spark_reports command line is accepted by its own CLI; each locust file exists."""
+    """Each chaos and spark_reports command line, for either broker, is accepted by its own CLI; each locust file
+    exists and takes the option its command line gives it."""
     (tmp_path / "runs").mkdir()
-    for stage in stages(tmp_path / "runs", tmp_path / "reports", 30, 3, why):
+    for stage in stages(tmp_path / "runs", tmp_path / "reports", 30, 3, why, ("reference", "rocketmq")):
         argv = stage.argv
         module = argv[2]
         if module == "locust":
             assert (ROOT / "scenarios" / Path(argv[argv.index("-f") + 1]).name).is_file()
+            flags = [a for a in argv[argv.index("--only-summary") + 1:] if a.startswith("--")]
+            known = {"--cold"} | {o[0] for o in _OPTIONS} | {o[0] for o in SCENARIO_OPTIONS.values()}
+            assert set(flags) <= known, flags
             continue
         group = {"chaos": chaos_main, "spark_reports": spark_cli}[module]
         name, *args = argv[3:]
@@ -54,3 +60,21 @@ def test_every_command_parses(why: str | None, tmp_path: Path) -> None:
         assert command is not None, argv
         with command.make_context(name, list(args)) as ctx:
             assert ctx.params
+
+
+def test_each_broker_runs_every_experiment_and_the_reports_run_once() -> None:
+    both = stages(Path("/r/runs"), Path("/r/reports"), 30, 3, None, ("reference", "rocketmq"))
+    one = stages(Path("/r/runs"), Path("/r/reports"), 30, 3, None)
+    experiments = one[:-1]
+    assert len(both) == 2 * len(experiments) + 1 and both[-1] == one[-1]
+    theirs = both[len(experiments):-1]
+    assert all(s.argv[-2:] == ["--broker-impl", "rocketmq"] and s.name.endswith("[rocketmq]") for s in theirs)
+    assert not any(s.required for s in theirs), "RocketMQ's stages are reported and skipped if they fail"
+    assert [s.argv[:-2] for s in theirs] == [s.argv for s in experiments]
+
+
+def test_broker_lists_parse_in_order_once_each() -> None:
+    assert parse_impls("both") == ["reference", "rocketmq"]
+    assert parse_impls("rocketmq, reference,rocketmq") == ["rocketmq", "reference"]
+    with pytest.raises(ValueError, match="unknown broker 'kafka'"):
+        parse_impls("reference,kafka")

@@ -126,7 +126,7 @@ def test_queues_phases(tmp_path):
 
 @pytest.mark.slow
 def test_queues_default_phases_up_to_10000_queues(tmp_path):
-    proc, run = run_locust("queues", tmp_path, "-t", "30s", timeout=300)
+    proc, run = run_locust("queues", tmp_path, "-t", "12s", timeout=300)
     meta = assert_good_run(proc, run, "queues")
     assert [p["queues"] for p in meta["results"]["phases"]] == [1, 100, 1000, 10000]
 

@@ -1,12 +1,17 @@
 """The front page shows one row per seed claim with the reports' findings, and the reports feeding it agree."""
 
+import json
 import re
 from html.parser import HTMLParser
 
+from click.testing import CliRunner
+
 from spark_reports.claims import CLAIMS, ClaimId, Finding, Verdict, write_findings
 from spark_reports.claims_html import VERDICT_STYLE, verdict_counts
+from spark_reports.cli import cli as spark_cli
 from spark_reports.html_report import Page, local_references
 from spark_reports.jobs import flush_compare, loss, queues, recovery
+from spark_reports.run_records import discover_runs
 from spark_reports.site import write_site_index
 from spark_reports.synthetic_claims import QueuePhase, SendRun, write_queues_run, write_recovery_run, write_send_run
 
@@ -77,7 +82,7 @@ def test_one_row_per_claim_each_finding_shown_with_verdict_runs_and_evidence(tmp
     assert disk[4][1] == "not held" and VERDICT_STYLE[Verdict.NOT_HELD] in (disk[4][0].get("style") or "")
     unjudged = [r for r in rows if len(r) == 7 and r[4][1] == "not measured yet" and r[6][1] == "–"]
     assert len(unjudged) == len(CLAIMS) - 2
-    assert set(local_references(page)) == {"loss/index.html"}  # only reports that exist are linked
+    assert set(local_references(page)) == {"loss/index.html", "findings.html"}  # only pages that exist are linked
     assert "1 held, 1 not held, 7 not measured yet" in page
 
 
@@ -96,7 +101,40 @@ def test_empty_output_directory_lists_every_claim_as_not_measured(tmp_path):
     rows = _claim_rows(index)
     assert [r[4][1] for r in rows] == ["not measured yet"] * len(CLAIMS)
     page = index.read_text(encoding="utf-8")
-    assert "No reports have been written yet." in page and local_references(page) == []
+    assert "No reports have been written yet." in page and local_references(page) == ["findings.html"]
+
+
+class _BrokerRows(_Rows):
+    """The per-broker table (class "brokers") as rows of cells."""
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table" and dict(attrs).get("class") == "brokers":
+            self.in_claims = True
+        elif tag != "table":
+            super().handle_starttag(tag, attrs)
+
+
+def test_each_broker_gets_a_column_and_a_difference_is_named(tmp_path):
+    out = tmp_path / "out"
+    for d in (out / "loss", out / "rocketmq" / "loss"):
+        d.mkdir(parents=True)
+        (d / "index.html").write_text("<html></html>")
+    write_findings(out / "loss", [
+        Finding(ClaimId.SYNC_NO_LOSS, Verdict.HELD, "0 of 900 lost", "loss", ("r1",)),
+        Finding(ClaimId.ASYNC_KILL9_NO_LOSS, Verdict.HELD, "0 of 800 lost", "loss", ("r2",))])
+    write_findings(out / "rocketmq" / "loss", [
+        Finding(ClaimId.SYNC_NO_LOSS, Verdict.NOT_HELD, "3 of 700 lost", "loss", ("q1",))])
+    parser = _BrokerRows()
+    parser.feed(write_site_index(out).read_text(encoding="utf-8"))
+    header, *rows = parser.rows
+    assert [c[1] for c in header] == ["claim", "reference broker", "Apache RocketMQ", "the brokers"]
+    assert len(rows) == len(CLAIMS)
+    sync, kill9 = rows[0], rows[1]
+    assert sync[1][1] == "held 0 of 900 lost loss" and sync[2][1] == "not held 3 of 700 lost loss"
+    assert sync[3][1].startswith("DIFFER")
+    assert kill9[2][1].startswith("not measured yet") and kill9[3][1] == "one side only"
+    assert rows[-1][3][1] == "not measured"
+    assert "rocketmq/loss/index.html" in local_references((out / "index.html").read_text(encoding="utf-8"))
 
 
 def test_reports_feed_the_front_page_end_to_end(spark, tmp_path):
@@ -127,3 +165,34 @@ def test_reports_feed_the_front_page_end_to_end(spark, tmp_path):
     for name in ("loss", "flush-compare", "recovery", "queues"):
         assert f'href="{name}/index.html"' in page
     assert all((index.parent / ref).is_file() for ref in local_references(page))
+
+
+def _as_rocketmq(run_dir):
+    meta_path = run_dir / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["broker_impl"] = "V4_9_8"
+    meta_path.write_text(json.dumps(meta))
+
+
+def test_rocketmq_runs_are_judged_apart_through_the_command_line(spark, tmp_path):
+    """`spark_reports loss` over runs of both brokers: the reference broker's report in OUT/loss sees only its
+    runs, RocketMQ's in OUT/rocketmq/loss only RocketMQ's, and the front page has a verdict from each."""
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    write_send_run(runs, SendRun("chaos-kill9-sync-default", "SYNC_FLUSH", 300, 2_000_000, 3_000_000, 10_000,
+                                 fault="kill9"), 0)
+    theirs = write_send_run(runs, SendRun("chaos-kill9-sync-default-rocketmq", "SYNC_FLUSH", 200, 2_000_000,
+                                          3_000_000, 10_000, fault="kill9"), 1)
+    rmq_run = runs / theirs.run_id
+    _as_rocketmq(rmq_run)
+    assert [r.broker for r in discover_runs(runs)] == ["reference", "rocketmq"]
+    assert [r.run_id for r in discover_runs(runs, "rocketmq")] == [rmq_run.name]
+    result = CliRunner().invoke(spark_cli, ["loss", "--runs", str(runs), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    ours_page = (out / "loss" / "index.html").read_text(encoding="utf-8")
+    their_page = (out / "rocketmq" / "loss" / "index.html").read_text(encoding="utf-8")
+    assert rmq_run.name not in ours_page and rmq_run.name in their_page
+    parser = _BrokerRows()
+    parser.feed((out / "index.html").read_text(encoding="utf-8"))
+    sync = parser.rows[1]
+    assert sync[1][1].startswith("held 0 of 300") and sync[2][1].startswith("held 0 of 200")
+    assert sync[3][1] == "agree"

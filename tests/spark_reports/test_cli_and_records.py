@@ -23,7 +23,8 @@ def test_report_command_writes_report_and_front_page_and_leaves_the_session_runn
     result = CliRunner().invoke(cli, ["loss", "--runs", str(synth.runs_dir), "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "loss" / "index.html").is_file()
-    assert set(local_references((tmp_path / "index.html").read_text(encoding="utf-8"))) == {"loss/index.html"}
+    assert set(local_references((tmp_path / "index.html").read_text(encoding="utf-8"))) == {"loss/index.html",
+                                                                                          "findings.html"}
     assert spark.range(3).count() == 3  # the command did not stop a session it did not start
 
 

@@ -1,5 +1,6 @@
 """spark_reports reads run records only: it imports neither the broker nor the load generator, and of the harness
-only the run-record schema (the contract both halves share, ``harness.records.schema``)."""
+only the contracts both halves share: the run-record schema (``harness.records.schema``) and the findings file
+(``harness.records.findings``)."""
 
 import ast
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 import spark_reports
 
 FORBIDDEN = ("reference_broker", "locust", "gevent", "harness")
-ALLOWED = ("harness.records.schema",)
+ALLOWED = ("harness.records.schema", "harness.records.findings")
 
 
 def test_no_module_imports_the_broker_the_load_generator_or_the_harness_beyond_the_schema():

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_reports_over_a_real_backlog_run(spark: SparkSession, tmp_path: Path) -> None:
     runs, out = tmp_path / "runs", tmp_path / "reports"
     p = subprocess.run([sys.executable, "-m", "locust", "-f", str(ROOT / "scenarios" / "backlog.py"), "--headless",
