@@ -180,6 +180,32 @@ def vs_rocketmq(rounds: int, quick: bool, as_json: bool, rocketmq_home: Path | N
     click.echo(json.dumps(result, indent=2, default=str) if as_json else format_table(result))
 
 
+@main.command("wire-diff")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@ROCKETMQ_HOME
+def wire_diff(as_json: bool, rocketmq_home: Path | None) -> None:
+    """One script of requests to the reference broker and to Apache RocketMQ 4.9.8, answers compared field by
+    field; exit 1 on a difference that harness/wire_diff.py's KNOWN_DIFFERENCES does not list."""
+    import tempfile
+
+    from harness import wire_diff as wd
+    from harness.launcher import LaunchError
+
+    reason = unavailable(rocketmq_home)
+    if reason is not None:
+        raise click.UsageError(reason)
+    with tempfile.TemporaryDirectory(prefix="rmq-lab-wire-diff-") as tmp:
+        try:
+            rows = wd.run(Path(tmp), rocketmq_home, progress=lambda line: click.echo(f"[wire-diff] {line}", err=True))
+        except LaunchError as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(rows, indent=2) if as_json else wd.format_rows(rows))
+    unknown = [r["case"] for r in rows if r["differences"] and not r["known"]]
+    if unknown:
+        click.echo(f"\n{len(unknown)} differences not listed as known: {', '.join(unknown)}", err=True)
+        sys.exit(1)
+
+
 @main.command()
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
               show_default=True, help="Where the run records go.")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     if config.getoption("dist") != "loadgroup" or xdist_groups.GROUPS_DIR_ENV not in os.environ:
         return None  # xdist's own
     return xdist_groups.make_scheduler(config, log)
+
+
+@pytest.fixture
+def rocketmq_home() -> Path:
+    """The Apache RocketMQ distribution the tests run against; the test is skipped, with the reason, when there
+    is none (harness/rocketmq.py: $ROCKETMQ_HOME or ../shared/rocketmq-4.9.8) or no java."""
+    from harness import rocketmq
+
+    reason = rocketmq.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    home = rocketmq.find_home()
+    assert home is not None
+    return home

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from reference_broker.broker.persisted_reply import config_marks, reply_when_persisted
 from reference_broker.broker.subscription_group import group_from_json, group_to_json
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from reference_broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+NOT_SET_REMARK: Final = "not set any response code"
 
 CODES = (
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.GET_ALL_TOPIC_CONFIG,
@@ -166,7 +167,9 @@ class AdminProcessor:
         tc = TopicConfig(topic, read_q, write_q, perm, filter_type,
                          int_field(cmd, "topicSysFlag", 0), cmd.ext_fields.get("order", "false") == "true")
         self.topics.update_topic_config(tc)
-        return create_response(cmd, ResponseCode.SUCCESS)
+        # RemotingCommand.createResponseCommand's placeholder remark, which updateAndCreateTopic never replaces
+        # (4.9.8; seen by harness/wire_diff.py)
+        return create_response(cmd, ResponseCode.SUCCESS, NOT_SET_REMARK)
 
     def _query_message(self, cmd: RemotingCommand) -> RemotingCommand:
         store = self.store

@@ -68,6 +68,8 @@ class BrokerConfig:
     transaction_check_max: int = 15  # transactionCheckMax
     transaction_check_interval_ms: int = 60_000  # transactionCheckInterval
     filter_server_nums: int = 0  # filterServerNums
+    region_id: str = "DefaultRegion"  # regionId (MixAll.DEFAULT_TRACE_REGION_ID): every send answer's MSG_REGION
+    trace_on: bool = True  # traceOn: every send answer's TRACE_ON
     enable_property_filter: bool = False  # enablePropertyFilter
 
     def get_register_name_server_period_ms(self) -> int:
@@ -110,6 +112,8 @@ BROKER_KEYS: dict[str, str] = {
     "transactionCheckMax": "transaction_check_max",
     "transactionCheckInterval": "transaction_check_interval_ms",
     "filterServerNums": "filter_server_nums",
+    "regionId": "region_id",
+    "traceOn": "trace_on",
     "enablePropertyFilter": "enable_property_filter",
 }
 
@@ -232,6 +236,7 @@ CONF_CHECKS: Final[dict[str, Callable[[Any], None]]] = {
     "transactionCheckMax": Between(0, why="checks before a half message is discarded"),
     "transactionCheckInterval": Between(1, JAVA_LONG_MAX, "the period of the transaction check, in ms"),
     "filterServerNums": Between(0),
+    "regionId": _non_empty,
     # MessageStoreConfig
     "storePathRootDir": _non_empty,
     "mappedFileSizeCommitLog": _SIZE,

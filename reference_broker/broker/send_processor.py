@@ -23,7 +23,7 @@ from reference_broker.common import message as mc
 from reference_broker.common import record as rec
 from reference_broker.common.perm import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.remoting.codes import RequestCode, ResponseCode, SerializeType
-from reference_broker.remoting.command import FRAME_PREFIX, RemotingCommand, create_response
+from reference_broker.remoting.command import FRAME_PREFIX, RemotingCommand, create_response, json_dumps
 from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, bad_names, field, int_field, int_of, str_of
 from reference_broker.store.commit_log import EncodedBatch
 from reference_broker.store.durability import PendingPut
@@ -64,13 +64,14 @@ MAX_RECONSUME_TIMES_DEFAULT: Final = 16  # SubscriptionGroupConfig.retryMaxTimes
 
 
 def put_result_response(cmd: RemotingCommand, result: PutMessageResult, queue_id: int,
-                        msg_id: str | None = None) -> RemotingCommand:
+                        msg_id: str | None = None, max_message_size: int = 4 << 20) -> RemotingCommand:
     status = result.status
     code = _PUT_CODES[status]
     remark: str | None
     if status is PutMessageStatus.MESSAGE_ILLEGAL or status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED:
+        # the limit is the store's maxMessageSize (4.9.8's text; older versions said "128k" and "32k")
         remark = result.remark or "the message is illegal, maybe msg body or properties length not matched. " \
-                 "msg body length limit 128k, msg properties length limit 32k."
+                 f"msg body length limit {max_message_size}B, msg properties length limit 32KB."
     elif status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
         remark = result.remark or "service not available now. "
     else:
@@ -85,28 +86,44 @@ def put_result_response(cmd: RemotingCommand, result: PutMessageResult, queue_id
     })
 
 
-# The JSON header that encode(create_response(cmd, SUCCESS, None, {"msgId", "queueId", "queueOffset"})) writes,
-# cut around its four values: every successful send is answered from these parts, the same bytes for a fifth of
-# the cost (tests/broker/test_send_response.py holds them equal). Nothing needs escaping: the msgId is hex
-# (comma-joined for a batch), the rest are numbers.
-_OK_HEADER: Final = (b'{"code":0,"extFields":{"msgId":"', b'","queueId":"', b'","queueOffset":"',
-                     b'"},"flag":1,"language":"JAVA","opaque":', b',"serializeTypeCurrentRPC":"JSON","version":0}')
+# Every send answer, refusals included, carries the broker's region and trace switch (SendMessageProcessor
+# .sendMessage and sendBatchMessage add them before msgCheck, 4.9.8): the Java client's SendResult reads them.
+PROPERTY_MSG_REGION: Final = "MSG_REGION"  # MessageConst.PROPERTY_MSG_REGION
+PROPERTY_TRACE_SWITCH: Final = "TRACE_ON"  # MessageConst.PROPERTY_TRACE_SWITCH
 
 
-def send_ok_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
-    """The whole response frame to a send that was stored (PUT_OK), for a request with a JSON header."""
-    h = _OK_HEADER
-    header = b"".join((h[0], msg_id.encode(), h[1], b"%d" % queue_id, h[2], b"%d" % queue_offset, h[3],
-                       b"%d" % opaque, h[4]))
-    return FRAME_PREFIX.pack(4 + len(header), len(header)) + header
+def send_fields(config: BrokerConfig) -> dict[str, str]:
+    return {PROPERTY_MSG_REGION: config.region_id, PROPERTY_TRACE_SWITCH: "true" if config.trace_on else "false"}
 
 
-def put_result_reply(cmd: RemotingCommand, result: PutMessageResult, queue_id: int) -> RemotingCommand | bytes:
-    """``put_result_response``, or for a plain success its frame, already encoded."""
+class OkFrame:
+    """The answer to a stored send (PUT_OK) with a JSON header, encoded from fixed parts: the bytes that
+    encode(create_response(cmd, SUCCESS, None, {"msgId", "queueId", "queueOffset", **send_fields})) writes,
+    cut around its four values, for a fifth of the cost (tests/broker/test_send_response.py holds them equal).
+    The msgId is hex (comma-joined for a batch) and the rest are numbers: nothing to escape."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        extra = b"".join(b"," + json_dumps(k) + b":" + json_dumps(v) for k, v in fields.items())
+        self.parts = (b'{"code":0,"extFields":{"msgId":"', b'","queueId":"', b'","queueOffset":"',
+                      b'"' + extra + b'},"flag":1,"language":"JAVA","opaque":',
+                      b',"serializeTypeCurrentRPC":"JSON","version":0}')
+
+    def frame(self, opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
+        h = self.parts
+        header = b"".join((h[0], msg_id.encode(), h[1], b"%d" % queue_id, h[2], b"%d" % queue_offset, h[3],
+                           b"%d" % opaque, h[4]))
+        return FRAME_PREFIX.pack(4 + len(header), len(header)) + header
+
+
+def put_result_reply(cmd: RemotingCommand, result: PutMessageResult, queue_id: int, ok: OkFrame,
+                     fields: dict[str, str], max_message_size: int = 4 << 20) -> RemotingCommand | bytes:
+    """``put_result_response`` with ``fields`` added, or for a plain success its frame, already encoded."""
     append = result.append
     if result.status is PutMessageStatus.PUT_OK and append is not None and cmd.serialize_type is SerializeType.JSON:
-        return send_ok_frame(cmd.opaque, append.msg_id, queue_id, append.logics_offset)
-    return put_result_response(cmd, result, queue_id)
+        return ok.frame(cmd.opaque, append.msg_id, queue_id, append.logics_offset)
+    resp = put_result_response(cmd, result, queue_id, max_message_size=max_message_size)
+    resp.ext_fields.update(fields)
+    return resp
 
 
 class _Keys(NamedTuple):
@@ -147,6 +164,9 @@ class SendMessageProcessor:
         self._checked: dict[str, tcm.TopicConfig] = {}
         self._checked_version = -1
         self._peers: dict[str, tuple[str, int]] = {}
+        self._fields = send_fields(broker_config)
+        self._ok = OkFrame(self._fields)
+        self._max_body = store.config.max_message_size
 
     # ---- entry ------------------------------------------------------------------------------------
     def handle(self, ctx: object, cmd: RemotingCommand) -> Reply:
@@ -182,8 +202,12 @@ class SendMessageProcessor:
             k = _V2 if code == RequestCode.SEND_MESSAGE_V2 or (
                 code == RequestCode.SEND_BATCH_MESSAGE and _V2.topic in fields) else _V1
             if cmd.code == RequestCode.SEND_BATCH_MESSAGE or fields.get(k.batch) == "true":
-                return self._send_batch(cmd, fields, k, peer)
-            return self._send_one(cmd, fields, k, peer)
+                reply = self._send_batch(cmd, fields, k, peer)
+            else:
+                reply = self._send_one(cmd, fields, k, peer)
+            if isinstance(reply, RemotingCommand):  # a refusal; the puts' answers carry them already
+                reply.ext_fields.update(self._fields)
+            return reply
         except BadRequest as exc:
             log.warning("bad send request from %s: %s", peer, exc)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
@@ -315,16 +339,19 @@ class SendMessageProcessor:
             topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag, 0), properties=props,
             sys_flag=sys_flag, born_timestamp=int_of(f, k.born_timestamp, 0), born_host=born_host,
             reconsume_times=reconsume_times, properties_bytes=props_b)
-        return self._reply(cmd, self.store.put(msg), msg.queue_id)
+        # The answer names the queue the request did (after randomQueueId and a DLQ redirect), not where the
+        # store put it: a delayed message goes to SCHEDULE_TOPIC_XXXX's queue delayLevel - 1 (4.9.8's
+        # responseHeader.setQueueId(queueIdInt)).
+        return self._reply(cmd, self.store.put(msg), queue_id)
 
     def _reply(self, cmd: RemotingCommand, put: PendingPut, queue_id: int) -> Reply:
         """The answer at once when the put's result is ready (ASYNC_FLUSH, WAIT=false, a refusal), else an
         awaitable one: the store completes the put on its own thread and the answer crosses to the loop."""
         if put.done:
-            return put_result_reply(cmd, put.result, queue_id)
+            return put_result_reply(cmd, put.result, queue_id, self._ok, self._fields, self._max_body)
 
         async def wait() -> RemotingCommand | bytes:
-            return put_result_reply(cmd, await _on_loop(put), queue_id)
+            return put_result_reply(cmd, await _on_loop(put), queue_id, self._ok, self._fields, self._max_body)
 
         return wait()
 

@@ -25,7 +25,7 @@ from typing import Any
 from reference_broker.broker.broker_config import BrokerConfig
 from reference_broker.broker.config_manager import ConfigManager, dump_json
 from reference_broker.common import names, topic_names
-from reference_broker.common.perm import PERM_INHERIT, PERM_READ, PERM_WRITE, is_inherited
+from reference_broker.common.perm import PERM_INHERIT, PERM_READ, PERM_WRITE, is_inherited, perm_to_string
 from reference_broker.common.topic_names import (
     REPLY_TOPIC_POSTFIX,
     RMQ_SYS_BENCHMARK_TOPIC,
@@ -69,6 +69,13 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+
+    def __str__(self) -> str:
+        """TopicConfig.toString (4.9.8), as remarks quote it: "request queueId[99] is illegal, TopicConfig [...]"."""
+        return (f"TopicConfig [topicName={self.topic_name}, readQueueNums={self.read_queue_nums}, "
+                f"writeQueueNums={self.write_queue_nums}, perm={perm_to_string(self.perm)}, "
+                f"topicFilterType={self.topic_filter_type}, topicSysFlag={self.topic_sys_flag}, "
+                f"order={'true' if self.order else 'false'}]")
 
     def to_json(self) -> dict[str, Any]:
         return {

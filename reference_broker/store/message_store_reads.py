@@ -190,7 +190,9 @@ class StoreReader:
             return result
         if offset > max_offset:
             result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
-            result.next_begin_offset = self._correct(offset, min_offset if min_offset == 0 else max_offset)
+            # 4.9.8 corrects to the max offset whatever the min (older versions took the min when it was 0):
+            # seen on RocketMQ 4.9.8 by harness/wire_diff.py, "pull past the end"
+            result.next_begin_offset = self._correct(offset, max_offset)
             return result
         buf = cq.get_index_buffer(offset)
         if buf is None:

@@ -18,6 +18,7 @@ from reference_broker.common.message_batch import BatchEntry, encode_batch
 from reference_broker.remoting.codec import FrameDecoder
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request
+from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.durability import PendingPut, submit_all
 from reference_broker.store.flush import GroupCommitRequest
 from reference_broker.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
@@ -43,6 +44,7 @@ class Waits:
 
 class FakeStore:
     def __init__(self, wait: bool) -> None:
+        self.config = MessageStoreConfig()
         self.condition = Waits(wait)
         self.puts: list[Any] = []
 

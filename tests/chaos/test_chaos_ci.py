@@ -17,7 +17,6 @@ import pytest
 from chaos import ExperimentSpec, FaultName, FlushMode, LoadSpec, make_fault, run_experiment
 from chaos.leftovers import Ledger
 from chaos.matrix import gate_failures, rocketmq_findings
-from harness import rocketmq
 from harness.records import validate_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -98,10 +97,7 @@ RMQ_CELLS = [pytest.param(FaultName.KILL9, FlushMode.SYNC, id="kill9-sync"),
 
 
 @pytest.mark.parametrize(("fault", "flush"), RMQ_CELLS)
-def test_rocketmq_matrix_cell(tmp_path, ledger, fault, flush):
-    reason = rocketmq.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
+def test_rocketmq_matrix_cell(tmp_path, ledger, fault, flush, rocketmq_home):
     spec = ExperimentSpec(fault=fault, flush=flush, cycles=2, profile="default" if fault in MACHINE_FAULTS else None,
                           runs_dir=tmp_path / "runs", work_dir=tmp_path / "work", seed=99, gap_s=(0.3, 1.0),
                           load=LoadSpec(in_flight=16), broker_impl="rocketmq")

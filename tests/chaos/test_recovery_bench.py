@@ -40,10 +40,7 @@ def test_reference_broker_rows_and_record(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_rocketmq_rows_and_record(tmp_path: Path) -> None:
-    reason = rocketmq.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
+def test_rocketmq_rows_and_record(tmp_path: Path, rocketmq_home: Path) -> None:
     rows, run_dir = _bench(tmp_path, "rocketmq")
     assert [r.case for r in rows] == CASES
     assert all(r.recovery_s > 0 for r in rows)

@@ -87,6 +87,7 @@ def test_the_java_client_sends_and_consumes_through_the_reference_broker(tmp_pat
         assert all(by_key[s["key"]] == (s["queueId"], s["queueOffset"]) for s in sent + ordered)
 
 
+@pytest.mark.slow
 def test_a_java_consumers_retry_goes_through_the_reference_broker(tmp_path: Path, java: Driver) -> None:
     with Topology(tmp_path / "t", broker_conf={"messageDelayLevel": LEVELS}) as topo:
         admin.update_topic(topo.namesrv_addr, TOPIC, 1, 1, broker_addr=topo.brokers[0].addr)

@@ -21,7 +21,7 @@ from reference_broker.client import ClientConfig, Message, Producer, PullConsume
 from reference_broker.common.record import decode_message_id
 from reference_broker.tools import admin
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TOPIC = "ExchangeTopic"
 QUEUES = 4

@@ -73,7 +73,10 @@ def test_warmed_pages_are_clean_so_no_flush_writes_them(tmp_path: Path) -> None:
         os.sync()
         before = _bytes_dirtied_by_this_process()
         mf.warm_ahead(64 * MiB)
-        assert all(resident(mf, 0, 64 * MiB))
+        # Warmed; a busy machine's reclaim may take a few pages back before they are counted (seen once in CI
+        # with two JVMs and Spark running): the point here is what warming dirtied, below.
+        pages = resident(mf, 0, 64 * MiB)
+        assert sum(pages) >= 0.9 * len(pages)
         # Writing the same 64 MiB through the mapping would dirty 64 MiB; this process's other threads (a
         # store of an earlier test still shutting down) add a little noise, far below that.
         assert _bytes_dirtied_by_this_process() - before < 16 * MiB
