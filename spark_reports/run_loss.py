@@ -66,16 +66,21 @@ def fault_label(faults: list[dict[str, Any]]) -> str:
 def power_loss_windows(faults: list[dict[str, Any]]) -> list[int]:
     """Per power-loss fault, the unflushed window at the crash in commit-log bytes: the fault's own
     ``unflushed_bytes`` (chaos: written bound − flushed offset, counting sends acknowledged after the offsets
-    were sampled) when given, else written_offset − flushed_offset."""
+    were sampled) when given, else written_offset − flushed_offset. A negative value is no window: the broker
+    reported no flushed offset (Apache RocketMQ 4.9.8), and the crash is left out."""
     windows = []
     for fault in faults:
         params = fault.get("params") or {}
         if fault.get("kind") not in POWER_LOSSES:
             continue
         if "unflushed_bytes" in params:
-            windows.append(int(params["unflushed_bytes"]))
-        elif "written_offset" in params and "flushed_offset" in params:
-            windows.append(int(params["written_offset"]) - int(params["flushed_offset"]))
+            window = int(params["unflushed_bytes"])
+        elif "written_offset" in params and "flushed_offset" in params and int(params["flushed_offset"]) >= 0:
+            window = int(params["written_offset"]) - int(params["flushed_offset"])
+        else:
+            continue
+        if window >= 0:
+            windows.append(window)
     return windows
 
 

@@ -126,7 +126,8 @@ def async_power_loss_tail(losses: list[RunLoss], faults: Faults) -> Finding:
     known = [r for r in rows if r.unflushed_bytes is not None]
     if not known:
         return Finding(claim, Verdict.NOT_MEASURED, "unflushed window not recorded", NAME, ids,
-                       "The power-loss faults carry no written/flushed offsets, so the unflushed window is unknown.")
+                       "The power-loss faults carry no written/flushed offsets, so the unflushed window is unknown "
+                       "(Apache RocketMQ 4.9.8's runtime info has no flushed offset).")
     # check.json gives lost body bytes; each lost record also had RocketMQ's fixed 91-byte header
     # (CommitLog.calMsgLength), so bodies + 91 B each is a lower bound of the commit-log bytes lost.
     lost_log = {r.run_id: r.lost_bytes + COMMITLOG_RECORD_FIXED_BYTES * r.lost for r in known}

@@ -40,6 +40,14 @@ def test_power_loss_window_prefers_the_faults_own_unflushed_bytes():
     assert run_loss.crash_counts(faults + _crash("kill9", 2)) == {"power_loss": 2, "kill9": 2}
 
 
+def test_a_crash_without_a_flushed_offset_has_no_window():
+    # Apache RocketMQ 4.9.8 reports no flushed offset: the chaos cell records -1, which is not a window of -1 B
+    rocketmq = [{"kind": "power_loss", "params": {"written_offset": 100, "flushed_offset": -1, "unflushed_bytes": -1}},
+                {"kind": "power_loss", "params": {"written_offset": 100, "flushed_offset": -1}}]
+    assert run_loss.power_loss_windows(rocketmq) == []
+    assert run_loss.unflushed_bytes(rocketmq) is None
+
+
 def test_a_torn_power_loss_is_a_power_loss_with_its_own_name():
     """chaos records torn runs as power_loss_torn: they count as crashes, their windows as power-loss windows,
     and an async torn run is judged by the power-loss tail claim."""
