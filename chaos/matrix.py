@@ -175,7 +175,11 @@ _FAULT_COMMANDS: Final = {FaultName.KILL9: "kill9", FaultName.POWER_LOSS: "power
 def reproduce_command(spec: ExperimentSpec) -> str:
     """The single-experiment command that runs ``spec`` again, same seed (the fault moments)."""
     parts = ["python -m chaos", _FAULT_COMMANDS[spec.fault], "--broker-impl", spec.broker_impl,
-             "--flush", spec.flush.short, "--profile", spec.profile or "none", "--cycles", str(spec.cycles)]
+             "--flush", spec.flush.short, "--profile", spec.profile or "none", "--cycles", str(spec.cycles),
+             "--gap", f"{spec.gap_s[0]:g},{spec.gap_s[1]:g}", "--size", str(spec.load.msg_size),
+             "--in-flight", str(spec.load.in_flight)]
+    if spec.check_each_recovery:
+        parts.append("--check-each-recovery")
     if spec.seed is not None:
         parts += ["--seed", str(spec.seed)]
     if spec.rocketmq_home is not None:
@@ -183,11 +187,13 @@ def reproduce_command(spec: ExperimentSpec) -> str:
     return " ".join(parts)
 
 
-def _kind(violations: Sequence[str]) -> FindingKind:
-    text = " ".join(violations)
-    if "missing" in text or "lost" in text or "unreachable" in text:
+def _kind(r: ExperimentResult) -> FindingKind:
+    """From the verdict's figures: acknowledged messages gone or unreachable, or corrupted, is a loss; a fault
+    cycle that did not recover, a stall; anything else (a store check, a remark), a difference."""
+    v, chk = r.verdict, r.check
+    if (v is not None and (v.absent or v.unreachable or v.corrupted)) or (chk is not None and chk.lost):
         return FindingKind.LOSS
-    if "did not recover" in text or "no send acknowledged" in text or "did not come back" in text:
+    if any(not c.ok for c in r.cycles if c.cycle >= 0):
         return FindingKind.STALL
     return FindingKind.DIFFERENCE
 
@@ -202,7 +208,7 @@ def rocketmq_findings(results: Iterable[ExperimentResult]) -> list[Finding]:
         row = r.summary()
         cell = f"{r.spec.fault.value}/{r.spec.flush.short}/{r.spec.profile}"
         violations = list(row["violations"])
-        kind = _kind(violations)
+        kind = _kind(r)
         out.append(Finding(
             key=f"chaos/{cell}: {kind.value}", kind=kind, broker=r.broker_version or "RocketMQ",
             title=f"{r.spec.fault.value} under {r.spec.flush.value}: {violations[0] if violations else 'failed'}",

@@ -128,7 +128,7 @@ def bench_log_size(log_bytes: int, *, work_dir: Path | None = None, file_bytes: 
             if record is not None:
                 status = first_status(broker.addr, wall_clock())
                 record.update_meta(broker={**broker.conf, "brokerRole": "ASYNC_MASTER"},
-                                   broker_impl=status.version or None if status is not None else None)
+                                   broker_impl=(status.version or None) if status is not None else None)
             admin.update_topic(topo.namesrv_addr, TOPIC, 4, 4, broker_addr=broker.addr)
             time.sleep(0.5)
             _fill(topo.namesrv_addr, log_bytes, body, "fill")

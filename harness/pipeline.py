@@ -55,28 +55,28 @@ def stages(runs: Path, reports: Path, backlog_s: int, cycles: int, why_not_root:
     py = sys.executable
     root = Path(__file__).resolve().parents[1]
     faults = "kill9,power_loss" if why_not_root is None else "kill9"
+    def locust(scenario: str, seconds: int, *extra: str) -> list[str]:
+        return [py, "-m", "locust", "-f", str(root / "scenarios" / f"{scenario}.py"), "--headless", "-t",
+                f"{seconds}s", "--run-dir", str(runs), "--only-summary", *extra]
+
     todo: list[Stage] = []
     for impl in impls:
         other = impl != "reference"
         tag = f" [{impl}]" if other else ""
         with_impl = ["--broker-impl", impl] if other else []
 
-        def locust(scenario: str, seconds: int, *extra: str) -> list[str]:
-            return [py, "-m", "locust", "-f", str(root / "scenarios" / f"{scenario}.py"), "--headless", "-t",
-                    f"{seconds}s", "--run-dir", str(runs), "--only-summary", *extra, *with_impl]  # noqa: B023
-
         todo.append(Stage(f"backlog workload, page cache hot (locust, embedded broker){tag}",
-                          locust("backlog", backlog_s), required=not other))
+                          locust("backlog", backlog_s, *with_impl), required=not other))
         if why_not_root is None:
             todo.append(Stage(f"backlog workload, page cache dropped first (--cold){tag}",
-                              locust("backlog", backlog_s, "--cold"), required=False))
+                              locust("backlog", backlog_s, "--cold", *with_impl), required=False))
         todo += [
             Stage(f"queues: 1, 1,000 and 10,000 queues at one rate{tag}",
-                  locust("queues", 24, "--queue-counts", "1,1000,10000"), required=False),
+                  locust("queues", 24, "--queue-counts", "1,1000,10000", *with_impl), required=False),
             Stage(f"flush comparison: maximum send rate, ASYNC_FLUSH{tag}",
-                  locust("throughput", 15, "--rate", "0", "--flush", "ASYNC_FLUSH"), required=False),
+                  locust("throughput", 15, "--rate", "0", "--flush", "ASYNC_FLUSH", *with_impl), required=False),
             Stage(f"flush comparison: maximum send rate, SYNC_FLUSH{tag}",
-                  locust("throughput", 15, "--rate", "0", "--flush", "SYNC_FLUSH"), required=False),
+                  locust("throughput", 15, "--rate", "0", "--flush", "SYNC_FLUSH", *with_impl), required=False),
             Stage(f"crash comparison, SYNC vs ASYNC flush ({faults}, {cycles} cycles){tag}",
                   [py, "-m", "chaos", "matrix", "--flush", "sync,async", "--faults", faults, "--profiles",
                    "default", "--cycles", str(cycles), "--runs-dir", str(runs), *with_impl], required=False),

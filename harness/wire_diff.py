@@ -168,7 +168,7 @@ def normalise(text: str) -> str:
     return _LONG_NUMBER.sub("<n>", _ADDR.sub("<addr>", text))
 
 
-def summarise(code: int, body: bytes | None) -> str:
+def summarise(body: bytes | None) -> str:
     """A body as both brokers can agree on it: a JSON object by its keys, messages by what was stored."""
     if not body:
         return "-"
@@ -201,7 +201,7 @@ def ask(addr: str, case: Case, timeout_s: float = 10.0) -> Answer:
             resp = client.invoke(create_request(case.code, dict(case.fields), case.body), timeout_s=timeout_s)
     except (RemotingError, OSError) as exc:
         return Answer(NO_ANSWER, f"no response: {type(exc).__name__}", {}, "-")
-    return Answer(resp.code, resp.remark, dict(resp.ext_fields or {}), summarise(resp.code, resp.body))
+    return Answer(resp.code, resp.remark, dict(resp.ext_fields or {}), summarise(resp.body))
 
 
 def compare(case: Case, ours: Answer, theirs: Answer) -> list[str]:

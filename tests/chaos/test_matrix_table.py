@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from chaos.cli import main as chaos_main
 from chaos.experiment import CycleRecord, ExperimentResult, ExperimentSpec, FaultName, FlushMode
 from chaos.matrix import MatrixSpec, format_table, gate_failures, reproduce_command, rocketmq_findings, summary_rows
 from chaos.verdict import Verdict
@@ -20,7 +23,7 @@ def _result(fault: FaultName, flush: FlushMode, ok: bool = True, skipped: str | 
     if skipped is None:
         r.cycles = [CycleRecord(cycle=i, kind=fault.value, fault_ns=i, restored_ns=i + 1, recovery_s=0.5 + i,
                                 flushed_offset=100, written_bound=300) for i in range(2)]
-        r.verdict = Verdict(ok=ok, violations=[] if ok else ["3 acknowledged messages missing"])
+        r.verdict = Verdict(ok=ok, violations=[] if ok else ["3 acknowledged messages missing"], absent=0 if ok else 3)
     return r
 
 
@@ -81,7 +84,19 @@ def test_a_rocketmq_violation_is_a_finding_not_a_gate_failure():
     assert finding.key == "chaos/kill9/sync/default: loss"
     assert "3 acknowledged messages missing" in finding.detail and finding.run_dir == "/runs/kill9-sync"
     assert finding.reproduce == reproduce_command(lost.spec) == (
-        "python -m chaos kill9 --broker-impl rocketmq --flush sync --profile default --cycles 2 --seed 7")
+        "python -m chaos kill9 --broker-impl rocketmq --flush sync --profile default --cycles 2 --gap 0.5,2 "
+        "--size 1024 --in-flight 32 --seed 7")
+    _, _, _, name, *args = finding.reproduce.split()  # "python -m chaos kill9 ...": the chaos CLI accepts it
+    command = chaos_main.get_command(click.Context(chaos_main), name)  # type: ignore[attr-defined]
+    with command.make_context(name, args) as ctx:
+        assert ctx.params["seed"] == 7 and ctx.params["in_flight"] == 32 and ctx.params["broker_impl"] == "rocketmq"
+    # the kind comes from the verdict's figures: nothing absent but a cycle that did not recover is a stall
+    stalled = _result(FaultName.PAUSE, FlushMode.SYNC, ok=False, impl="rocketmq")
+    assert stalled.verdict is not None
+    stalled.verdict = Verdict(ok=False, violations=["pause cycle 1: no send acknowledged within 20 s"])
+    stalled.cycles[1].ok = False
+    (stall,) = rocketmq_findings([stalled])
+    assert stall.kind is FindingKind.STALL and stall.key == "chaos/pause/sync/default: stall"
 
 
 def test_the_table_names_the_broker_of_each_row():
