@@ -145,15 +145,18 @@ def broker_bench(quick: bool, as_json: bool, broker_impl: BrokerImpl, rocketmq_h
 @click.option("--flush", "mode", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default="ASYNC_FLUSH",
               show_default=True)
 @click.option("--seconds", type=click.FloatRange(1, 60), default=4.0, show_default=True, help="Per run.")
+@click.option("--generator", type=click.Choice(["here", "own"]), default="here", show_default=True,
+              help="The load generator: this checkout's for both sides, or each revision's own.")
 @click.option("--json", "as_json", is_flag=True, help="Print every run as JSON.")
-def ab_bench(old: str, new: str, rounds: int, load: str, mode: str, seconds: float, as_json: bool) -> None:
+def ab_bench(old: str, new: str, rounds: int, load: str, mode: str, seconds: float, generator: str,
+             as_json: bool) -> None:
     """Two revisions of the reference broker running at once, the same lean load to each in turn: is NEW
     within noise of OLD? (git revisions; each is checked out into a temporary worktree.)"""
     from harness.ab_bench import AbError, compare, format_result
 
     try:
         result = compare(old, new, rounds, load, mode, seconds,
-                         progress=lambda line: click.echo(f"[ab-bench] {line}", err=True))
+                         progress=lambda line: click.echo(f"[ab-bench] {line}", err=True), generator=generator)
     except AbError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(result, indent=2) if as_json else format_result(result))

@@ -7,6 +7,11 @@ temporary git worktree, each gets its own name server and broker (started from i
 up, and then the same lean-generator run goes to one and then the other, the order swapped every round. Drift
 then hits both alike, and the paired difference, with the spread of the runs, says whether a change costs.
 The broker that is not under load idles (its background threads take ~3 % of a core).
+
+The load generator is the one in this checkout for both sides (``generator="here"``): it shares the two cores
+with the broker, so a generator that changed between the revisions would move both figures by itself. With
+``generator="own"`` each side is driven by its own revision's generator (a change to the generator is then
+part of what is compared).
 """
 
 from __future__ import annotations
@@ -106,13 +111,15 @@ def running(side: Side, root: Path, mode: str) -> Iterator[Side]:
             proc.stdout.close()
 
 
-def _produce(side: Side, args: list[str]) -> dict[str, float]:
-    """One ``bench producer`` run of ``side``'s own tree against its broker, with the broker's CPU per message."""
-    env = {**os.environ, "PYTHONPATH": str(side.tree)}
+def _produce(side: Side, args: list[str], generator: Path | None = None) -> dict[str, float]:
+    """One ``bench producer`` run against ``side``'s broker, from ``generator`` (a tree; default the side's
+    own), with the broker's CPU per message."""
+    tree = generator or side.tree
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-m", "reference_broker", "bench", "producer", "-n", side.namesrv, "--json", "-i", "1000",
            *args]
     cpu0 = cpu_seconds(side.pid)
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=side.tree, timeout=300)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree, timeout=300)
     if p.returncode != 0:
         raise AbError(f"{side.label}: bench producer failed: {p.stderr[-1000:]}")
     r = json.loads(p.stdout)
@@ -122,10 +129,13 @@ def _produce(side: Side, args: list[str]) -> dict[str, float]:
 
 
 def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: str = "ASYNC_FLUSH",
-            seconds: float = 4.0, progress: Progress = print) -> dict[str, Any]:
+            seconds: float = 4.0, progress: Progress = print, generator: str = "here") -> dict[str, Any]:
     """Paired runs of revisions ``old`` and ``new`` (see the module's docstring)."""
     if rounds < 2:
         raise ValueError("at least 2 rounds: one spread needs two runs")
+    if generator not in ("here", "own"):
+        raise ValueError(f"generator is 'here' or 'own', not {generator!r}")
+    gen = REPO if generator == "here" else None
     lean = ["--lean", "-p", "2", "-s", "1024", *LOADS[load]]
     with tempfile.TemporaryDirectory(prefix="rmq-lab-ab-") as tmp:
         base = Path(tmp)
@@ -133,15 +143,15 @@ def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: 
             sides = [Side("old", old, t_old), Side("new", new, t_new)]
             with running(sides[0], base / "topo-old", mode), running(sides[1], base / "topo-new", mode):
                 for s in sides:
-                    _produce(s, ["-t", "Warm", "-q", "200", "-w", "4", "-s", "1024"])
-                    _produce(s, ["-t", "Ab", *lean, "-d", "2"])
+                    _produce(s, ["-t", "Warm", "-q", "200", "-w", "4", "-s", "1024"], gen)
+                    _produce(s, ["-t", "Ab", *lean, "-d", "2"], gen)
                 for n in range(rounds):
                     for s in sides if n % 2 == 0 else sides[::-1]:
-                        s.runs.append(_produce(s, ["-t", "Ab", *lean, "-d", str(seconds)]))
+                        s.runs.append(_produce(s, ["-t", "Ab", *lean, "-d", str(seconds)], gen))
                         progress(f"round {n + 1}/{rounds} {s.label}: {s.runs[-1]['send_tps']:,.0f} msg/s, "
                                  f"{s.runs[-1]['broker_cpu_us_per_msg']:.1f} us/msg")
     return summarize(sides, {"old": old, "new": new, "rounds": rounds, "load": load, "mode": mode,
-                             "seconds": seconds})
+                             "seconds": seconds, "generator": generator})
 
 
 def summarize(sides: list[Side], plan: dict[str, Any]) -> dict[str, Any]:
@@ -162,7 +172,8 @@ def summarize(sides: list[Side], plan: dict[str, Any]) -> dict[str, Any]:
 
 def format_result(r: dict[str, Any]) -> str:
     p = r["plan"]
-    lines = [f"{p['load']} under {p['mode']}, {p['rounds']} paired rounds of {p['seconds']:g} s"]
+    gen = "each side's own generator" if p.get("generator") == "own" else "this checkout's generator"
+    lines = [f"{p['load']} under {p['mode']}, {p['rounds']} paired rounds of {p['seconds']:g} s, {gen}"]
     for label in ("old", "new"):
         s = r[label]
         lines.append(f"  {label} {s['rev']:>12}: {s['tps_mean']:9,.0f} msg/s (sd {s['tps_sd']:,.0f}), "

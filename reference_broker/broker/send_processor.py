@@ -347,6 +347,8 @@ class SendMessageProcessor:
     def _reply(self, cmd: RemotingCommand, put: PendingPut, queue_id: int) -> Reply:
         """The answer at once when the put's result is ready (ASYNC_FLUSH, WAIT=false, a refusal), else an
         awaitable one: the store completes the put on its own thread and the answer crosses to the loop."""
+        if type(put) is PutMessageResult:  # a put that waits for nothing is its own result (no property calls)
+            return put_result_reply(cmd, put, queue_id, self._ok, self._fields, self._max_body)
         if put.done:
             return put_result_reply(cmd, put.result, queue_id, self._ok, self._fields, self._max_body)
 

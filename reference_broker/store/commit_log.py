@@ -277,7 +277,7 @@ class CommitLog:
         r = rec.prepare_record(topic_b, body, props_b, queue_id, msg.flag, msg.sys_flag, msg.born_timestamp, born_ip,
                                msg.born_host[1], store_ip, self.store_port, msg.reconsume_times,
                                msg.prepared_transaction_offset)
-        total = r.size
+        total = r.layout.size
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:  # would not fit even an empty file
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))

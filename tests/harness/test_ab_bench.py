@@ -4,6 +4,7 @@ once, the same lean load to each in turn, paired by round; the worktrees are gon
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,31 @@ def test_an_unknown_revision_is_a_clear_error() -> None:
 def test_one_round_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 2 rounds"):
         ab_bench.compare("HEAD", "HEAD", rounds=1)
+
+
+def test_an_unknown_generator_is_refused() -> None:
+    with pytest.raises(ValueError, match="generator"):
+        ab_bench.compare("HEAD", "HEAD", rounds=2, generator="theirs")
+
+
+@pytest.mark.parametrize(("generator", "expected"), [(None, "side"), (ab_bench.REPO, "repo")])
+def test_the_producer_runs_from_the_generator_tree(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   generator: Path | None, expected: str) -> None:
+    # The generator shares the cores with the broker: which tree it runs from decides what is compared.
+    seen: dict[str, object] = {}
+
+    def fake_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        seen.update(kw)
+        return subprocess.CompletedProcess(cmd, 0, '{"send_tps": 10.0, "messages": 0}', "")
+
+    monkeypatch.setattr(ab_bench.subprocess, "run", fake_run)
+    monkeypatch.setattr(ab_bench, "cpu_seconds", lambda _pid: 0.0)
+    side = Side("old", "x", tmp_path, namesrv="127.0.0.1:1", pid=1)
+    ab_bench._produce(side, [], generator)
+    tree = tmp_path if expected == "side" else ab_bench.REPO
+    assert seen["cwd"] == tree
+    env = seen["env"]
+    assert isinstance(env, dict) and env["PYTHONPATH"] == str(tree)
 
 
 def _worktrees() -> list[str]:
