@@ -183,6 +183,43 @@ def vs_rocketmq(rounds: int, quick: bool, as_json: bool, rocketmq_home: Path | N
     click.echo(json.dumps(result, indent=2, default=str) if as_json else format_table(result))
 
 
+@main.command()
+@click.option("--broker-impl", "broker_impls", default="both", show_default=True,
+              help="Brokers, comma-separated: reference, rocketmq, or both.")
+@click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+              show_default=True, help="Where findings about RocketMQ are recorded (findings.jsonl).")
+@ROCKETMQ_HOME
+def hazards(broker_impls: str, runs_dir: Path, rocketmq_home: Path | None) -> None:
+    """Hostile requests, each to a fresh broker, and whether the broker still works afterwards. Exit 1 when the
+    reference broker does not survive one; a RocketMQ broker that does not is recorded as a finding."""
+    import tempfile
+
+    from harness import hazards as hz
+    from harness.launcher import LaunchError
+    from harness.records import findings
+
+    try:
+        impls = parse_impls(broker_impls)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--broker-impl") from None
+    if "rocketmq" in impls:
+        reason = unavailable(rocketmq_home)
+        if reason is not None:
+            raise click.UsageError(reason)
+    with tempfile.TemporaryDirectory(prefix="rmq-lab-hazards-") as tmp:
+        try:
+            outcomes = hz.run(Path(tmp), impls, rocketmq_home,
+                              progress=lambda line: click.echo(f"[hazards] {line}", err=True))
+        except LaunchError as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(hz.format_outcomes(outcomes))
+    for finding in hz.findings(outcomes):
+        path = findings.record(runs_dir, finding)
+        click.echo(f"finding about {finding.broker}: {finding.title} (recorded in {path})", err=True)
+    if any(o.broker == "reference" and not o.healthy for o in outcomes):
+        sys.exit(1)
+
+
 @main.command("wire-diff")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @ROCKETMQ_HOME

@@ -196,12 +196,15 @@ class Topology:
             self.namesrv_port = free_port()
             if self.rocketmq_home is not None:
                 conf = self.root / "namesrv.conf"
-                conf.write_text(f"listenPort={self.namesrv_port}\n", encoding="utf-8")
+                # kvConfigPath under the topology's root: RocketMQ's default is the user's home.
+                kv_path = self.root / "namesrv" / "kvConfig.json"
+                conf.write_text(f"listenPort={self.namesrv_port}\nkvConfigPath={kv_path}\n", encoding="utf-8")
                 self.namesrv = Process("namesrv", rocketmq.namesrv_args(self.rocketmq_home, conf),
                                        self.root / "namesrv.log", BOOT_LINE_NAMESRV, **self._java("namesrv"))
             else:
                 self.namesrv = Process("namesrv", [self.python, "-m", "reference_broker", "namesrv", "--host",
-                                                   "127.0.0.1", "-p", str(self.namesrv_port)],
+                                                   "127.0.0.1", "-p", str(self.namesrv_port), "--kv-config-path",
+                                                   str(self.root / "namesrv" / "kvConfig.json")],
                                        self.root / "namesrv.log", BOOT_LINE_NAMESRV)
             self.namesrv.start()
             for i in range(self.n_brokers):

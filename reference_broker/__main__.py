@@ -204,7 +204,10 @@ def bench_bare_broker(namesrv_addr: str, port: int, root: Path, topics: tuple[st
               help="Drop a broker not heard from for this long (BROKER_CHANNEL_EXPIRED_TIME).")
 @click.option("--scan-interval-s", type=click.FloatRange(min=0.001), default=10.0, show_default=True,
               help="How often to look for expired brokers.")
-def namesrv(port: int, host: str, broker_expired_s: float, scan_interval_s: float) -> None:
+@click.option("--kv-config-path", type=click.Path(dir_okay=False, path_type=Path),
+              default="~/namesrv/kvConfig.json", show_default=True,
+              help="The KV config's file (kvConfigPath; PUT/GET/DELETE_KV_CONFIG).")
+def namesrv(port: int, host: str, broker_expired_s: float, scan_interval_s: float, kv_config_path: Path) -> None:
     """Run a name server until SIGINT or SIGTERM."""
     import asyncio
 
@@ -213,7 +216,7 @@ def namesrv(port: int, host: str, broker_expired_s: float, scan_interval_s: floa
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = NameServer(host, port, scan_interval_s=scan_interval_s,
-                        broker_expired_ms=max(1, round(broker_expired_s * 1000)))
+                        broker_expired_ms=max(1, round(broker_expired_s * 1000)), kv_config_path=kv_config_path)
 
     def booted(srv: NameServer) -> None:
         logging.getLogger("reference_broker.namesrv").info("listening on %s:%d", host, srv.port)

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from reference_broker.broker import topic_config as tcm
 from reference_broker.broker.persisted_reply import reply_when_persisted
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # bytes: a response frame the processor encoded itself (see send_ok_frame).
 Reply = RemotingCommand | bytes | Awaitable[RemotingCommand | bytes | None] | None
+R = TypeVar("R")
 
 # handlePutMessageResult: status → (code, remark or None)
 _PUT_CODES: Final = {
@@ -351,11 +352,22 @@ class SendMessageProcessor:
             return put_result_reply(cmd, put, queue_id, self._ok, self._fields, self._max_body)
         if put.done:
             return put_result_reply(cmd, put.result, queue_id, self._ok, self._fields, self._max_body)
+        # The answer is built on the thread that completes the put (put_result_reply is pure) and handed to
+        # the loop in a future, which the server answers from: no task or coroutine per waiting send.
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand | bytes] = loop.create_future()
+        ok, fields, max_body = self._ok, self._fields, self._max_body
 
-        async def wait() -> RemotingCommand | bytes:
-            return put_result_reply(cmd, await _on_loop(put), queue_id, self._ok, self._fields, self._max_body)
+        def done(result: PutMessageResult) -> None:
+            try:
+                reply = put_result_reply(cmd, result, queue_id, ok, fields, max_body)
+            except Exception as exc:  # noqa: BLE001 - handed to the loop: the server answers SYSTEM_ERROR
+                loop.call_soon_threadsafe(_fail, fut, exc)
+                return
+            loop.call_soon_threadsafe(_resolve, fut, reply)
 
-        return wait()
+        put.add_done_callback(done)
+        return fut
 
     # ---- batches ------------------------------------------------------------------------------------
     def _send_batch(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys, peer: str) -> Reply:
@@ -477,9 +489,14 @@ def _on_loop(put: PendingPut) -> asyncio.Future[PutMessageResult]:
     return fut
 
 
-def _resolve(fut: asyncio.Future[PutMessageResult], result: PutMessageResult) -> None:
+def _resolve(fut: asyncio.Future[R], result: R) -> None:
     if not fut.done():
         fut.set_result(result)
+
+
+def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
 
 
 def _split_peer(peer: str) -> tuple[str, int]:

@@ -102,21 +102,21 @@ def is_canonical(text: str, props: dict[str, str]) -> bool:
     return text.count(NAME_VALUE_SEPARATOR) == n and text.count(PROPERTY_SEPARATOR) == n - 1
 
 
-_FIND_KEYS: dict[bytes, tuple[bytes, bytes]] = {}
+def property_keys(name: bytes) -> tuple[bytes, bytes]:
+    """``NAME\x01`` and ``\x02NAME\x01``: what ``find_property`` looks for (a hot caller keeps them)."""
+    return name + _NV_B, _PS_B + name + _NV_B
 
 
 def property_from_bytes(raw: bytes, name: bytes) -> bytes | None:
-    """Find one property value without decoding the whole map (the dispatch hot path): the first
-    ``NAME\x01`` at the start or after a ``\x02``, up to the next ``\x02``. Values need no decoding to be
-    found, as the separators are ASCII."""
-    if not raw:
-        return None
-    keys = _FIND_KEYS.get(name)
-    if keys is None:
-        keys = (name + _NV_B, _PS_B + name + _NV_B)
-        if len(_FIND_KEYS) < 256:
-            _FIND_KEYS[name] = keys
-    key, ps_key = keys
+    """Find one property value without decoding the whole map: the first ``NAME\x01`` at the start or after a
+    ``\x02``, up to the next ``\x02``. Values need no decoding to be found, as the separators are ASCII."""
+    key, ps_key = property_keys(name)
+    return find_property(raw, key, ps_key)
+
+
+def find_property(raw: bytes, key: bytes, ps_key: bytes) -> bytes | None:
+    """``property_from_bytes`` with the name's two forms from ``property_keys`` (the dispatch hot path: three
+    names per record)."""
     if raw.startswith(key):
         start = len(key)
     else:

@@ -487,23 +487,28 @@ _TOPIC_CACHE: dict[bytes, str] = {}
 _TOPIC_CACHE_MAX: Final = 4096
 
 
+_TAGS_K, _TAGS_PK = mc.property_keys(mc.PROPERTY_TAGS.encode())
+_KEYS_K, _KEYS_PK = mc.property_keys(mc.PROPERTY_KEYS.encode())
+_UNIQ_K, _UNIQ_PK = mc.property_keys(mc.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode())
+
+
 def _dispatch_props(raw: bytes, topic: str, store_ts: int, delay_table_ms: dict[int, int] | None
                     ) -> tuple[int, str, str | None]:
     """(tags code, keys, UNIQ_KEY) of a record's properties: what dispatch reads (checkMessageAndReturnSize).
     The schedule topic's tag code is the delivery time."""
     if not raw:
         return 0, "", None
-    find = mc.property_from_bytes
+    find = mc.find_property
     tags_code = 0
-    v = find(raw, b"TAGS")
+    v = find(raw, _TAGS_K, _TAGS_PK)
     if v:
         tags_code = tags_hash_code(v.decode("utf-8", "replace"))
-    v = find(raw, b"KEYS")
+    v = find(raw, _KEYS_K, _KEYS_PK)
     keys = v.decode("utf-8", "replace") if v else ""
-    v = find(raw, b"UNIQ_KEY")
+    v = find(raw, _UNIQ_K, _UNIQ_PK)
     uniq = v.decode("utf-8", "replace") if v else None
     if topic == mc.SCHEDULE_TOPIC and delay_table_ms is not None:
-        v = find(raw, b"DELAY")
+        v = mc.property_from_bytes(raw, b"DELAY")
         if v and v.isdigit() and int(v) > 0:
             level = min(int(v), len(delay_table_ms))
             tags_code = store_ts + delay_table_ms.get(level, 1000)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from reference_broker.common.crc import crc32
+from reference_broker.namesrv.kv_config import KVConfigManager
 from reference_broker.namesrv.route_info import DataVersion, RouteInfoManager
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
@@ -51,16 +52,25 @@ def _crc32(body: bytes) -> int:
     return crc32(body)  # UtilAll.crc32
 
 
+_KV_CODES: Final = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.GET_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
+                              RequestCode.GET_KVLIST_BY_NAMESPACE})
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 class NamesrvProcessor:
-    def __init__(self, route_info: RouteInfoManager, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, route_info: RouteInfoManager, clock_ms: Callable[[], int] = wall_clock_ms,
+                 kv_config: KVConfigManager | None = None) -> None:
         self.route_info = route_info
         self.clock_ms = clock_ms
+        self.kv_config = kv_config if kv_config is not None else KVConfigManager(None)
 
     def register_with(self, server: RemotingServer) -> None:
+        for code in (RequestCode.PUT_KV_CONFIG, RequestCode.GET_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
+                     RequestCode.GET_KVLIST_BY_NAMESPACE):
+            server.register(code, self.handle)
         server.register(RequestCode.REGISTER_BROKER, self.handle)
         server.register(RequestCode.UNREGISTER_BROKER, self.handle)
         server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.handle)
@@ -75,6 +85,8 @@ class NamesrvProcessor:
         try:
             if cmd.code == RequestCode.REGISTER_BROKER:
                 return self._register_broker(cmd)
+            if cmd.code in _KV_CODES:
+                return self._kv(cmd)
             if cmd.code == RequestCode.UNREGISTER_BROKER:
                 return self._unregister_broker(cmd)
             if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
@@ -175,6 +187,28 @@ class NamesrvProcessor:
                 f"No topic route info in name server for the topic: {topic}{APPLY_TOPIC_SUGGESTION}",
             )
         return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps(route))
+
+    def _kv(self, cmd: RemotingCommand) -> RemotingCommand:
+        """DefaultRequestProcessor.putKVConfig / getKVConfig / deleteKVConfig / getKVListByNamespace."""
+        kv = self.kv_config
+        namespace = _field(cmd, "namespace")
+        if cmd.code == RequestCode.GET_KVLIST_BY_NAMESPACE:
+            table = kv.namespace(namespace)
+            if table is None:
+                return create_response(cmd, ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+            return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps({"table": table}))  # KVTable
+        key = _field(cmd, "key")
+        if cmd.code == RequestCode.PUT_KV_CONFIG:
+            kv.put(namespace, key, _field(cmd, "value"))
+        elif cmd.code == RequestCode.DELETE_KV_CONFIG:
+            kv.delete(namespace, key)
+        else:
+            value = kv.get(namespace, key)
+            if value is None:
+                return create_response(cmd, ResponseCode.QUERY_NOT_FOUND,
+                                       f"No config item, Namespace: {namespace} Key: {key}")
+            return create_response(cmd, ResponseCode.SUCCESS, None, {"value": value})
+        return create_response(cmd, ResponseCode.SUCCESS)
 
     def _get_broker_cluster_info(self, cmd: RemotingCommand) -> RemotingCommand:
         return create_response(cmd, ResponseCode.SUCCESS, body=json_dumps(self.route_info.get_all_cluster_info()))

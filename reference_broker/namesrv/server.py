@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
+from reference_broker.namesrv.kv_config import KVConfigManager
 from reference_broker.namesrv.processor import NamesrvProcessor, wall_clock_ms
 from reference_broker.namesrv.route_info import BROKER_CHANNEL_EXPIRED_TIME_MS, RouteInfoManager
 from reference_broker.remoting.server import LoopThread, RemotingServer
@@ -20,13 +22,16 @@ log = logging.getLogger(__name__)
 
 class NameServer:
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, scan_interval_s: float = 10.0,
-                 broker_expired_ms: int = BROKER_CHANNEL_EXPIRED_TIME_MS) -> None:
+                 broker_expired_ms: int = BROKER_CHANNEL_EXPIRED_TIME_MS, kv_config_path: Path | None = None) -> None:
+        """``kv_config_path``: the KV config's file (kvConfigPath); None keeps it in memory only (tests)."""
         self.host = host
         self._requested_port = port
         self.scan_interval_s = scan_interval_s
         self.broker_expired_ms = broker_expired_ms
         self.route_info = RouteInfoManager()
-        self.processor = NamesrvProcessor(self.route_info)
+        self.kv_config = KVConfigManager(kv_config_path)
+        self.kv_config.load()  # NamesrvController.initialize
+        self.processor = NamesrvProcessor(self.route_info, kv_config=self.kv_config)
         self.remoting = RemotingServer()
         self.processor.register_with(self.remoting)
         self._scan_task: asyncio.Task[None] | None = None

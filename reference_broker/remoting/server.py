@@ -1,14 +1,14 @@
 """This module owns the server side of the remoting transport: a thin asyncio shell over ``FrameDecoder``.
 
-Per connection, bytes go into a ``FrameDecoder``; each request frame goes to its handler, and the response
-carries the request's opaque. A handler that can answer at once returns the response (no task: the hot path
-of a send); one that must wait returns an awaitable, which finishes in its own task so a slow request never
-blocks the connection (NettyRemotingAbstract.processRequestCommand runs processors on executors). The one
-peer error, ``ProtocolError``, closes that connection only (NettyDecoder closes the channel); nothing a peer
-sends can stop the server.
+Per connection, bytes go into a ``FrameDecoder``; each request frame goes to its handler, and the response carries
+the request's opaque. A handler that can answer at once returns the response (no task: the hot path of a send); one
+that must wait returns an awaitable, which finishes in its own task so a slow request never blocks the connection
+(NettyRemotingAbstract.processRequestCommand runs processors on executors); an ``asyncio.Future`` is answered from
+its done callback, with no task at all. The one peer error, ``ProtocolError``, closes that connection only
+(NettyDecoder closes the channel); nothing a peer sends can stop the server.
 
-Responses written in one event-loop pass go out in one ``writelines`` call; while the transport's buffer is
-above the high-water mark the connection is not read from.
+Responses written in one event-loop pass go out in one ``writelines`` call; while the transport's buffer is above
+the high-water mark the connection is not read from.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import importlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
+from types import CoroutineType
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from reference_broker.remoting.codec import FrameDecoder, ProtocolError
@@ -84,7 +86,9 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self._backlogged = False  # frames left in the decoder for a later pass (BURST_BUDGET_S); reading paused
         self._drain_waiters: list[asyncio.Future[None]] = []
-        self.tasks: set[asyncio.Task[None]] = set()
+        # Requests being answered later: a handler's task (with the handler's coroutine, closed if the task is
+        # cancelled before it ran), or a handler's own future.
+        self.tasks: dict[asyncio.Future[Any], Coroutine[Any, Any, Any] | None] = {}
         self.closed = False
         self.ctx = ConnectionContext(self, "?")
 
@@ -221,14 +225,33 @@ class _Connection(asyncio.Protocol):
         if result is None or isinstance(result, (RemotingCommand, bytes)):
             self._respond(cmd, result)
             return
+        if isinstance(result, asyncio.Future):
+            # A handler's own future (a SYNC_FLUSH send's answer, completed from the group-commit thread):
+            # answered from its done callback, with no task and no coroutine per request.
+            self.tasks[result] = None
+            result.add_done_callback(partial(self._future_done, cmd))
+            return
         task = self._loop.create_task(self._finish(cmd, result))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        if isinstance(result, Coroutine):
+        self.tasks[task] = result if type(result) is CoroutineType else None
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
+        coro = self.tasks.pop(task, None)
+        if coro is not None and task.cancelled():
             # A task cancelled before its first step (``stop``) never awaits the handler's coroutine: closed
             # here, it does not warn "never awaited" whenever the collector gets to it (a later test's error).
-            close = result.close
-            task.add_done_callback(lambda _task: close())
+            coro.close()
+
+    def _future_done(self, cmd: RemotingCommand, fut: asyncio.Future[Any]) -> None:
+        self.tasks.pop(fut, None)
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:  # a handler's boundary: the peer gets SYSTEM_ERROR
+            log.error("handler for code %d failed on a request from %s", cmd.code, self.ctx.peer, exc_info=exc)
+            self._respond(cmd, create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc)))
+            return
+        self._respond(cmd, fut.result())
 
     async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | bytes | None]) -> None:
         try:
@@ -272,6 +295,11 @@ class RemotingServer:
 
     def register(self, code: int, handler: Handler) -> None:
         self._handlers[int(code)] = handler
+
+    @property
+    def codes(self) -> frozenset[int]:
+        """The request codes a handler is registered for."""
+        return frozenset(self._handlers)
 
     def pending_requests(self) -> int:
         """Requests decoded and not yet answered, over all connections."""

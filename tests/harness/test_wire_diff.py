@@ -9,6 +9,10 @@ import pytest
 
 from harness import wire_diff
 from harness.wire_diff import KNOWN_DIFFERENCES, Answer, Case, compare, normalise, script, summarise
+from reference_broker.namesrv.processor import NamesrvProcessor
+from reference_broker.namesrv.route_info import RouteInfoManager
+from reference_broker.remoting.server import RemotingServer, new_event_loop
+from tests.broker.broker_helpers import make_controller
 
 
 def test_addresses_and_timestamps_are_normalised() -> None:
@@ -38,6 +42,24 @@ def test_the_script_names_each_case_once_and_the_known_differences_are_cases() -
     names = [c.name for c in script()]
     assert len(names) == len(set(names))
     assert set(KNOWN_DIFFERENCES) <= set(names)
+
+
+def test_the_script_sends_every_request_code_the_reference_processes_serve(tmp_path: Path) -> None:
+    # "Every request code the reference broker serves": the codes registered on a started broker's server and
+    # on the name server's, each asked of its own process at least once.
+    controller = make_controller(tmp_path)
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(controller.start(listen=False))
+        broker_codes = controller.server.codes
+        loop.run_until_complete(controller.shutdown())
+    finally:
+        loop.close()
+    namesrv = RemotingServer()
+    NamesrvProcessor(RouteInfoManager()).register_with(namesrv)
+    asked = {(c.target, int(c.code)) for c in script()}
+    assert {c for c in broker_codes if ("broker", c) not in asked} == set()
+    assert {c for c in namesrv.codes if ("namesrv", c) not in asked} == set()
 
 
 @pytest.mark.e2e
