@@ -137,6 +137,11 @@ def script() -> list[Case]:
              {k: v for k, v in send.fields.items() if k != "topic"}, b"hello"),
         Case("send with a queue id that is not a number", RequestCode.SEND_MESSAGE,
              {**send.fields, "queueId": "one"}, b"hello", remark=False),
+        # 4.9.8 answers a NullPointerException's text; the reference broker names the field.
+        Case("send without a flag", RequestCode.SEND_MESSAGE,
+             {k: v for k, v in send.fields.items() if k != "flag"}, b"hello", remark=False),
+        Case("send without a producer group", RequestCode.SEND_MESSAGE,
+             {k: v for k, v in send.fields.items() if k != "producerGroup"}, b"hello"),
         Case("create a read-only topic", RequestCode.UPDATE_AND_CREATE_TOPIC, {
             "topic": "WireDiffReadOnly", "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1",
             "perm": "4", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}),
@@ -305,6 +310,13 @@ KNOWN_DIFFERENCES: Final[dict[str, str]] = {
     "send a batch with V1 header names": "the reference broker reads a batch's header by either naming; 4.9.8 "
                                          "reads only SendMessageRequestHeaderV2's letters, finds no topic and "
                                          "answers 'The specified topic is blank.'",
+    "send to a read-only topic": "4.9.8's msgCheck never reads the topic's permission (only producers' route "
+                                 "selection honours it), so it stores a message sent to a topic whose perm "
+                                 "forbids writing (docs/findings.md F9); the reference broker refuses it with "
+                                 "NO_PERMISSION",
+    "put a kv config without a value": "4.9.8 enforces no header field here: it answers SUCCESS and keeps a null "
+                                       "value, which then reads as not found; the reference name server refuses "
+                                       "it, naming the field",
     "an unknown request code at the name server": "4.9.8's name server never answers a request code it does not "
                                                   "know (DefaultRequestProcessor returns null): the client waits "
                                                   "for its timeout; the reference name server answers "

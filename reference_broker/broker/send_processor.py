@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 from reference_broker.broker import topic_config as tcm
 from reference_broker.broker.persisted_reply import reply_when_persisted
 from reference_broker.common import message as mc
+from reference_broker.common import names
 from reference_broker.common import record as rec
 from reference_broker.common.perm import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.remoting.codes import RequestCode, ResponseCode, SerializeType
 from reference_broker.remoting.command import FRAME_PREFIX, RemotingCommand, create_response, json_dumps
-from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, bad_names, field, int_field, int_of, str_of
+from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, bad_names, field, int_field, int_of
 from reference_broker.store.commit_log import EncodedBatch
 from reference_broker.store.durability import PendingPut
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
@@ -274,6 +275,8 @@ class SendMessageProcessor:
                                              f"topic[{topic}] not exist, apply first please! "
                                              "See http://rocketmq.apache.org/docs/faq/ for further details.")
         if not is_writeable(tc.perm):
+            # Deliberate difference: 4.9.8's msgCheck never reads the topic's perm and stores the message
+            # (docs/findings.md F9); a topic made read-only (e.g. wipeWritePerm before a migration) stays so here.
             return None, create_response(cmd, ResponseCode.NO_PERMISSION,
                                          f"the topic[{topic}] sending message is forbidden")
         return tc, None
@@ -281,10 +284,16 @@ class SendMessageProcessor:
     # ---- one message ------------------------------------------------------------------------------
     def _target(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys,
                 peer: str) -> tuple[str, int, int, tcm.TopicConfig] | RemotingCommand:
-        """The header's topic, queue id and sysflag once msgCheck passed, or the refusal."""
-        topic = str_of(f, k.topic)
+        """The header's topic, queue id and sysflag once msgCheck passed, or the refusal.
+
+        4.9.8 decodes a header without its topic (seen on the wire: python -m harness wire-diff), and msgCheck
+        then answers that the topic is blank; a missing number is refused (4.9.8: a NullPointerException's
+        text; here the field's name)."""
+        topic = f.get(k.topic, "")
+        if not topic:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, names.validate_topic(topic))
         queue_id = int_of(f, k.queue_id)
-        sys_flag = int_of(f, k.sys_flag, 0)
+        sys_flag = int_of(f, k.sys_flag)
         tc, bad = self._check(cmd, topic, f, k, queue_id, peer)
         if bad is not None:
             return bad
@@ -337,8 +346,8 @@ class SendMessageProcessor:
             props_b = self._cluster_suffix[1:]
         born_host = self._born_host(peer)
         msg = rec.MessageExtBrokerInner(
-            topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag, 0), properties=props,
-            sys_flag=sys_flag, born_timestamp=int_of(f, k.born_timestamp, 0), born_host=born_host,
+            topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag), properties=props,
+            sys_flag=sys_flag, born_timestamp=int_of(f, k.born_timestamp), born_host=born_host,
             reconsume_times=reconsume_times, properties_bytes=props_b)
         # The answer names the queue the request did (after randomQueueId and a DLQ redirect), not where the
         # store put it: a delayed message goes to SCHEDULE_TOPIC_XXXX's queue delayLevel - 1 (4.9.8's
@@ -383,7 +392,7 @@ class SendMessageProcessor:
         born_host = self._born_host(peer)
         # The body goes to the store as it came; each entry's properties get CLUSTER there
         # (4.9.8: MessageExtBatch keeps the encoded body and MessageExtBatchEncoder writes from it).
-        batch = EncodedBatch(topic, queue_id, cmd.body, sys_flag, int_of(f, k.born_timestamp, 0), born_host,
+        batch = EncodedBatch(topic, queue_id, cmd.body, sys_flag, int_of(f, k.born_timestamp), born_host,
                              self._cluster_suffix)
         return self._reply(cmd, self.store.put_batch(batch), queue_id)
 

@@ -128,7 +128,8 @@ class StoreReader:
         res: QueryOffsetResult = self.index_service.query_offset(topic, key, max_num, begin, end)
         out: list[rec.MessageExt] = []
         seen: set[int] = set()
-        for phy in res.phy_offsets:
+        # In log order: DefaultMessageStore.queryMessage sorts the index's offsets (which come newest first).
+        for phy in sorted(res.phy_offsets):
             # Abnormal recovery re-dispatches the record at the index's end offset (RocketMQ skips only
             # offsets below it), so one message can have two entries: report it once.
             if phy in seen:
