@@ -256,8 +256,12 @@ class CommitLog:
         props_b = msg.properties_bytes
         if props_b is None:
             props_b = msg.encoded_properties()
-        props_b = self._stored_properties(props_b)
         append_crc = self.append_prop_crc
+        # _stored_properties, inline (once per put)
+        if rec.PROP_CRC_HEAD in props_b:
+            props_b = rec.strip_prop_crc(props_b)
+        if append_crc:
+            props_b = rec.reserve_prop_crc(props_b)
         body = msg.body
         if len(props_b) > rec.MAX_PROPERTIES_LENGTH:
             return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -266,22 +270,28 @@ class CommitLog:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
         queue_id = msg.queue_id
-        bad = self._topic_problem(topic) or header_problem(queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
-                                                           msg.reconsume_times, msg.prepared_transaction_offset)
-        if bad is not None:
-            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
-        born_ip = rec.host_bytes(msg.born_host[0])
+        flag, sys_flag, born_ts = msg.flag, msg.sys_flag, msg.born_timestamp
+        reconsume, prepared_offset = msg.reconsume_times, msg.prepared_transaction_offset
+        # The common put passes both checks at the first test: a known topic, fields in range (header_problem's).
+        if topic not in self._safe_topics or not (
+                0 <= queue_id < _I32 and -_I32 <= flag < _I32 and -_I32 <= sys_flag < _I32
+                and -_I64 <= born_ts < _I64 and -_I32 <= reconsume < _I32 and -_I64 <= prepared_offset < _I64):
+            bad = self._topic_problem(topic) or header_problem(queue_id, flag, sys_flag, born_ts, reconsume,
+                                                               prepared_offset)
+            if bad is not None:
+                return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
+        born_host = msg.born_host
+        born_ip = rec.host_bytes(born_host[0])
         store_ip = self.store_ip
         # Prepared before the lock (MessageExtEncoder); written into the mapping in it, with the offsets, the
         # store time and the CRC the lock decides (DefaultAppendMessageCallback.doAppend).
-        r = rec.prepare_record(topic_b, body, props_b, queue_id, msg.flag, msg.sys_flag, msg.born_timestamp, born_ip,
-                               msg.born_host[1], store_ip, self.store_port, msg.reconsume_times,
-                               msg.prepared_transaction_offset)
+        r = rec.prepare_record(topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_host[1],
+                               store_ip, self.store_port, reconsume, prepared_offset)
         total = r.layout.size
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:  # would not fit even an empty file
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED))
-        tran = msg.sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
+        tran = sys_flag & mc.TRANSACTION_ROLLBACK_TYPE
         no_cq = tran == mc.TRANSACTION_PREPARED_TYPE or tran == mc.TRANSACTION_ROLLBACK_TYPE
         key = f"{topic}-{queue_id}"
         table = self.topic_queue_table
