@@ -39,7 +39,7 @@ from reference_broker.client import (
 )
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import RemotingCommand, create_request, json_loads
+from reference_broker.remoting.command import RemotingCommand, create_request, fastjson_loads, json_loads
 from reference_broker.remoting.errors import RemotingError
 from reference_broker.tools import admin
 
@@ -169,8 +169,9 @@ def delivery_of(msg: MessageExt) -> Delivery:
 
 def parse_offset_table(body: bytes, group: str) -> dict[tuple[str, int], int]:
     """GET_ALL_CONSUMER_OFFSET's body (ConsumerOffsetManager's JSON: ``{"offsetTable": {"topic@group":
-    {queueId: offset}}}``) reduced to one group: (topic, queueId) -> committed offset."""
-    table = json_loads(body).get("offsetTable", {}) if body else {}
+    {queueId: offset}}}``) reduced to one group: (topic, queueId) -> committed offset. RocketMQ 4.9.8's fastjson
+    writes the queue ids as bare numbers (``{0:5}``, not JSON): read as fastjson writes them."""
+    table = fastjson_loads(body).get("offsetTable", {}) if body else {}
     out: dict[tuple[str, int], int] = {}
     suffix = "@" + group
     for topic_at_group, queues in table.items():

@@ -7,6 +7,7 @@ Skipped with the reason when no distribution ($ROCKETMQ_HOME, ../shared/rocketmq
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +15,13 @@ from pathlib import Path
 import pytest
 
 from harness import rocketmq
+from harness.driver import RocketMQDriver
 from harness.launcher import LaunchError, Topology
 from reference_broker.client import ClientConfig, Message, Producer, PullConsumer
 from reference_broker.client.message import PullStatus, SendStatus
+from reference_broker.remoting.client import RemotingClient
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import create_request
 from reference_broker.tools import admin
 
 pytestmark = pytest.mark.e2e
@@ -85,6 +90,26 @@ def test_kill_9_reaches_the_jvm_and_a_restart_recovers(rmq: Topology) -> None:
     broker.start()
     # kill -9 of the process loses nothing the page cache holds
     assert _pull_all(rmq) == [f"m{i}".encode() for i in range(10)]
+
+
+@pytest.mark.slow
+def test_the_drivers_backlog_reads_rocketmqs_offset_table(rmq: Topology) -> None:
+    # GET_ALL_CONSUMER_OFFSET's body from 4.9.8 has bare numeric keys ({0:2}): the metrics sampler's backlog
+    # series for a RocketMQ run depends on reading it.
+    _send(rmq, 5)
+    broker = rmq.brokers[0]
+    with RemotingClient.from_addr(broker.addr, 5.0) as c:
+        r = c.invoke(create_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": "BACKLOG_CG", "topic": TOPIC, "queueId": "0", "commitOffset": "2"}))
+    assert r.code == ResponseCode.SUCCESS
+    driver = RocketMQDriver(rmq.namesrv_addr, instance=f"backlog-{os.getpid()}")
+    try:
+        deadline = time.monotonic() + 10
+        while (b := driver.backlog("BACKLOG_CG", [TOPIC])).total != 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the consume queue is built a moment after the ack
+    finally:
+        driver.stop()
+    assert (b.total, b.per_queue) == (3, {f"{TOPIC}/0": 3})
 
 
 def _state(pid: int) -> str:

@@ -28,6 +28,12 @@ def test_parse_offset_table_keeps_one_group():
     assert parse_offset_table(b"", "g") == {}
 
 
+def test_parse_offset_table_reads_rocketmq_bare_queue_ids():
+    # RocketMQ 4.9.8's fastjson writes ConsumerOffsetManager's Integer keys bare (docs/findings.md F5).
+    body = b'{"offsetTable":{"T@g":{0:5,1:7},"T@other":{0:9}}}'
+    assert parse_offset_table(body, "g") == {("T", 0): 5, ("T", 1): 7}
+
+
 # ---- against a broker ---------------------------------------------------------------------------------------
 
 
