@@ -184,7 +184,7 @@ def vs_rocketmq(rounds: int, quick: bool, as_json: bool, rocketmq_home: Path | N
 
 
 @main.command()
-@click.option("--broker-impl", "broker_impls", default="both", show_default=True,
+@click.option("--broker-impl", "broker_impls", default="reference", show_default=True,
               help="Brokers, comma-separated: reference, rocketmq, or both.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
               show_default=True, help="Where findings about RocketMQ are recorded (findings.jsonl).")

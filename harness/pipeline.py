@@ -85,6 +85,10 @@ def stages(runs: Path, reports: Path, backlog_s: int, cycles: int, why_not_root:
                   [py, "-m", "chaos", "recovery-bench", "--sizes", "32,512", "--file-size", "64", "--runs-dir",
                    str(runs), *with_impl], required=False),
         ]
+        # Hostile requests, then whether the broker still dispatches (docs/findings.md F1): RocketMQ's
+        # failures become findings in runs/findings.jsonl, for the findings page.
+        todo.append(Stage(f"hazards: hostile requests, then a message that must still be pullable{tag}",
+                          [py, "-m", "harness", "hazards", "--runs", str(runs), *with_impl], required=False))
         if why_not_root is None:
             todo.append(Stage(f"disk fill past 90 % (loop-mounted filesystem){tag}",
                               [py, "-m", "chaos", "disk-fill", "--cycles", "2", "--no-clean-phase", "--runs-dir",

@@ -97,7 +97,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return xdist_groups.make_scheduler(config, log)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def rocketmq_home() -> Path:
     """The Apache RocketMQ distribution the tests run against; the test is skipped, with the reason, when there
     is none (harness/rocketmq.py: $ROCKETMQ_HOME or ../shared/rocketmq-4.9.8) or no java."""

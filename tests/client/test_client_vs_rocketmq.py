@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import rocketmq
 from harness.launcher import Topology
 from reference_broker.client import (
     ClientConfig,
@@ -36,12 +35,10 @@ LEVELS = " ".join(["1s"] * 18)  # short delay levels: a delayed message or a ret
 
 
 @pytest.fixture(scope="module")
-def rmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
-    reason = rocketmq.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
+def rmq(tmp_path_factory: pytest.TempPathFactory, rocketmq_home: Path) -> Iterator[Topology]:
     conf = {"mappedFileSizeCommitLog": 64 << 20, "messageDelayLevel": LEVELS}
-    with Topology(tmp_path_factory.mktemp("rmq"), broker_conf=conf, impl="rocketmq") as topo:
+    with Topology(tmp_path_factory.mktemp("rmq"), broker_conf=conf, impl="rocketmq",
+                  rocketmq_home=rocketmq_home) as topo:
         yield topo
         topo.kill()
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from harness import rocketmq
 from harness.launcher import Topology
 from reference_broker.tools import admin
 
@@ -47,14 +46,10 @@ class Driver:
 
 
 @pytest.fixture(scope="module")
-def java(tmp_path_factory: pytest.TempPathFactory) -> Driver:
-    reason = rocketmq.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
+def java(tmp_path_factory: pytest.TempPathFactory, rocketmq_home: Path) -> Driver:
     if shutil.which("javac") is None:
         pytest.skip("no javac on PATH (Debian: openjdk-17-jdk-headless)")
-    home = rocketmq.find_home()
-    assert home is not None
+    home = rocketmq_home
     classes = tmp_path_factory.mktemp("java-driver")
     subprocess.run(["javac", "-d", str(classes), "-cp", f"{home}/lib/*", str(DRIVER)], check=True, timeout=120)
     return Driver(home, classes)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import rocketmq
 from harness.driver import RocketMQDriver
 from harness.launcher import LaunchError, Topology
 from reference_broker.client import ClientConfig, Message, Producer, PullConsumer
@@ -31,11 +30,8 @@ TOPIC = "LauncherTopic"
 
 
 @pytest.fixture
-def rmq(tmp_path: Path) -> Iterator[Topology]:
-    reason = rocketmq.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    with Topology(tmp_path / "rmq", broker_conf=SMALL_FILES, impl="rocketmq") as topo:
+def rmq(tmp_path: Path, rocketmq_home: Path) -> Iterator[Topology]:
+    with Topology(tmp_path / "rmq", broker_conf=SMALL_FILES, impl="rocketmq", rocketmq_home=rocketmq_home) as topo:
         yield topo
         topo.kill()  # the graceful stop (about 10 s) is tested once, below, not after every test
 

@@ -9,6 +9,7 @@ import pytest
 from locust.argument_parser import LocustArgumentParser
 
 from chaos.cli import main as chaos_main
+from harness.__main__ import main as harness_main
 from harness.pipeline import stages
 from harness.rocketmq import parse_impls
 from scenarios.options import SCENARIO_OPTIONS, Settings, register
@@ -56,7 +57,7 @@ def test_every_command_parses(why: str | None, tmp_path: Path) -> None:
             parser.parse_args(argv[argv.index("--run-dir"):argv.index("--only-summary")]
                               + argv[argv.index("--only-summary") + 1:])  # exits on an unknown option
             continue
-        group = {"chaos": chaos_main, "spark_reports": spark_cli}[module]
+        group = {"chaos": chaos_main, "spark_reports": spark_cli, "harness": harness_main}[module]
         name, *args = argv[3:]
         command = group.get_command(click.Context(group), name)  # type: ignore[attr-defined]
         assert command is not None, argv

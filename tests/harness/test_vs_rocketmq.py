@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import rocketmq, vs_rocketmq
+from harness import vs_rocketmq
 from harness.broker_bench import Plan
 
 
@@ -35,12 +35,9 @@ def test_a_missing_measurement_gives_no_ratio() -> None:
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_both_brokers_measured_in_one_round(tmp_path) -> None:
-    reason = rocketmq.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
+def test_both_brokers_measured_in_one_round(tmp_path, rocketmq_home) -> None:
     result = vs_rocketmq.run(Plan(duration_s=1.0), rounds=1, progress=lambda _line: None, root=tmp_path,
-                             warm_up_s=1.0)
+                             warm_up_s=1.0, rocketmq_home=rocketmq_home)
     for row in result["table"]:
         assert all(v is not None and v > 0 for v in row["reference"] + row["rocketmq"]), row
         assert row["ratio"] is not None

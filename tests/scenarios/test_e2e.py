@@ -15,7 +15,6 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from harness import rocketmq
 from harness.driver import RocketMQDriver
 from harness.launcher import Topology
 from harness.records import load_check, load_events, load_faults, load_meta, load_metrics, validate_run
@@ -152,13 +151,11 @@ def test_cold_backlog_drops_the_page_cache_and_records_it(tmp_path):
     assert meta["fio"]["seq_write_bytes_per_s"] > 0
 
 
-def test_throughput_against_rocketmq_498(tmp_path):
+def test_throughput_against_rocketmq_498(tmp_path, rocketmq_home):
     """--broker-impl rocketmq: the embedded topology is Apache RocketMQ's, and the run record says so
     (meta.json's broker_impl is its brokerVersionDesc)."""
-    reason = rocketmq.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    proc, run = run_locust("throughput", tmp_path, "-t", "4s", "--broker-impl", "rocketmq", *SMALL_BROKER,
+    proc, run = run_locust("throughput", tmp_path, "-t", "4s", "--broker-impl", "rocketmq",
+                           "--rocketmq-home", str(rocketmq_home), *SMALL_BROKER,
                            timeout=240)
     assert_good_run(proc, run, "throughput", impl_prefix="V4_9_8")
 

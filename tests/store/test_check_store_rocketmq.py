@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import rocketmq
 from harness.launcher import BrokerProcess, Topology
 from reference_broker.client import ClientConfig, Message, Producer
 from reference_broker.tools import admin
@@ -34,11 +33,9 @@ RocketMQ = tuple[str, str, Path, BrokerProcess]  # name server, broker address, 
 
 
 @pytest.fixture
-def rocketmq_498(tmp_path: Path) -> Iterator[RocketMQ]:
-    reason = rocketmq.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    with Topology(tmp_path / "rmq", broker_conf={"mappedFileSizeCommitLog": 67108864}, impl="rocketmq") as topo:
+def rocketmq_498(tmp_path: Path, rocketmq_home: Path) -> Iterator[RocketMQ]:
+    with Topology(tmp_path / "rmq", broker_conf={"mappedFileSizeCommitLog": 67108864}, impl="rocketmq",
+                  rocketmq_home=rocketmq_home) as topo:
         broker = topo.brokers[0]
         yield topo.namesrv_addr, broker.addr, broker.store_root, broker
 

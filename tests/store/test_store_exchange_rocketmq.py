@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from chaos.sampler import messages_at
-from harness import rocketmq
 from harness.launcher import BrokerProcess, Topology
 from harness.rocketmq import BrokerImpl
 from reference_broker.client import ClientConfig, Message, Producer, PullConsumer, PullStatus
@@ -98,10 +97,8 @@ def _exchange(tmp_path: Path, writer: BrokerImpl, reader: BrokerImpl, kill: bool
 
 
 @pytest.fixture(autouse=True)
-def _needs_rocketmq() -> None:
-    reason = rocketmq.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
+def _needs_rocketmq(rocketmq_home: Path) -> None:
+    """Skipped, with the reason, when there is no distribution (tests/conftest.py)."""
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["clean-stop", "kill-9"])
