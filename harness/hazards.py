@@ -20,14 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from harness.driver import RUNTIME_INFO_BOOT_S
 from harness.launcher import Topology
 from harness.records.findings import Finding, FindingKind
 from harness.rocketmq import BrokerImpl
-from reference_broker.common.record import RecordError, decode_messages
+from reference_broker.client import protocol
+from reference_broker.client.message import MessageQueue
+from reference_broker.common.record import MessageExt, RecordError, decode_messages
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import RemotingCommand, create_request
+from reference_broker.remoting.command import RemotingCommand, create_request, fastjson_loads
 from reference_broker.remoting.errors import RemotingError
+from reference_broker.remoting.headers import PULL_FLAG_SUBSCRIPTION
 
 PULLABLE_WAIT_S: Final = 10.0  # how long a message may take to become pullable before the broker counts as stuck
 PROBE_GROUP: Final = "hazard_probe"
@@ -35,25 +39,18 @@ REPRODUCE: Final = "python -m harness hazards --broker-impl rocketmq"
 NO_FIRST_MESSAGE: Final = "the first message never became pullable"  # the probe could not start
 
 
-def pull_request(topic: str) -> RemotingCommand:
-    return create_request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": PROBE_GROUP, "topic": topic, "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
-        "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0",
-        "expressionType": "TAG"})
-
-
 def send_request(topic: str, body: bytes) -> RemotingCommand:
-    return create_request(RequestCode.SEND_MESSAGE, {
-        "producerGroup": PROBE_GROUP, "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "1",
-        "queueId": "0", "sysFlag": "0", "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
-        "properties": "", "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}, body)
+    return protocol.send_request(PROBE_GROUP, topic, 0, body, "", born_timestamp=int(time.time() * 1000))
 
 
-def pulled_offset(client: RemotingClient, topic: str, body: bytes, timeout_s: float) -> int | None:
-    """The commit-log offset of the message with ``body`` once a pull of ``topic`` returns it, or None."""
+def pulled(client: RemotingClient, topic: str, body: bytes, timeout_s: float) -> MessageExt | None:
+    """The message with ``body`` once a pull of ``topic`` (queue 0, from offset 0) returns it, or None."""
     deadline = time.monotonic() + timeout_s
+    # With the subscription in the request (PULL_FLAG_SUBSCRIPTION): the probe group registers nothing.
+    pull = protocol.pull_request(PROBE_GROUP, MessageQueue(topic, "", 0), "*", "TAG", 0, 0, 32,
+                                 PULL_FLAG_SUBSCRIPTION, 0, 0)
     while time.monotonic() < deadline:
-        r = client.invoke(pull_request(topic))
+        r = client.invoke(pull)
         if r.code == ResponseCode.SUCCESS and r.body:
             try:
                 msgs = decode_messages(r.body)
@@ -61,9 +58,25 @@ def pulled_offset(client: RemotingClient, topic: str, body: bytes, timeout_s: fl
                 msgs = []
             for m in msgs:
                 if m.body == body:
-                    return m.commit_log_offset
+                    return m
         time.sleep(0.1)
     return None
+
+
+def broker_version(client: RemotingClient) -> str:
+    """The broker's brokerVersionDesc (GET_BROKER_RUNTIME_INFO), or "" when it does not say. Asked again for up
+    to RUNTIME_INFO_BOOT_S: 4.9.8 answers SYSTEM_ERROR until its stats service's first sample (F4)."""
+    deadline = time.monotonic() + RUNTIME_INFO_BOOT_S
+    while True:
+        try:
+            r = client.invoke(create_request(RequestCode.GET_BROKER_RUNTIME_INFO, {}))
+            if r.code == ResponseCode.SUCCESS and r.body:
+                return str(fastjson_loads(r.body).get("table", {}).get("brokerVersionDesc", ""))
+        except (RemotingError, ValueError, AttributeError):
+            return ""
+        if time.monotonic() >= deadline:
+            return ""
+        time.sleep(0.2)
 
 
 @dataclass(frozen=True)
@@ -74,19 +87,18 @@ class Outcome:
     remark: str
     healthy: bool  # a message sent afterwards became pullable
     note: str
+    version: str = ""  # the broker's brokerVersionDesc
 
 
 @dataclass(frozen=True)
 class Hazard:
     name: str
     title: str  # what the finding says when a broker does not survive it
-    hostile: Callable[[int], RemotingCommand]  # the request, given a stored message's commit-log offset
+    hostile: Callable[[MessageExt], RemotingCommand]  # the request, given a stored message
 
 
-def _send_back_nul_group(phys: int) -> RemotingCommand:
-    return create_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "offset": str(phys), "group": "a\0b", "delayLevel": "-1", "originMsgId": "", "originTopic": "x",
-        "unitMode": "false", "maxReconsumeTimes": "16"})
+def _send_back_nul_group(msg: MessageExt) -> RemotingCommand:
+    return protocol.send_back_request(msg, "a\0b", -1, 16)
 
 
 HAZARDS: Final = (
@@ -104,20 +116,21 @@ def probe(addr: str, hazard: Hazard, impl: str, wait_s: float = PULLABLE_WAIT_S)
     first, second = f"HAZARD_A_{tag}", f"HAZARD_B_{tag}"
     with RemotingClient(host, int(port), timeout_s=10.0) as c:
         c.invoke(send_request(first, b"first"))
-        phys = pulled_offset(c, first, b"first", wait_s)
-        if phys is None:
+        stored = pulled(c, first, b"first", wait_s)
+        if stored is None:
             return Outcome(hazard.name, impl, -1, "", False, NO_FIRST_MESSAGE)
+        version = broker_version(c)
         try:
-            r = c.invoke(hazard.hostile(phys))
+            r = c.invoke(hazard.hostile(stored))
             answer, remark = r.code, r.remark or ""
         except RemotingError as exc:
             answer, remark = -1, f"no answer: {exc}"
     with RemotingClient(host, int(port), timeout_s=10.0) as c:  # a fresh connection: the last may be closed
         c.invoke(send_request(second, b"after"))
-        healthy = pulled_offset(c, second, b"after", wait_s) is not None
+        healthy = pulled(c, second, b"after", wait_s) is not None
     note = "a later message was pullable" if healthy else \
         f"a message sent afterwards on another topic was not pullable within {wait_s:g} s"
-    return Outcome(hazard.name, impl, answer, remark, healthy, note)
+    return Outcome(hazard.name, impl, answer, remark, healthy, note, version)
 
 
 def run(root: Path, impls: Sequence[BrokerImpl], rocketmq_home: Path | None = None,
@@ -134,10 +147,10 @@ def run(root: Path, impls: Sequence[BrokerImpl], rocketmq_home: Path | None = No
     return out
 
 
-def findings(outcomes: Sequence[Outcome], broker_version: str = "V4_9_8") -> list[Finding]:
-    """A WEDGE finding per RocketMQ outcome that left the broker broken."""
+def findings(outcomes: Sequence[Outcome]) -> list[Finding]:
+    """A WEDGE finding per RocketMQ outcome that left the broker broken, under the version the broker gave."""
     by_name = {h.name: h for h in HAZARDS}
-    return [Finding(key=f"hazard/{o.hazard}: wedge", kind=FindingKind.WEDGE, broker=broker_version,
+    return [Finding(key=f"hazard/{o.hazard}: wedge", kind=FindingKind.WEDGE, broker=o.version or "RocketMQ",
                     title=by_name[o.hazard].title if o.hazard in by_name else o.hazard,
                     detail=f"answered code {o.answer}{f' ({o.remark})' if o.remark else ''}; {o.note}",
                     reproduce=REPRODUCE, source="hazards (harness/hazards.py)")

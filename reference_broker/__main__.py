@@ -15,6 +15,7 @@ from types import FrameType
 import click
 
 from reference_broker import __version__
+from reference_broker.namesrv.kv_config import DEFAULT_PATH as KV_CONFIG_DEFAULT_PATH
 
 
 @click.group()
@@ -205,7 +206,7 @@ def bench_bare_broker(namesrv_addr: str, port: int, root: Path, topics: tuple[st
 @click.option("--scan-interval-s", type=click.FloatRange(min=0.001), default=10.0, show_default=True,
               help="How often to look for expired brokers.")
 @click.option("--kv-config-path", type=click.Path(dir_okay=False, path_type=Path),
-              default="~/namesrv/kvConfig.json", show_default=True,
+              default=KV_CONFIG_DEFAULT_PATH, show_default=True,
               help="The KV config's file (kvConfigPath; PUT/GET/DELETE_KV_CONFIG).")
 def namesrv(port: int, host: str, broker_expired_s: float, scan_interval_s: float, kv_config_path: Path) -> None:
     """Run a name server until SIGINT or SIGTERM."""

@@ -337,8 +337,7 @@ def write_record(out: bytearray | memoryview, at: int, r: PreparedRecord, queue_
         t = at + total - CRC32_RESERVED_LEN
         # The CRC covers TOTALSIZE as it will read: its bytes first (size_crc), then the rest (crc32's
         # running value).
-        # crc_digits, inline: this runs once per stored record.
-        out[t + 9 : t + 19] = (b"%010d" % (raw_crc32(out[at + 4 : t], size_crc) & 0x7FFFFFFF))[::-1]
+        out[t + 9 : t + 19] = crc_digits(raw_crc32(out[at + 4 : t], size_crc))
     out[at : at + 4] = size_b
     return total
 

@@ -2,7 +2,8 @@
 by namespace and key, kept in one JSON file, ``kvConfigPath`` (default ``~/namesrv/kvConfig.json``).
 
 The file is KVConfigSerializeWrapper: ``{"configTable": {namespace: {key: value}}}``. It is read once at start and
-written whole after every put or delete that changed something, as MixAll.string2File writes (a fsynced
+written whole after every put and every delete (4.9.8 writes even when the key was absent), as MixAll.string2File
+writes (a fsynced
 ``.tmp``, the previous content to ``.bak``, then a rename). Where 4.9.8 logs a file it cannot parse and starts
 empty (so the next put overwrites it), this keeps a copy of it first, ``kvConfig.json.corrupt``: a deliberate
 difference, because that file held what operators put there.
@@ -20,8 +21,7 @@ from reference_broker.broker.config_manager import file_to_string, string_to_fil
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PATH: Final = Path("~/namesrv/kvConfig.json")  # NamesrvConfig.kvConfigPath: user.home/namesrv/...
-NAMESPACE_ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"  # NamesrvUtil
+DEFAULT_PATH: Final = "~/namesrv/kvConfig.json"  # NamesrvConfig.kvConfigPath: user.home/namesrv/kvConfig.json
 
 
 class KVConfigManager:

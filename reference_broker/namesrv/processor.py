@@ -68,8 +68,7 @@ class NamesrvProcessor:
         self.kv_config = kv_config if kv_config is not None else KVConfigManager(None)
 
     def register_with(self, server: RemotingServer) -> None:
-        for code in (RequestCode.PUT_KV_CONFIG, RequestCode.GET_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
-                     RequestCode.GET_KVLIST_BY_NAMESPACE):
+        for code in _KV_CODES:
             server.register(code, self.handle)
         server.register(RequestCode.REGISTER_BROKER, self.handle)
         server.register(RequestCode.UNREGISTER_BROKER, self.handle)

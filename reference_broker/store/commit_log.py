@@ -256,12 +256,8 @@ class CommitLog:
         props_b = msg.properties_bytes
         if props_b is None:
             props_b = msg.encoded_properties()
+        props_b = self._stored_properties(props_b)
         append_crc = self.append_prop_crc
-        # _stored_properties, inline (once per put)
-        if rec.PROP_CRC_HEAD in props_b:
-            props_b = rec.strip_prop_crc(props_b)
-        if append_crc:
-            props_b = rec.reserve_prop_crc(props_b)
         body = msg.body
         if len(props_b) > rec.MAX_PROPERTIES_LENGTH:
             return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -272,14 +268,10 @@ class CommitLog:
         queue_id = msg.queue_id
         flag, sys_flag, born_ts = msg.flag, msg.sys_flag, msg.born_timestamp
         reconsume, prepared_offset = msg.reconsume_times, msg.prepared_transaction_offset
-        # The common put passes both checks at the first test: a known topic, fields in range (header_problem's).
-        if topic not in self._safe_topics or not (
-                0 <= queue_id < _I32 and -_I32 <= flag < _I32 and -_I32 <= sys_flag < _I32
-                and -_I64 <= born_ts < _I64 and -_I32 <= reconsume < _I32 and -_I64 <= prepared_offset < _I64):
-            bad = self._topic_problem(topic) or header_problem(queue_id, flag, sys_flag, born_ts, reconsume,
-                                                               prepared_offset)
-            if bad is not None:
-                return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
+        bad = self._topic_problem(topic) or header_problem(queue_id, flag, sys_flag, born_ts, reconsume,
+                                                           prepared_offset)
+        if bad is not None:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, bad)
         born_host = msg.born_host
         born_ip = rec.host_bytes(born_host[0])
         store_ip = self.store_ip

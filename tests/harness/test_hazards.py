@@ -22,11 +22,11 @@ def test_only_a_broken_rocketmq_outcome_is_a_finding() -> None:
     name = HAZARDS[0].name
     outcomes = [Outcome(name, "reference", 1, "bad group", False, "stuck"),
                 Outcome(name, "rocketmq", 0, "", True, "fine"),
-                Outcome(name, "rocketmq", 0, "", False, "a message sent afterwards was not pullable")]
+                Outcome(name, "rocketmq", 0, "", False, "a message sent afterwards was not pullable", "V4_9_7")]
     found = hazards.findings(outcomes)
     assert len(found) == 1
     f = found[0]
-    assert f.kind is FindingKind.WEDGE and f.broker == "V4_9_8"
+    assert f.kind is FindingKind.WEDGE and f.broker == "V4_9_7"  # the version the broker gave
     assert "F1" in f.title and "answered code 0" in f.detail and "not pullable" in f.detail
     assert f.reproduce == hazards.REPRODUCE
 
@@ -54,4 +54,5 @@ def test_rocketmq_wedges_on_f1_and_the_command_records_the_finding(tmp_path: Pat
     assert problems == []
     # docs/findings.md F1 says RocketMQ 4.9.8 wedges here; if it stops doing so, that page must change.
     assert [f.key for f in found] == [f"hazard/{HAZARDS[0].name}: wedge"], p.stdout + p.stderr
+    assert found[0].broker == "V4_9_8"  # read from the broker's runtime info
     assert any(line.startswith("BROKEN") and "rocketmq" in line for line in lines), p.stdout
