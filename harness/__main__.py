@@ -43,6 +43,7 @@ def format_summary(result: CheckResult, run_dir: Path) -> str:
         line("failed", result.failed, f"recovered_failed {result.recovered_failed:,}"),
         line("unknown", result.unknown, f"recovered {result.recovered:,}"),
         line("lost", result.lost, f"{result.lost_bytes:,} bytes"),
+        line("unread", result.unread, f"found by the final read ({result.reads:,} read rows), never delivered"),
         line("unexpected", result.unexpected),
         line("duplicated", result.duplicated, f"{result.duplicate_deliveries:,} surplus deliveries"),
         line("order violations", result.order_violation_count, order_note),

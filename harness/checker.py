@@ -1,17 +1,21 @@
 """The loss checker: Jepsen's total-queue accounting over a run's events, plus per-queue order rules.
 
-Every message carries a unique key; a key's fate is read from its send rows and its accepted receive rows
-(receive outcome "ok"; a "fail" receive is a delivery the listener declined, which will come again). Per key:
+Every message carries a unique key; a key's fate is read from its send rows, its accepted receive rows
+(receive outcome "ok"; a "fail" receive is a delivery the listener declined, which will come again) and its
+final-read rows (op "read": the harness read the message back from the broker at the end of the run, by the
+position its send was acknowledged at; ``harness.final_read``). Per key:
 
 ==================  =====================================================================================
 attempted           has at least one send row
 acknowledged        has a send with outcome "ok"
 failed              every send has outcome "fail"
 unknown             attempted, not acknowledged, not failed (a timeout or a lost connection: maybe stored)
-lost                acknowledged and never received                       -> invalid (unless allow_loss)
-unexpected          received, never attempted                             -> invalid
-recovered           unknown, and received (the send did store it)
-recovered_failed    failed, and received
+lost                acknowledged, never received, not found by the final read  -> invalid (unless allow_loss)
+unread              acknowledged, never received, found by the final read: stored and served at the end, but
+                    no consumer got it within the run (a consumer that fell behind, not a loss)
+unexpected          received or read, never attempted                     -> invalid
+recovered           unknown, and received or read (the send did store it)
+recovered_failed    failed, and received or read
 duplicated          received more often than it could have been stored: more than max(1, number of sends
                     with outcome ok or unknown). Each send row counts, so a workload-level retry of the same
                     key is another possible copy; a client-internal retry inside one send call is not (one
@@ -30,7 +34,11 @@ Departures from Jepsen ``total-queue`` (checker.clj), deliberate:
   a report, not a bug in the store, so it does not invalidate the run. (SendStatus FLUSH_DISK_TIMEOUT,
   FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are "ok" with their response codes: the master stored it. Every
   sender classifies its sends by one rule, ``harness.send_outcome``, so these counts do not depend on who sent.)
-- ``duplicated`` counts keys; ``duplicate_deliveries`` counts the surplus deliveries.
+- ``duplicated`` counts keys; ``duplicate_deliveries`` counts the surplus deliveries. Final-read rows are
+  never deliveries: they count for nothing but lost / unread, recovered and unexpected.
+- Jepsen's final drain dequeues everything left and its dequeues join the history as ordinary ones, so a
+  message only the drain saw counts as received. Here the final read is told apart (``unread``): a run whose
+  consumers never caught up stays visible as such, without calling stored messages lost.
 
 Ordered runs (``ordered=True``, from meta.json ``params.ordered`` in ``check_run``) are also invalid on any
 order violation; order is always counted (rules in harness.ordering) but otherwise only reported.
@@ -56,7 +64,7 @@ import pyarrow.compute as pc
 from harness.ordering import FirstAcks, Receives, ack_order_violations, offset_violations
 from harness.records.reader import RunRecordError, load_events, load_meta
 from harness.records.run import write_json_atomic
-from harness.records.schema import CHECK_FILE, EVENTS_FULL_SCHEMA, SCHEMA_VERSION
+from harness.records.schema import CHECK_FILE, EVENTS_FULL_SCHEMA, SCHEMA_VERSION, Op
 from harness.records.validate import validate_run
 
 I64 = npt.NDArray[np.int64]
@@ -77,6 +85,7 @@ class Category(StrEnum):
     """The named key sets of a check (keys of ``CheckResult.samples``)."""
 
     LOST = "lost"
+    UNREAD = "unread"
     UNEXPECTED = "unexpected"
     DUPLICATED = "duplicated"
     RECOVERED = "recovered"
@@ -116,6 +125,8 @@ class CheckResult:
     declined_receives: int = 0
     ordered: bool = False
     run_id: str | None = None
+    unread: int = 0
+    reads: int = 0
 
     @property
     def order_violation_count(self) -> int:
@@ -181,6 +192,7 @@ class _Fates:
     failed: Bool
     unknown: Bool
     lost: Bool
+    unread: Bool
     unexpected: Bool
     duplicated: Bool
     recovered: Bool
@@ -189,7 +201,7 @@ class _Fates:
     lost_bytes: int
 
 
-def _fates(key: I64, n_keys: int, send: Bool, ok_send: Bool, fail_send: Bool, accepted: Bool,
+def _fates(key: I64, n_keys: int, send: Bool, ok_send: Bool, fail_send: Bool, accepted: Bool, read: Bool,
            nbytes: npt.NDArray[Any]) -> _Fates:
     n_send = np.bincount(key[send], minlength=n_keys)
     n_ok = np.bincount(key[ok_send], minlength=n_keys)
@@ -200,7 +212,8 @@ def _fates(key: I64, n_keys: int, send: Bool, ok_send: Bool, fail_send: Bool, ac
     failed = attempted & (n_fail == n_send)
     unknown = attempted & ~acked & ~failed
     received = n_recv > 0
-    lost = acked & ~received
+    stored = received | (np.bincount(key[read], minlength=n_keys) > 0)
+    lost = acked & ~stored
     copies = np.maximum(n_send - n_fail, 1)  # sends that may have stored the key: ok or unknown
     duplicated = attempted & (n_recv > copies)
     lost_bytes = 0
@@ -209,9 +222,9 @@ def _fates(key: I64, n_keys: int, send: Bool, ok_send: Bool, fail_send: Bool, ac
         ok_bytes = np.bincount(key[ok_send], weights=nbytes[ok_send], minlength=n_keys)
         lost_bytes = round(float(np.sum(ok_bytes[lost] / n_ok[lost])))
     return _Fates(attempted=attempted, acknowledged=acked, failed=failed, unknown=unknown, lost=lost,
-                  unexpected=~attempted & received, duplicated=duplicated, recovered=unknown & received,
-                  recovered_failed=failed & received, surplus=np.where(duplicated, n_recv - copies, 0),
-                  lost_bytes=lost_bytes)
+                  unread=acked & ~received & stored, unexpected=~attempted & stored, duplicated=duplicated,
+                  recovered=unknown & stored, recovered_failed=failed & stored,
+                  surplus=np.where(duplicated, n_recv - copies, 0), lost_bytes=lost_bytes)
 
 
 def _first_acks(codes: I64, ok_send: Bool, worker: I64, topic: I64, queue_id: I64, start_ns: I64, end_ns: I64,
@@ -252,19 +265,19 @@ def check_events(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mappi
     """Check a history: an events table (``EVENTS_FULL_SCHEMA`` or a subset with at least op and key), a dict of
     columns, or a list of row dicts. Pure: reads nothing, writes nothing."""
     table = _as_table(events)
-    send, receive = _is(table["op"], "send"), _is(table["op"], "receive")
+    send, receive = _is(table["op"], Op.SEND), _is(table["op"], Op.RECEIVE)
     ok, fail = _is(table["outcome"], "ok"), _is(table["outcome"], "fail")
-    accepted = receive & ok
+    accepted, read = receive & ok, _is(table["op"], Op.READ) & ok
     key, keys = _codes(table["key"])
-    f = _fates(key, len(keys), send, send & ok, send & fail, accepted, _np(table["bytes"]))
+    f = _fates(key, len(keys), send, send & ok, send & fail, accepted, read, _np(table["bytes"]))
     order_violations, late_keys = _order(table, key, len(keys), send & ok, accepted)
 
     def sample(codes: I64) -> list[str]:
         return sorted(keys.take(pa.array(codes[:sample_size])).to_pylist())
 
-    named = {Category.LOST: f.lost, Category.UNEXPECTED: f.unexpected, Category.DUPLICATED: f.duplicated,
-             Category.RECOVERED: f.recovered, Category.RECOVERED_FAILED: f.recovered_failed,
-             Category.FAILED: f.failed, Category.UNKNOWN: f.unknown}
+    named = {Category.LOST: f.lost, Category.UNREAD: f.unread, Category.UNEXPECTED: f.unexpected,
+             Category.DUPLICATED: f.duplicated, Category.RECOVERED: f.recovered,
+             Category.RECOVERED_FAILED: f.recovered_failed, Category.FAILED: f.failed, Category.UNKNOWN: f.unknown}
     samples = {str(c): sample(np.flatnonzero(m)) for c, m in named.items() if m.any()}
     if len(late_keys):
         samples[Category.ORDER] = sample(late_keys)
@@ -275,7 +288,7 @@ def check_events(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mappi
         order_violations=order_violations, samples=samples, allow_loss=allow_loss,
         recovered_failed=int(f.recovered_failed.sum()), duplicate_deliveries=int(f.surplus.sum()),
         sends=int(send.sum()), receives=int(accepted.sum()), declined_receives=int((receive & ~ok).sum()),
-        ordered=ordered)
+        ordered=ordered, unread=int(f.unread.sum()), reads=int(read.sum()))
 
 
 def _order_summary(late: Bool, rx: Receives, first: FirstAcks, topics: list[str]) -> tuple[dict[str, int], I64]:

@@ -31,12 +31,13 @@ from typing import Any, Final
 import gevent
 from locust.runners import MasterRunner
 
+from harness import final_read
 from harness.checker import check_run
 from harness.driver import Driver, RocketMQDriver
 from harness.fio_baseline import fio_baseline
 from harness.launcher import Topology
 from harness.metrics_sampler import BrokerTarget, MetricsSampler
-from harness.records import MetricsWriter, RunRecord, validate_run
+from harness.records import MetricsWriter, RunRecord, load_events, validate_run
 from reference_broker.broker.broker_config import BROKER_KEYS, load_broker_conf
 from reference_broker.store.config import ROCKETMQ_KEYS
 from scenarios.agent import Agent
@@ -304,6 +305,23 @@ class _Run:
         return {"waited_s": round(time.monotonic() - start, 3), "caught_up": caught_up, "reason": reason,
                 "acknowledged": t.ok, "received": t.received}
 
+    def _final_read(self) -> dict[str, Any]:
+        """Read back each acknowledged message no consumer received (harness.final_read), after the load
+        processes wrote their last events."""
+        rec = self.record
+        assert rec is not None
+        wanted = final_read.wanted_positions(load_events(rec.run_dir, columns=final_read.COLUMNS))
+        if wanted:
+            log.info("run %s: reading back %d acknowledged, unreceived messages", rec.run_id,
+                     sum(len(k) for k in wanted.values()))
+        writer = rec.events_writer(final_read.SESSION)
+        try:
+            stats = final_read.read_back(self.co.namesrv, wanted, writer, group=f"lab_final_read_{rec.run_id[-6:]}",
+                                         instance=f"final-read-{os.getpid()}", budget_s=self.settings.final_read_s)
+        finally:
+            writer.close()
+        return stats.to_json()
+
     def end(self) -> tuple[str, int]:
         """Drain, finish, check, summarize; (summary text, exit code). Never raises."""
         rec = self.record
@@ -327,6 +345,8 @@ class _Run:
                                     "cpu_us_per_msg": round(totals.cpu_s / totals.ok * 1e6, 2) if totals.ok else None}
             if errors:
                 self.results["load_errors"] = errors
+            if self.settings.record and self.settings.consumers > 0 and self.settings.final_read_s > 0:
+                self.results["final_read"] = self._final_read()
         except Exception as exc:  # ending the run: the error goes into the results
             log.exception("ending the run")
             self.results["end_error"] = f"{type(exc).__name__}: {exc}"

@@ -40,6 +40,7 @@ class Settings:
     topic: str = ""  # "" = a fresh topic per run
     send_timeout_s: float = 3.0
     drain_timeout_s: float = 30.0
+    final_read_s: float = 60.0  # at the end: time to read back acknowledged, unreceived messages; 0 = no read
     record: bool = True
     flush: str = "ASYNC_FLUSH"
     broker_impl: BrokerImpl = "reference"  # the embedded topology's broker: "reference" or "rocketmq"
@@ -121,6 +122,9 @@ _OPTIONS: Final[list[tuple[str, str, Callable[[Any], Any], str, bool]]] = [
                               "fresh one", True),
     ("--send-timeout", "send_timeout_s", float, "Send timeout, s (a timeout is outcome unknown)", True),
     ("--drain-timeout", "drain_timeout_s", float, "At the end: how long consumers may take to catch up, s", True),
+    ("--final-read", "final_read_s", float, "At the end: at most this long to read back, by position, each "
+                                            "acknowledged message no consumer received (found = unread, not "
+                                            "lost); 0 = no final read, s", True),
     ("--flush", "flush", str, "Embedded broker: flushDiskType (ASYNC_FLUSH or SYNC_FLUSH)", False),
     ("--broker-impl", "broker_impl", str, "Embedded topology: which broker runs, reference or rocketmq (Apache "
                                           "RocketMQ from --rocketmq-home)", False),
@@ -227,5 +231,7 @@ def validate(s: Settings) -> None:
         problems.append("--drain-ratio must be in (0, 1]")
     if not 1 <= s.max_queues_per_topic <= 1024:
         problems.append("--max-queues-per-topic must be in [1, 1024]")
+    if not (s.drain_timeout_s >= 0 and s.final_read_s >= 0):  # also refuses nan
+        problems.append("--drain-timeout and --final-read must be >= 0 s")
     if problems:
         raise OptionError("; ".join(problems))

@@ -218,6 +218,12 @@ def format_summary(s: dict[str, Any]) -> str:
     drain = res.get("drain_at_end")
     if drain:
         lines.append(f"end     drained in {drain['waited_s']:.1f} s ({drain['reason']})")
+    read = res.get("final_read")
+    if read and read.get("wanted"):
+        lines.append(f"end     final read: {read['found']:,} of {read['wanted']:,} acknowledged, unreceived messages "
+                     f"still served by the broker ({read['pulls']:,} pulls, {read['seconds']:.1f} s"
+                     + ("" if read.get("complete", True) else "; incomplete: " + "; ".join(read["problems"][:2]))
+                     + ")")
     lines.append(_check_text(s.get("check"), p))
     for key in ("controller_error", "end_error", "load_errors", "finish_error", "check_error"):
         if res.get(key):
@@ -265,6 +271,7 @@ def _check_text(check: dict[str, Any] | None, params: dict[str, Any]) -> str:
             return "check   skipped (no consumers: --consumers 0)"
         return "check   not run"
     verdict = "VALID" if check.get("valid") else "INVALID"
-    return (f"check   {verdict}: {check.get('acknowledged', 0):,} acknowledged, {check.get('lost', 0):,} lost, "
+    unread = f" ({check['unread']:,} unread: served at the end, never delivered)" if check.get("unread") else ""
+    return (f"check   {verdict}: {check.get('acknowledged', 0):,} acknowledged, {check.get('lost', 0):,} lost{unread}, "
             f"{check.get('unexpected', 0):,} unexpected, {check.get('duplicated', 0):,} duplicated, "
             f"{check.get('unknown', 0):,} unknown ({check.get('recovered', 0):,} recovered)")

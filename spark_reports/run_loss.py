@@ -42,6 +42,7 @@ class RunLoss:
     recovered: int
     unexpected: int
     valid: bool
+    unread: int = 0  # acknowledged, never delivered, but the final read found it stored (harness.final_read)
 
 
 _SCHEMA = StructType([
@@ -53,6 +54,7 @@ _SCHEMA = StructType([
       for name in ("attempted", "acknowledged", "lost", "lost_bytes", "unflushed_bytes", "duplicated",
                    "recovered", "unexpected")),
     StructField("valid", BooleanType(), False),
+    StructField("unread", LongType(), False),
 ])
 
 
@@ -114,6 +116,7 @@ def run_loss(run: RunInfo) -> RunLoss | None:
         attempted=count("attempted"), acknowledged=count("acknowledged"), lost=count("lost"),
         lost_bytes=count("lost_bytes"), unflushed_bytes=unflushed_bytes(faults), duplicated=count("duplicated"),
         recovered=count("recovered"), unexpected=count("unexpected"), valid=bool(check.get("valid", False)),
+        unread=count("unread"),
     )
 
 
@@ -131,13 +134,14 @@ class GroupLoss:
     recovered: int
     unexpected: int
     invalid_runs: int
+    unread: int = 0
 
 
 def grouped(spark: SparkSession, losses: list[RunLoss], keys: tuple[str, ...]) -> list[GroupLoss]:
     """Sum the per-run counts over ``keys`` (a subset of flush_mode, fault, profile) in Spark."""
     df = spark.createDataFrame([asdict(x) for x in losses], _SCHEMA)
     sums = [F.sum(c).alias(c) for c in ("acknowledged", "lost", "lost_bytes", "unflushed_bytes", "duplicated",
-                                         "recovered", "unexpected")]
+                                         "recovered", "unexpected", "unread")]
     agg = df.groupBy(*keys).agg(F.count(F.lit(1)).alias("runs"), *sums,
                                 F.sum(F.when(F.col("valid"), 0).otherwise(1)).alias("invalid_runs"))
     rows = agg.orderBy(*keys).collect()
@@ -146,7 +150,7 @@ def grouped(spark: SparkSession, losses: list[RunLoss], keys: tuple[str, ...]) -
         runs=int(r["runs"]), acknowledged=int(r["acknowledged"]), lost=int(r["lost"]), lost_bytes=int(r["lost_bytes"]),
         unflushed_bytes=None if r["unflushed_bytes"] is None else int(r["unflushed_bytes"]),
         duplicated=int(r["duplicated"]), recovered=int(r["recovered"]), unexpected=int(r["unexpected"]),
-        invalid_runs=int(r["invalid_runs"])) for r in rows]
+        invalid_runs=int(r["invalid_runs"]), unread=int(r["unread"])) for r in rows]
 
 
 def headline_cell(group: GroupLoss) -> str:

@@ -16,14 +16,18 @@ Layout::
 Events (one row per client operation)::
 
     column        type    meaning
-    op            string  "send", "receive" (a delivery to a consumer), "ack" (offset commit; optional)
+    op            string  "send", "receive" (a delivery to a consumer), "ack" (offset commit; optional), "read"
+                          (OPTIONAL, added in v1: the harness's final read of an acknowledged message no consumer
+                          received, pulled back from the broker by its position after the run; harness.final_read.
+                          A reader that ignores these rows judges the run as before they existed)
     key           string  unique message key chosen by the workload (e.g. "w0-000001"); the checker's identity
     topic         string
     queue_id      int32   -1 when unknown
     queue_offset  int64   -1 when unknown
     intended_ns   int64   wall-clock ns when the op was meant to start (open loop); = start_ns for closed loop
     start_ns      int64   wall-clock ns when the op started (time.time_ns anchor + perf_counter_ns delta)
-    end_ns        int64   wall-clock ns when it ended (send: ack received; receive: delivered to the listener)
+    end_ns        int64   wall-clock ns when it ended (send: ack received; receive: delivered to the listener;
+                          read: pulled back)
     outcome       string  "ok" (acknowledged / delivered), "fail" (definitely not stored; for a receive: the
                           listener declined it, e.g. RECONSUME_LATER), "unknown" (timeout, connection lost)
     code          int32   RocketMQ response code, -1 if none
@@ -32,7 +36,8 @@ Events (one row per client operation)::
     born_ns       int64   receive only: the message's born timestamp (ms x 1e6), else -1
     store_ns      int64   receive only: the message's store timestamp (ms x 1e6), else -1
     session       string  OPTIONAL (added in v1): receive only, the consumer session (one consumer instance's
-                          lifetime, e.g. "c0#2" after a restart); "" = the worker is the session
+                          lifetime, e.g. "c0#2" after a restart); "" = the worker is the session; "final-read"
+                          on read rows
 
 Derived: send latency = end_ns - start_ns; publish delay = start_ns - intended_ns; end-to-end latency of a
 receive = its end_ns - the matching send's start_ns (join on key), or end_ns - born_ns.
@@ -101,6 +106,7 @@ class Op(StrEnum):
     SEND = "send"
     RECEIVE = "receive"
     ACK = "ack"
+    READ = "read"
 
 
 class Outcome(StrEnum):

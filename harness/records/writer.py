@@ -306,6 +306,15 @@ class EventWriter:
         if len(self._rows) >= self._batch:
             self._buf.full()
 
+    def record_read(self, key: str, topic: str, queue_id: int, queue_offset: int, start_ns: int, end_ns: int,
+                    born_ns: int = -1, store_ns: int = -1, nbytes: int = 0, session: str = "final-read") -> None:
+        """A message the harness read back from the broker after the run (``harness.final_read``): stored and
+        served, but not a delivery to a consumer."""
+        self._append(("read", key, topic, queue_id, queue_offset, start_ns, start_ns, end_ns, "ok", -1, nbytes,
+                      born_ns, store_ns, session))
+        if len(self._rows) >= self._batch:
+            self._buf.full()
+
     def record_ack(self, topic: str, queue_id: int, queue_offset: int, start_ns: int, end_ns: int,
                    outcome: str = "ok", code: int = -1, session: str = "") -> None:
         """An offset commit (``key`` is empty)."""

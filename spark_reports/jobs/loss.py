@@ -245,13 +245,13 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     judged = findings(losses, {r.run_id: read_faults(r) for r in runs}, cycles)
 
     run_header = ["run_id", "flush_mode", "fault", "sysctl_profile", "attempted", "acknowledged", "lost", "lost_bytes",
-                  "unflushed_bytes", "duplicated", "recovered", "unexpected", "valid"]
+                  "unread", "unflushed_bytes", "duplicated", "recovered", "unexpected", "valid"]
     run_rows = [(x.run_id, x.flush_mode, x.fault, x.profile, x.attempted, x.acknowledged, x.lost, x.lost_bytes,
-                 x.unflushed_bytes, x.duplicated, x.recovered, x.unexpected, x.valid) for x in losses]
-    group_header = ["flush_mode", "fault", "sysctl_profile", "runs", "acknowledged", "lost", "lost_bytes",
+                 x.unread, x.unflushed_bytes, x.duplicated, x.recovered, x.unexpected, x.valid) for x in losses]
+    group_header = ["flush_mode", "fault", "sysctl_profile", "runs", "acknowledged", "lost", "lost_bytes", "unread",
                     "unflushed_bytes", "duplicated", "recovered", "unexpected", "invalid_runs"]
-    group_rows = [(g.flush_mode, g.fault, g.profile, g.runs, g.acknowledged, g.lost, g.lost_bytes, g.unflushed_bytes,
-                   g.duplicated, g.recovered, g.unexpected, g.invalid_runs) for g in by_group]
+    group_rows = [(g.flush_mode, g.fault, g.profile, g.runs, g.acknowledged, g.lost, g.lost_bytes, g.unread,
+                   g.unflushed_bytes, g.duplicated, g.recovered, g.unexpected, g.invalid_runs) for g in by_group]
     faults, headline_rows = headline_table(by_mode_fault)
 
     files = [
@@ -261,9 +261,11 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     ]
     page = Page("Loss: what each flush mode keeps under each fault")
     page.paragraph(
-        "Counts from each run's check.json (acknowledged = sends the broker confirmed; lost = acknowledged but "
-        "never delivered; lost bytes = their body bytes; recovered = outcome unknown at the client but delivered; "
-        "duplicated = extra deliveries; "
+        "Counts from each run's check.json (acknowledged = sends the broker confirmed; lost = acknowledged, "
+        "never delivered and not found by the run's final read; lost bytes = their body bytes; unread = "
+        "acknowledged and never delivered, but still served by the broker when the run's final read asked for "
+        "it by position (the consumers fell behind; not a loss); recovered = outcome unknown at the client but "
+        "delivered; duplicated = extra deliveries; "
         "unexpected = delivered but never sent). Unflushed window = written_offset − flushed_offset of the "
         "power-loss fault: the commit-log bytes that were in the page cache but not on disk at the crash.")
     page.heading("Headline")
@@ -272,12 +274,13 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     else:
         page.paragraph("No run has a check.json.", note=True)
     page.heading("By flush mode × fault × sysctl profile")
-    page.table(["flush mode", "fault", "sysctl profile", "runs", "acknowledged", "lost", "lost bytes",
+    page.table(["flush mode", "fault", "sysctl profile", "runs", "acknowledged", "lost", "lost bytes", "unread",
                 "unflushed window (B)", "duplicated", "recovered", "unexpected", "invalid runs"], group_rows,
                text_columns=3)
     page.heading("Per run")
     page.table(["run", "flush mode", "fault", "sysctl profile", "attempted", "acknowledged", "lost", "lost bytes",
-                "unflushed window (B)", "duplicated", "recovered", "unexpected", "valid"], run_rows, text_columns=4)
+                "unread", "unflushed window (B)", "duplicated", "recovered", "unexpected", "valid"], run_rows,
+               text_columns=4)
     if unchecked:
         page.paragraph("Runs without check.json (left out): " + ", ".join(unchecked), note=True)
     disk_rows = _disk_fill_section(page, cycles)

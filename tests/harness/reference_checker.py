@@ -9,11 +9,14 @@ from typing import Any
 def reference_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     sends: dict[str, list[dict[str, Any]]] = defaultdict(list)
     received: Counter[str] = Counter()
+    read: set[str] = set()  # found by the final read: stored, but no delivery
     for r in rows:
         if r["op"] == "send":
             sends[r["key"]].append(r)
         elif r["op"] == "receive" and r.get("outcome", "ok") == "ok":
             received[r["key"]] += 1
+        elif r["op"] == "read" and r.get("outcome", "ok") == "ok":
+            read.add(r["key"])
     out: Counter[str] = Counter()
     lost_bytes = 0
     surplus = 0
@@ -22,24 +25,27 @@ def reference_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
         n_ok, n_fail = outcomes.count("ok"), outcomes.count("fail")
         out["attempted"] += 1
         got = received[key]
+        stored = got > 0 or key in read
         if n_ok:
             out["acknowledged"] += 1
-            if not got:
+            if not stored:
                 out["lost"] += 1
                 lost_bytes += next(s["bytes"] for s in ss if s["outcome"] == "ok")
+            elif not got:
+                out["unread"] += 1
         elif n_fail == len(ss):
             out["failed"] += 1
-            out["recovered_failed"] += got > 0
+            out["recovered_failed"] += stored
         else:
             out["unknown"] += 1
-            out["recovered"] += got > 0
+            out["recovered"] += stored
         copies = max(1, len(ss) - n_fail)
         if got > copies:
             out["duplicated"] += 1
             surplus += got - copies
-    out["unexpected"] = sum(1 for k in received if k not in sends)
+    out["unexpected"] = sum(1 for k in set(received) | read if k not in sends)
     keys = ("attempted", "acknowledged", "failed", "unknown", "lost", "unexpected", "duplicated", "recovered",
-            "recovered_failed")
+            "recovered_failed", "unread")
     return {k: out[k] for k in keys} | {"lost_bytes": lost_bytes, "duplicate_deliveries": surplus}
 
 

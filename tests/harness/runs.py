@@ -20,6 +20,8 @@ def write_run(runs_dir: Path, rows: list[dict[str, Any]], *, fmt: Literal["parqu
                   r.get("start_ns", 0), r.get("end_ns", 0))
         if r["op"] == "send":
             w.record_send(*common, r.get("outcome", "ok"), nbytes=r.get("bytes", 100))
+        elif r["op"] == "read":
+            w.record_read(*common, nbytes=r.get("bytes", 100))
         else:
             w.record_receive(*common, outcome=r.get("outcome", "ok"), session=r.get("session", ""),
                              nbytes=r.get("bytes", 100))

@@ -34,13 +34,19 @@ def recv(key: str, *, t: int = 100, queue: int = 0, offset: int = -1, worker: st
                 worker=worker, session=session, bytes=100, topic=topic)
 
 
+def read(key: str, *, t: int = 200, queue: int = 0, offset: int = -1, topic: str = "T") -> dict[str, Any]:
+    """A final-read row (harness.final_read): the harness found the message at its position after the run."""
+    return dict(op="read", key=key, outcome="ok", start_ns=t, end_ns=t, queue_id=queue, queue_offset=offset,
+                worker="final-read", session="final-read", bytes=100, topic=topic)
+
+
 def totals(result: Any) -> dict[str, int]:
     return {k: getattr(result, k) for k in ("attempted", "acknowledged", "failed", "unknown", "lost", "unexpected",
-                                            "duplicated", "recovered", "recovered_failed")}
+                                            "duplicated", "recovered", "recovered_failed", "unread")}
 
 
 ZERO = dict(attempted=0, acknowledged=0, failed=0, unknown=0, lost=0, unexpected=0, duplicated=0, recovered=0,
-            recovered_failed=0)
+            recovered_failed=0, unread=0)
 
 
 def test_clean_history_has_nothing_to_report() -> None:
@@ -56,6 +62,25 @@ def test_acknowledged_but_never_received_is_lost_with_its_bytes() -> None:
     r = check_events([send("a", nbytes=300), send("b", nbytes=7), recv("b")])
     assert (r.lost, r.lost_bytes) == (1, 300)
     assert r.samples[Category.LOST] == ["a"]
+    assert not r.valid
+
+
+def test_acknowledged_unreceived_but_found_by_the_final_read_is_unread_not_lost() -> None:
+    r = check_events([send("a", offset=3), send("b", offset=4), recv("b", offset=4), read("a", offset=3)])
+    assert (r.lost, r.unread, r.reads) == (0, 1, 1)
+    assert r.samples[Category.UNREAD] == ["a"] and Category.LOST not in r.samples
+    assert r.valid
+
+
+def test_a_final_read_is_no_delivery_a_received_key_read_again_is_neither_unread_nor_duplicated() -> None:
+    r = check_events([send("a", offset=3), recv("a", offset=3), read("a", offset=3), read("a", offset=3)])
+    assert totals(r) == ZERO | dict(attempted=1, acknowledged=1)
+    assert r.receives == 1 and r.reads == 2
+
+
+def test_a_final_read_recovers_an_unknown_send_and_a_read_never_sent_is_unexpected() -> None:
+    r = check_events([send("a", "unknown"), send("b", "fail"), read("a"), read("b"), read("ghost")])
+    assert (r.recovered, r.recovered_failed, r.unexpected, r.unread) == (1, 1, 1, 0)
     assert not r.valid
 
 
@@ -224,6 +249,9 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
                          queue=draw(st.integers(-1, 1)), offset=draw(st.integers(-1, 5)),
                          worker=draw(st.sampled_from(["c0", "c1"])), session=draw(st.sampled_from(["", "s"])),
                          outcome=draw(st.sampled_from(["ok", "ok", "ok", "fail"]))))
+    for _ in range(draw(st.integers(0, 8))):
+        rows.append(read(draw(st.sampled_from([*KEYS, "ghost"])), queue=draw(st.integers(-1, 1)),
+                         offset=draw(st.integers(-1, 5))))
     return draw(st.permutations(rows))
 
 

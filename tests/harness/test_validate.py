@@ -117,7 +117,8 @@ def test_unknown_op_and_outcome_values(run: Path) -> None:
     t = t.set_column(t.schema.get_field_index("outcome"), "outcome", pa.array(["ok", "timeout"]))
     replace_part(run, t)
     assert validate_run(run) == [
-        "events/part-w0-000000.parquet: column 'op' has values ['poll'], expected one of ['ack', 'receive', 'send']",
+        "events/part-w0-000000.parquet: column 'op' has values ['poll'], expected one of ['ack', 'read', 'receive', "
+        "'send']",
         "events/part-w0-000000.parquet: column 'outcome' has values ['timeout'], expected one of "
         "['fail', 'ok', 'unknown']",
     ]

@@ -2,7 +2,7 @@
 
 import csv
 
-from spark_reports.run_loss import fault_label, grouped, headline_cell, run_loss, unflushed_bytes
+from spark_reports.run_loss import RunLoss, fault_label, grouped, headline_cell, run_loss, unflushed_bytes
 from spark_reports.run_records import discover_runs
 
 
@@ -73,3 +73,15 @@ def test_fault_helpers():
     assert fault_label([]) == "none"
     assert unflushed_bytes(faults) == 2_000
     assert unflushed_bytes(faults[1:2]) is None
+
+
+def test_unread_messages_are_a_column_of_their_own_summed_per_group(spark, reports):
+    """A run whose consumers fell behind: its unread count (check.json "unread", from the final read) is carried
+    per run and summed per group, apart from lost."""
+    def run(run_id: str, unread: int) -> RunLoss:
+        return RunLoss(run_id, "ASYNC_FLUSH", "none", "none", 100, 100, 0, 0, None, 0, 0, 0, True, unread=unread)
+
+    (group,) = grouped(spark, [run("a", 7), run("b", 5)], ("flush_mode", "fault"))
+    assert (group.unread, group.lost, group.runs) == (12, 0, 2)
+    header = _read(reports.out_dir / "loss" / "loss_runs.csv")[0]
+    assert "unread" in header and int(header["unread"]) == 0  # the synthetic runs were all read in full
