@@ -22,6 +22,7 @@ import enum
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from contextlib import ExitStack
@@ -38,10 +39,12 @@ from harness.fio_baseline import fio_baseline
 from harness.launcher import Topology
 from harness.metrics_sampler import BrokerTarget, MetricsSampler
 from harness.records import MetricsWriter, RunRecord, load_events, validate_run
+from harness.records.findings import record as record_finding
 from reference_broker.broker.broker_config import BROKER_KEYS, load_broker_conf
 from reference_broker.store.config import ROCKETMQ_KEYS
 from scenarios.agent import Agent
 from scenarios.contract import RUN_INFO_ATTR, Phase, RunInfo
+from scenarios.findings import drain_stall
 from scenarios.hub import Hub, LocalHub, MasterHub
 from scenarios.options import OptionError, Settings, parse_host, settings_from
 from scenarios.spec import RunContext, ScenarioSpec
@@ -380,6 +383,10 @@ class _Run:
         try:
             summary = summarize(rec.run_dir, check)
             text = format_summary(summary)
+            stall = drain_stall(summary, "locust " + shlex.join(sys.argv[1:]))
+            if stall is not None:  # about RocketMQ: a finding for the reports' findings page
+                path = record_finding(Path(self.settings.run_dir), stall)
+                text += f"\nfinding {stall.title} -> {path}"
             (rec.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
             (rec.run_dir / "summary.txt").write_text(text + "\n")
         except Exception as exc:  # the summary: a run without one still ends

@@ -35,7 +35,7 @@ class BadRequest(Exception):
 def _field(cmd: RemotingCommand, name: str) -> str:
     value = cmd.ext_fields.get(name)
     if value is None:
-        # RemotingCommand.checkFields' message for a missing @CFNotNull field.
+        # The message 4.9.8's decodeCommandCustomHeader builds (and only logs) for a missing @CFNotNull field.
         raise BadRequest(f"the custom field <{name}> is null")
     return value
 

@@ -1,10 +1,13 @@
 """This module owns the custom header fields shared by broker and clients
 (common/.../protocol/header/*.java, 4.9.8).
 
-RocketMQ carries a request's custom header as string values in ``extFields`` (makeCustomHeaderToNet); a
-missing ``@CFNotNull`` field or a non-number where a number is declared makes decodeCommandCustomHeader
-throw, which the processors answer with SYSTEM_ERROR. ``field``/``int_field`` raise ``BadRequest`` for
-both so a handler turns either into that answer in one place.
+RocketMQ carries a request's custom header as string values in ``extFields`` (makeCustomHeaderToNet). For a
+missing ``@CFNotNull`` field or a non-number where a number is declared, 4.9.8's decodeCommandCustomHeader
+builds the exception "the custom field <name> is null" (or the parse error) but catches it per field, logs
+"Failed field [name] decoding" and leaves the field null, so the request goes on and fails later, if at all
+(tests/remoting/test_rocketmq_header_decode.py). The reference broker deliberately refuses such a request
+(README, "Missing header fields are refused by name"): ``field``/``int_field`` raise ``BadRequest``, which a
+handler answers with SYSTEM_ERROR and the text 4.9.8 logs.
 
 | request                          | header fields (ext_fields keys)                                          |
 |----------------------------------|--------------------------------------------------------------------------|
@@ -99,7 +102,7 @@ def str_of(fields: dict[str, str], name: str) -> str:
     """A required header value from an extFields map (also a renamed or partial one)."""
     value = fields.get(name)
     if value is None:
-        # RemotingCommand.checkFields' message for a missing @CFNotNull field.
+        # The message 4.9.8's decodeCommandCustomHeader builds (and only logs) for a missing @CFNotNull field.
         raise BadRequest(f"the custom field <{name}> is null")
     return value
 

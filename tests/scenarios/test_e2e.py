@@ -18,6 +18,7 @@ import pytest
 from harness.driver import RocketMQDriver
 from harness.launcher import Topology
 from harness.records import load_check, load_events, load_faults, load_meta, load_metrics, validate_run
+from harness.records.findings import read as read_findings
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_BROKER = ["--broker-conf", f"mappedFileSizeCommitLog={64 << 20}"]
@@ -32,7 +33,7 @@ def run_locust(scenario: str, tmp_path: Path, *args: str,
            "--only-summary", "-L", "WARNING", "--run-dir", str(runs), "--store-dir", str(tmp_path / "store"), *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCUST_", "RMQ_LAB_"))}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
-    dirs = sorted(runs.iterdir()) if runs.is_dir() else []
+    dirs = sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []  # not findings.jsonl
     assert len(dirs) == 1, f"expected one run directory, got {dirs}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc, dirs[0]
 
@@ -177,6 +178,24 @@ def test_throughput_against_rocketmq_498(tmp_path, rocketmq_home):
                            "--rocketmq-home", str(rocketmq_home), *SMALL_BROKER,
                            timeout=240)
     assert_good_run(proc, run, "throughput", impl_prefix="V4_9_8")
+
+
+@pytest.mark.slow
+def test_on_rocketmq_a_run_ending_behind_reads_back_from_its_store_and_records_a_stall(tmp_path, rocketmq_home):
+    """The same end as above on Apache RocketMQ 4.9.8: the final read pulls the unreceived positions from
+    RocketMQ's own store, and a RocketMQ run whose consumers had not caught up is a stall finding in
+    runs/findings.jsonl, with its run record."""
+    proc, run = run_locust("backlog", tmp_path, "-t", "5s", "--backlog-bytes", str(64 << 20), "--warmup", "1",
+                           "--rate", "1000", "--drain-timeout", "0", "--broker-impl", "rocketmq",
+                           "--rocketmq-home", str(rocketmq_home), *SMALL_BROKER, timeout=240)
+    assert_good_run(proc, run, "backlog", impl_prefix="V4_9_8")
+    check, read = load_check(run), load_meta(run)["results"]["final_read"]
+    assert read["complete"] and read["wanted"] > 500 and read["found"] == read["wanted"], read
+    assert check["unread"] == read["found"] and check["lost"] == 0, check
+    found, problems = read_findings(tmp_path / "runs")
+    assert problems == [] and [f.key for f in found] == ["scenario/backlog: consumers behind at the end"]
+    assert found[0].broker == "V4_9_8" and found[0].run_dir == str(run.resolve())
+    assert "had not caught up" in found[0].detail and f"finding {found[0].title}" in proc.stdout
 
 
 def test_an_unknown_broker_impl_is_refused(tmp_path):
