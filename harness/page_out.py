@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -25,6 +25,10 @@ MADV_PAGEOUT: Final = 21  # include/uapi/asm-generic/mman-common.h
 SYS_PIDFD_OPEN: Final = 434
 SYS_PROCESS_MADVISE: Final = 440
 IOV_MAX: Final = 1024  # process_madvise takes at most UIO_MAXIOV ranges per call
+# ... and at most MAX_RW_COUNT bytes (INT_MAX rounded down to a page, include/linux/fs.h): import_iovec cuts
+# the ranges there and the call returns the bytes it advised, so two 1 GiB commit-log files and their
+# consume queues are more than one call covers.
+MAX_RW_COUNT: Final = 0x7FFFF000
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,31 @@ class PageOutResult:
     reason: str | None = None
 
 
+def advise_all(ranges: Sequence[tuple[int, int]], advise: Callable[[Sequence[tuple[int, int]]], int]) -> int:
+    """Advise every (start, length) range: ``advise`` takes up to IOV_MAX ranges and returns the bytes it
+    advised from their front, which may be fewer than asked (process_madvise stops at MAX_RW_COUNT bytes, or
+    early on an error after some progress); the rest is asked again until every byte is done. Returns the
+    bytes advised; an OSError from ``advise`` propagates, and a call that advises nothing raises one."""
+    pending = [(start, length) for start, length in ranges if length > 0]
+    done = 0
+    while pending:
+        batch = pending[:IOV_MAX]
+        n = advise(batch)
+        if n <= 0:
+            raise OSError(f"process_madvise advised nothing of {len(batch)} ranges at {batch[0][0]:#x}")
+        done += n
+        i = 0
+        while n > 0:  # drop what was advised from the front; a range it stopped inside keeps its rest
+            start, length = pending[i]
+            if n < length:
+                pending[i] = (start + n, length - n)
+                break
+            n -= length
+            i += 1
+        del pending[:i]
+    return done
+
+
 class _IoVec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
 
@@ -87,19 +116,22 @@ def page_out(pid: int, roots: Iterable[Path]) -> PageOutResult:
     if not mappings:
         return PageOutResult(True, 0, 0, "no store file is mapped")
     libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long  # a byte count can pass 2**31
     pidfd = libc.syscall(SYS_PIDFD_OPEN, pid, 0)
     if pidfd < 0:
         return PageOutResult(False, 0, 0, f"pidfd_open({pid}): {os.strerror(ctypes.get_errno())}")
-    advised = 0
+
+    def advise(batch: Sequence[tuple[int, int]]) -> int:
+        vec = (_IoVec * len(batch))(*[_IoVec(start, length) for start, length in batch])
+        n = int(libc.syscall(SYS_PROCESS_MADVISE, pidfd, vec, ctypes.c_size_t(len(batch)), MADV_PAGEOUT, 0))
+        if n < 0:
+            raise OSError(f"process_madvise(MADV_PAGEOUT): {os.strerror(ctypes.get_errno())}")
+        return n
+
     try:
-        for i in range(0, len(mappings), IOV_MAX):
-            chunk = mappings[i:i + IOV_MAX]
-            vec = (_IoVec * len(chunk))(*[_IoVec(m.start, m.length) for m in chunk])
-            n = libc.syscall(SYS_PROCESS_MADVISE, pidfd, vec, len(chunk), MADV_PAGEOUT, 0)
-            if n < 0:
-                return PageOutResult(False, len(mappings), advised,
-                                     f"process_madvise(MADV_PAGEOUT): {os.strerror(ctypes.get_errno())}")
-            advised += n
+        advised = advise_all([(m.start, m.length) for m in mappings], advise)
+    except OSError as exc:
+        return PageOutResult(False, len(mappings), 0, str(exc))
     finally:
         os.close(pidfd)
     return PageOutResult(True, len(mappings), advised)

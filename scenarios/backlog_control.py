@@ -7,7 +7,7 @@ controller for ``scenarios/backlog.py``.
    build time (the client's view, sent ok - received, is recorded next to it);
 3. optionally (``--cold``) evict the backlog from the page cache (root: the broker's mappings of its store
    files paged out with process_madvise, then ``sync``; ``echo 1 > /proc/sys/vm/drop_caches``), recorded in
-   faults.jsonl; measure how much of the backlog's commit-log files is resident;
+   faults.jsonl; measure how much of the backlog's commit-log bytes is resident;
 4. resume the consumers while producers go on at ``--drain-rate`` (OMB: unchanged; Redpanda's fork:
    throttled; 0: stopped); the drain is complete when the backlog is at most
    ``max(floor, (1 - drain_ratio) * built)``: drain time, drain rates, and where the reads came from (the
@@ -90,15 +90,16 @@ def _commitlog_max(ctx: RunContext) -> int | None:
 
 
 def _residency(ctx: RunContext, start: int | None, end: int | None) -> dict[str, Any] | None:
-    """Page-cache residency of the backlog's commit-log bytes (embedded single broker only)."""
+    """Page-cache residency of the backlog's commit-log bytes, [start, end) exactly (embedded single broker
+    only)."""
     if len(ctx.brokers) != 1 or ctx.brokers[0].store_root is None or start is None or end is None:
         return None
     try:
-        resident, written = commitlog_range_residency(ctx.brokers[0].store_root, start, end)
+        resident, size = commitlog_range_residency(ctx.brokers[0].store_root, start, end)
     except OSError as exc:
         return {"error": str(exc)}
-    return {"resident_bytes": resident, "file_bytes": written,
-            "ratio": round(resident / written, 4) if written else None}
+    return {"resident_bytes": resident, "range_bytes": size,
+            "ratio": round(resident / size, 4) if size else None}
 
 
 def _read_bytes(ctx: RunContext) -> int | None:

@@ -292,7 +292,7 @@ def generate_run(out_dir: Path, spec: BacklogSpec, index: int) -> ExpectedBacklo
 
     # results.backlog as scenarios/backlog_control.py writes it.
     backlog_bytes = backlog * spec.message_size
-    at_build = {"resident_bytes": written_at_build, "file_bytes": written_at_build, "ratio": 1.0}
+    at_build = {"resident_bytes": written_at_build, "range_bytes": written_at_build, "ratio": 1.0}
     drain_s = round((drained - resumed) / SECOND_NS, 3)
     in_window = (recv_all > resumed) & (recv_all <= drained)
     sends_in_window = int(((acks > resumed) & (acks <= drained)).sum())
@@ -310,7 +310,7 @@ def generate_run(out_dir: Path, spec: BacklogSpec, index: int) -> ExpectedBacklo
     if spec.cold:
         after = dict(at_build)
         if spec.cache_dropped:
-            after = {"resident_bytes": written_at_build - evicted, "file_bytes": written_at_build,
+            after = {"resident_bytes": written_at_build - evicted, "range_bytes": written_at_build,
                      "ratio": round((written_at_build - evicted) / written_at_build, 4)}
             residency_at_start = after["ratio"]
         reason = None if spec.cache_dropped else "not root (euid 1000)"

@@ -110,7 +110,7 @@ def test_backlog_builds_and_drains(tmp_path):
     b = meta["results"]["backlog"]
     assert b["backlog_bytes"] >= 1 << 20 and b["build_s"] > 0 and b["drain_s"] > 0, b
     assert b["read_from"].startswith(("page cache", "disk")) and b["drain_rate_msgs"] > 0
-    assert b["page_cache_at_build"]["file_bytes"] > 0
+    assert b["page_cache_at_build"]["range_bytes"] > 0
     assert "backlog built" in proc.stdout and "drained in" in proc.stdout
 
 

@@ -18,6 +18,7 @@ from harness.metrics_sampler import (
     page_cache_by_set,
     parse_fincore,
     parse_vmrss,
+    resident_bytes,
     rss_bytes,
     runtime_metrics,
     samples_of,
@@ -67,10 +68,32 @@ def test_page_cache_and_range_residency(tmp_path):
     (cl / f"{1 << 20:020d}").write_bytes(os.urandom(1 << 20))
     sets = page_cache_by_set(tmp_path)
     assert sets["commitlog"] == 2 << 20 and sets["consumequeue"] == 0 and sets["index"] == 0
-    # The range [512 KiB, 1.5 MiB) spans both files; the second file is written up to 1.5 MiB.
-    resident, written = commitlog_range_residency(tmp_path, 512 << 10, (1 << 20) + (512 << 10))
-    assert written == (1 << 20) + (512 << 10) and resident == written
+    # The range [512 KiB + 100, 1.5 MiB + 100) spans both files.
+    resident, size = commitlog_range_residency(tmp_path, (512 << 10) + 100, (1536 << 10) + 100)
+    assert size == 1 << 20 and resident == size
     assert commitlog_range_residency(tmp_path, 4 << 20, 5 << 20) == (0, 0)
+
+
+def test_range_residency_counts_no_page_outside_the_range(tmp_path):
+    # A writer faulting at the end of the range reads around itself: resident pages past the end (and before
+    # the start) are not the range's, though fincore counts them for the file.
+    cl = tmp_path / "commitlog"
+    cl.mkdir()
+    path = cl / f"{0:020d}"
+    path.write_bytes(os.urandom(8 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages leave the cache
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # the reads below read no more than asked
+        os.pread(fd, 1 << 20, 0)  # before the range
+        os.pread(fd, 2 << 20, 6 << 20)  # straddles its end
+    finally:
+        os.close(fd)
+    assert resident_bytes(path, 0, 8 << 20) == 3 << 20
+    assert commitlog_range_residency(tmp_path, 2 << 20, (7 << 20) + 100) == ((1 << 20) + 100, (5 << 20) + 100)
+    assert resident_bytes(path, (1 << 20) - 10, (2 << 20) - 10) == 10
+    assert resident_bytes(path, 9 << 20, 10 << 20) == 0
 
 
 def test_sampler_against_a_broker(topo, driver):
