@@ -160,6 +160,13 @@ def _namesrv_addr(value: Any) -> None:
                              'e.g. "127.0.0.1:9876;192.168.0.1:9876"')
 
 
+def _host_port(value: Any) -> None:
+    """RemotingUtil.string2SocketAddress: HOST:PORT (the master's HA address)."""
+    host, sep, port = str(value).strip().rpartition(":")
+    if not (sep and host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"{value!r} is not HOST:PORT with a port 1..65535, e.g. 127.0.0.1:10912")
+
+
 _HOUR: Final = re.compile(r"[0-9]+")
 
 
@@ -275,6 +282,14 @@ CONF_CHECKS: Final[dict[str, Callable[[Any], None]]] = {
     "messageDelayLevel": _message_delay_level,
     "osPageCacheBusyTimeOutMills": _WAIT_MS_LONG,
     "putMsgIndexHightWater": Between(0, why="a dispatch backlog in messages"),
+    # 0 would answer FLUSH_SLAVE_TIMEOUT to nearly every SYNC_MASTER put that waits.
+    "slaveTimeout": Between(1, why="a timeout in ms"),
+    "haListenPort": Between(1, 65535, "a fixed TCP port (slaves connect to it)"),
+    "haSendHeartbeatInterval": _PERIOD_MS,
+    "haHousekeepingInterval": Between(1, why="a time in ms after which a silent connection is closed"),
+    "haTransferBatchSize": _SIZE,
+    "haMasterAddress": _host_port,
+    "haSlaveFallbehindMax": Between(0, why="bytes a slave may lag and still count as available"),
 }
 
 _BOOL_FIELDS = {f.name for f in fields(BrokerConfig) if f.type in ("bool", bool)}

@@ -245,3 +245,26 @@ def test_cli_names_the_line_that_is_not_utf8(tmp_path):
     assert p.returncode != 0
     assert "bad.conf:2: not UTF-8" in p.stderr
     assert not store.exists()
+
+
+def test_ha_keys_are_read(tmp_path):
+    """The classic-HA keys of MessageStoreConfig (4.9.8) land in the store's configuration."""
+    _bc, sc = load_broker_conf(_conf(tmp_path, (
+        "brokerName=b\nbrokerId=1\nbrokerRole=SLAVE\nhaListenPort=20912\nhaSendHeartbeatInterval=1000\n"
+        "haHousekeepingInterval=4000\nhaTransferBatchSize=65536\nhaMasterAddress=10.0.0.1:10912\n"
+        "haSlaveFallbehindMax=1024\nslaveTimeout=500\n")))
+    assert (sc.ha_listen_port, sc.ha_send_heartbeat_interval_ms, sc.ha_housekeeping_interval_ms,
+            sc.ha_transfer_batch_size, sc.ha_master_address, sc.ha_slave_fallbehind_max, sc.slave_timeout_ms) == (
+        20912, 1000, 4000, 65536, "10.0.0.1:10912", 1024, 500)
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ("haMasterAddress=10.0.0.1", "is not HOST:PORT"),
+    ("haListenPort=70000", "1..65535"),
+    ("slaveTimeout=0", "must be 1.."),
+    ("haTransferBatchSize=0", "must be 1.."),
+])
+def test_bad_ha_values_name_file_line_key(tmp_path, line, reason):
+    key = line.split("=")[0]
+    with pytest.raises(BrokerConfError, match=rf"broker\.conf:2: {key}: .*{reason}"):
+        load_broker_conf(_conf(tmp_path, f"brokerName=b\n{line}\n"))
