@@ -71,3 +71,42 @@ def test_our_slave_replicates_a_rocketmq_sync_master(tmp_path: Path, rocketmq_ho
         assert sorted(bodies) == sorted([b"first"] + [b"body-%d" % i for i in range(30)]
                                         + [b"first"] * (len(bodies) - 31))
         topo.kill()
+
+
+def test_rocketmq_slave_replicates_our_master(tmp_path: Path, rocketmq_home: Path, stores) -> None:
+    """Apache RocketMQ 4.9.8's broker as a SLAVE (haMasterAddress set: it does not ask the name server) replicating
+    our master store: its commit log becomes ours and its own dispatch builds queues from our records."""
+    from reference_broker.remoting.client import RemotingClient as Client
+    from reference_broker.remoting.codes import RequestCode
+    from reference_broker.remoting.command import create_request
+    from tests.ha.ha_helpers import open_master
+    from tests.store.store_helpers import make_msg, put_ok
+
+    master, ha = open_master(stores, tmp_path / "master", broker_role=BrokerRole.SYNC_MASTER,
+                             mapped_file_size_commit_log=FILE_SIZE)
+    conf = {"mappedFileSizeCommitLog": FILE_SIZE, "mappedFileSizeConsumeQueue": 6000 * 20}
+    with Topology(tmp_path / "rmq", broker_conf=conf, brokers=0, impl="rocketmq",
+                  rocketmq_home=rocketmq_home) as topo:
+        slave = topo.add_broker("broker-a-slave", extra={
+            "brokerName": "broker-a", "brokerId": "1", "brokerRole": "SLAVE",
+            "haMasterAddress": f"127.0.0.1:{ha.port}"})
+        wait_until(lambda: ha.connection_count() == 1, 60, "RocketMQ's slave to connect")
+        # 4.9.8's HAClient sends its first report one haSendHeartbeatInterval (5 s) after connecting, and the
+        # master sends nothing before it: a SYNC_MASTER put in that window ends FLUSH_SLAVE_TIMEOUT.
+        wait_until(lambda: any(c.slave_request_offset >= 0 for c in ha.connections), 30,
+                   "RocketMQ's slave's first report")
+        results = [put_ok(master, make_msg(f"rmq-{i}", topic=TOPIC, queue_id=i % 2, keys=f"k{i}")) for i in range(30)]
+        # SYNC_MASTER puts answered PUT_OK: RocketMQ's slave acknowledged each one.
+        assert all(r.append is not None for r in results)
+        end = master.get_max_phy_offset()
+        rmq_file = slave.store_root / "commitlog" / f"{0:020d}"
+        wait_until(lambda: rmq_file.exists() and rmq_file.read_bytes()[:end] == log_bytes(master, 0, end), 30,
+                   "RocketMQ's commit log to equal ours")
+
+        def rmq_max_offsets() -> list[int]:
+            with Client("127.0.0.1", slave.port, timeout_s=10) as c:
+                return [int(c.invoke(create_request(RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": str(q)}))
+                            .ext_fields["offset"]) for q in range(2)]
+
+        wait_until(lambda: rmq_max_offsets() == [15, 15], 30, "RocketMQ's dispatch of our records")
+        topo.kill()
