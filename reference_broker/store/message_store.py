@@ -133,8 +133,8 @@ class MessageStore:
         self.clean_commit_log = CleanCommitLogService(config, self.commit_log, self.running_flags)
         self.clean_consume_queue = CleanConsumeQueueService(self.commit_log, self.iter_consume_queues,
                                                             self.index_service.delete_expired_file)
-        # What a put waits for before it answers, in order (CommitLog.asyncPutMessage: the flush, then —
-        # once replication exists — the slave's acknowledgement): see durability.py.
+        # What a put waits for before it answers, in order (CommitLog.asyncPutMessage: the flush, then the
+        # slave's acknowledgement): see durability.py.
         self.durability: list[DurabilityCondition] = [
             FlushCondition(config, self.flush_service, self.commit_service)]
         # A master keeps the slaves' acknowledgements; under SYNC_MASTER a put that waits also waits for one.
