@@ -267,7 +267,11 @@ class MessageStore:
         if self.replica is not None and self.config.broker_role is BrokerRole.SYNC_MASTER:
             self.replica.group_transfer.start()
         if self.ha is not None:
-            self.ha.start()
+            try:
+                self.ha.start()  # a master binds haListenPort here
+            except OSError:
+                self._started = True  # the services above run: shutdown() must stop them
+                raise
         self._create_abort_file()
         self._schedule(self.clean_initial_delay_s, self.config.clean_resource_interval_ms / 1000, self.clean_files)
         self._schedule(self.disk_check_interval_s, self.disk_check_interval_s, self.clean_commit_log.check_disk)

@@ -122,3 +122,18 @@ def test_shutdown_leaves_no_thread_or_socket(tmp_path):
     assert all(c.sock.fileno() == -1 for c in conns)
     assert ha._server is not None and ha._server.fileno() == -1
     assert not client.connected
+
+
+def test_master_whose_ha_port_is_taken_fails_to_start_and_stops_its_threads(tmp_path):
+    import socket
+
+    from tests.store.store_helpers import Stores
+    s = Stores()
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        before = {t.name for t in threading.enumerate()}
+        with pytest.raises(OSError):
+            open_master(s, tmp_path / "m", ha_listen_port=port)
+        s.close_all()
+    assert s.opened[0].shutdown_normally is True
+    assert {t.name for t in threading.enumerate()} <= before
