@@ -64,3 +64,38 @@ def test_slave_process_replicates_the_master(tmp_path):
             # A slave refuses sends.
             r = sc.invoke(send_request("HaT", b"no"))
             assert r.code != ResponseCode.SUCCESS
+
+
+def test_sync_master_with_a_paused_then_stopped_slave(tmp_path):
+    """A SYNC_MASTER process: SEND_OK while its slave acknowledges; FLUSH_SLAVE_TIMEOUT while the slave process
+    is stopped with SIGSTOP (its connection stays open, nothing is acknowledged) — the message stored all the
+    same; SEND_OK again once it resumes; SLAVE_NOT_AVAILABLE once it has shut down."""
+    conf = {"brokerRole": "SYNC_MASTER", "slaveTimeout": "1000"}
+    with Topology(tmp_path / "t", broker_conf=conf) as topo:
+        master = topo.brokers[0]
+        slave = topo.add_broker("broker-a-slave", extra={"brokerName": "broker-a", "brokerId": "1",
+                                                          "brokerRole": "SLAVE"})
+        with RemotingClient("127.0.0.1", master.port, timeout_s=15) as mc:
+            deadline = time.monotonic() + 30
+            while (r := mc.invoke(send_request("SyncT", b"first"))).code != ResponseCode.SUCCESS:
+                assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE, (r.code, r.remark)  # not connected yet
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert mc.invoke(send_request("SyncT", b"acked")).code == ResponseCode.SUCCESS
+            slave.pause()
+            try:
+                r = mc.invoke(send_request("SyncT", b"unacked"))
+                assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (r.code, r.remark)
+                phy = rec.decode_message_id(r.ext_fields["msgId"])[2]
+                view = mc.invoke(create_request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phy)}))
+                assert rec.decode_message(view.body).body == b"unacked"  # stored on the master
+            finally:
+                slave.resume()
+            deadline = time.monotonic() + 30
+            while (r := mc.invoke(send_request("SyncT", b"after"))).code != ResponseCode.SUCCESS:
+                assert time.monotonic() < deadline, (r.code, r.remark)
+            slave.stop()
+            deadline = time.monotonic() + 30  # the master notices the closed connection at once, or nearly
+            while (r := mc.invoke(send_request("SyncT", b"alone"))).code != ResponseCode.SLAVE_NOT_AVAILABLE:
+                assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (r.code, r.remark)
+                assert time.monotonic() < deadline
