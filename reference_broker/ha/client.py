@@ -49,6 +49,7 @@ class HAClient(ServiceThread):
         self._addr_lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._decoder = FrameDecoder()
+        self._read_buf = bytearray(READ_MAX_BUFFER_SIZE)  # one buffer for every read, as HAClient's
         self.current_reported_offset = 0
         self._last_write = 0.0
         self._last_read = 0.0
@@ -143,17 +144,17 @@ class HAClient(ServiceThread):
         sock = self._sock
         assert sock is not None
         try:
-            data = sock.recv(READ_MAX_BUFFER_SIZE)
+            n = sock.recv_into(self._read_buf)
         except TimeoutError:
             return True
         except OSError as e:
             log.info("HAClient: read from master failed: %s", e)
             return False
-        if not data:
+        if not n:
             log.info("HAClient: master closed the connection")
             return False
         self._last_read = time.monotonic()
-        self._decoder.feed(data)
+        self._decoder.feed(memoryview(self._read_buf)[:n])
         try:
             return self._dispatch_frames()
         except HAProtocolError as e:

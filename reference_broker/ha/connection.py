@@ -104,22 +104,23 @@ class _Reader(ServiceThread):
         state = conn.service.state
         housekeeping_s = conn.service.config.ha_housekeeping_interval_ms / 1000
         decoder = ReportDecoder()
+        read_buf = bytearray(READ_MAX_BUFFER_SIZE)
         last_read = time.monotonic()
         try:
             while not self.is_stopped:
                 try:
-                    data = conn.sock.recv(READ_MAX_BUFFER_SIZE)
+                    n = conn.sock.recv_into(read_buf)
                 except TimeoutError:
                     if time.monotonic() - last_read > housekeeping_s:
                         log.warning("ha housekeeping: slave %s sent nothing for %.1f s, closing", conn.client_addr,
                                     time.monotonic() - last_read)
                         return
                     continue
-                if not data:
+                if not n:
                     log.info("slave %s closed the HA connection", conn.client_addr)
                     return
                 last_read = time.monotonic()
-                offset = decoder.feed(data)
+                offset = decoder.feed(bytes(read_buf[:n]))
                 if offset is None:
                     continue
                 conn.slave_ack_offset = offset

@@ -112,33 +112,45 @@ class Frame:
 
 
 class FrameDecoder:
-    """The slave's side: bytes from the master in (``feed``), whole frames out (``next_frame``)."""
+    """The slave's side: bytes from the master in (``feed``), whole frames out (``next_frame``).
 
-    __slots__ = ("_buf", "_max_body")
+    Frames are consumed by moving a read position; the buffer is compacted once the consumed part is the
+    larger one, so a read carrying many frames costs one copy of its bytes, not one per frame."""
+
+    __slots__ = ("_buf", "_max_body", "_pos")
 
     def __init__(self, max_body: int = MAX_FRAME_BODY) -> None:
         self._buf = bytearray()
+        self._pos = 0
         self._max_body = max_body
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
+        if self._pos and self._pos * 2 >= len(self._buf):
+            del self._buf[:self._pos]
+            self._pos = 0
         self._buf += data
 
     def next_frame(self) -> Frame | None:
-        buf = self._buf
-        if len(buf) < FRAME_HEADER_SIZE:
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < FRAME_HEADER_SIZE:
             return None
-        phy_offset, size = FRAME_HEADER.unpack_from(buf, 0)
+        phy_offset, size = FRAME_HEADER.unpack_from(buf, pos)
         if size < 0 or size > self._max_body:
             raise HAProtocolError(f"frame body size {size} at offset {phy_offset} is not 0..{self._max_body}")
         if phy_offset < 0:
             raise HAProtocolError(f"frame at negative offset {phy_offset}")
-        end = FRAME_HEADER_SIZE + size
+        start = pos + FRAME_HEADER_SIZE
+        end = start + size
         if len(buf) < end:
             return None
-        body = bytes(buf[FRAME_HEADER_SIZE:end])
-        del buf[:end]
+        body = bytes(buf[start:end])
+        if end == len(buf):
+            buf.clear()
+            self._pos = 0
+        else:
+            self._pos = end
         return Frame(phy_offset, body)
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._buf) - self._pos
