@@ -211,7 +211,7 @@ def register(namesrv_addrs: list[str], broker_addr: str, broker_name: str, clust
                  "topicName": t, "topicSysFlag": 0, "writeQueueNums": QUEUES_PER_TOPIC} for t in topics}
     header = {"brokerAddr": broker_addr, "brokerId": "0", "brokerName": broker_name, "clusterName": cluster,
               "haServerAddr": broker_addr, "compressed": "false"}
-    return register_broker(namesrv_addrs, header, table, {"counter": 1, "timestamp": 0})
+    return register_broker(namesrv_addrs, header, table, {"counter": 1, "timestamp": 0}).ok
 
 
 def serve(namesrv: str, port: int, root: Path, topics: list[str], log_size: int = 512 * 1024 * 1024,

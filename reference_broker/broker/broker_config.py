@@ -24,7 +24,7 @@ from typing import Any, Final
 from reference_broker.broker.delay_level import parse_delay_levels
 from reference_broker.common.names import validate_topic
 from reference_broker.common.perm import PERM_READ, PERM_WRITE
-from reference_broker.store.config import ROCKETMQ_KEYS, MessageStoreConfig, coerce_value
+from reference_broker.store.config import ROCKETMQ_KEYS, BrokerRole, MessageStoreConfig, coerce_value
 
 
 def _local_host_name() -> str:
@@ -160,6 +160,13 @@ def _namesrv_addr(value: Any) -> None:
                              'e.g. "127.0.0.1:9876;192.168.0.1:9876"')
 
 
+def _host_port(value: Any) -> None:
+    """RemotingUtil.string2SocketAddress: HOST:PORT (the master's HA address)."""
+    host, sep, port = str(value).strip().rpartition(":")
+    if not (sep and host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"{value!r} is not HOST:PORT with a port 1..65535, e.g. 127.0.0.1:10912")
+
+
 _HOUR: Final = re.compile(r"[0-9]+")
 
 
@@ -275,6 +282,14 @@ CONF_CHECKS: Final[dict[str, Callable[[Any], None]]] = {
     "messageDelayLevel": _message_delay_level,
     "osPageCacheBusyTimeOutMills": _WAIT_MS_LONG,
     "putMsgIndexHightWater": Between(0, why="a dispatch backlog in messages"),
+    # 0 would answer FLUSH_SLAVE_TIMEOUT to nearly every SYNC_MASTER put that waits.
+    "slaveTimeout": Between(1, why="a timeout in ms"),
+    "haListenPort": Between(1, 65535, "a fixed TCP port (slaves connect to it)"),
+    "haSendHeartbeatInterval": _PERIOD_MS,
+    "haHousekeepingInterval": Between(1, why="a time in ms after which a silent connection is closed"),
+    "haTransferBatchSize": _SIZE,
+    "haMasterAddress": _host_port,
+    "haSlaveFallbehindMax": Between(0, why="bytes a slave may lag and still count as available"),
 }
 
 _BOOL_FIELDS = {f.name for f in fields(BrokerConfig) if f.type in ("bool", bool)}
@@ -378,14 +393,42 @@ def load_broker_conf(path: Path | str) -> tuple[BrokerConfig, MessageStoreConfig
     text = _conf_text(path, data)
     broker = BrokerConfig()
     store = MessageStoreConfig()
+    lines: dict[str, int] = {}  # key → the line that set it (the last one wins, as in Properties)
     for lineno, key, value in parse_properties(text):
         try:
             parsed = parse_conf_value(key, value)
         except ValueError as e:
             raise BrokerConfError(f"{path}:{lineno}: {key}: {e}") from None
+        lines[key] = lineno
         if key in BROKER_KEYS:
             setattr(broker, BROKER_KEYS[key], parsed)
         else:
             setattr(store, ROCKETMQ_KEYS[key], parsed)
+    if "haListenPort" not in lines:
+        store.ha_listen_port = broker.listen_port + 1  # BrokerStartup: listenPort + 1
+    problem = _contradiction(broker, store, lines)
+    if problem is not None:
+        key, reason = problem
+        raise BrokerConfError(f"{path}:{lines.get(key, 0)}: {key}: {reason}")
     store.store_host = (broker.broker_ip1, broker.listen_port)
     return broker, store
+
+
+def _contradiction(broker: BrokerConfig, store: MessageStoreConfig, lines: dict[str, int]) -> tuple[str, str] | None:
+    """Keys that cannot hold together: (the key to blame, why), or None. 4.9.8's BrokerStartup exits on a
+    slave with brokerId 0 ("Slave's brokerId must be > 0") but silently sets a master's brokerId to 0 and
+    haListenPort to listenPort + 1; here each is an error naming the line (a set key is never overridden)."""
+    role = store.broker_role
+    # Blame a key the file set: the later of the two when both are set.
+    blame_id = "brokerId" if lines.get("brokerId", 0) >= lines.get("brokerRole", 0) else "brokerRole"
+    if role is BrokerRole.SLAVE and broker.broker_id == 0:
+        return blame_id, "brokerRole SLAVE needs brokerId >= 1 (0 is the master, MixAll.MASTER_ID)"
+    if role is not BrokerRole.SLAVE and broker.broker_id != 0:
+        return blame_id, (f"brokerRole {role.value} is a master, whose brokerId is 0 (got {broker.broker_id}); "
+                          "a slave sets brokerRole=SLAVE")
+    if "haListenPort" not in lines and store.ha_listen_port > 65535:
+        return "listenPort", "65535 leaves no port for HA (listenPort + 1): set haListenPort"
+    if store.ha_listen_port == broker.listen_port:
+        return "haListenPort", (f"equals listenPort {broker.listen_port} "
+                                "(the HA port needs its own; the default is listenPort + 1)")
+    return None

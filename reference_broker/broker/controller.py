@@ -22,6 +22,7 @@ import enum
 import logging
 import time
 from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from reference_broker import __version__
@@ -39,6 +40,7 @@ from reference_broker.broker.subscription_group import SubscriptionGroupManager
 from reference_broker.broker.topic_config import TopicConfigManager
 from reference_broker.common.crc import crc32
 from reference_broker.common.dispatch import DispatchRequest
+from reference_broker.ha import HAClient, HAService, attach_ha
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request, json_dumps
@@ -63,15 +65,25 @@ def _not_served(ctx: ConnectionContext, cmd: RemotingCommand) -> None:
     return None
 
 
+@dataclass(frozen=True)
+class Registered:
+    """What registering told the broker: whether any name server accepted it and, for a slave, its master's
+    HA address (RegisterBrokerResponseHeader.haServerAddr) when a name server knew it."""
+
+    ok: bool
+    ha_server_addr: str | None = None
+
+
 def register_broker(namesrv_addrs: list[str], header: dict[str, str], topic_config_table: dict[str, Any],
-                    data_version: dict[str, int]) -> bool:
-    """REGISTER_BROKER (RegisterBrokerBody: the topic table, no filter servers) on every name server; True if
-    any accepted it. ``header`` is RegisterBrokerRequestHeader's fields; bodyCrc32 is added here."""
+                    data_version: dict[str, int]) -> Registered:
+    """REGISTER_BROKER (RegisterBrokerBody: the topic table, no filter servers) on every name server.
+    ``header`` is RegisterBrokerRequestHeader's fields; bodyCrc32 is added here."""
     body = json_dumps({"topicConfigSerializeWrapper": {"topicConfigTable": topic_config_table,
                                                        "dataVersion": data_version},
                        "filterServerList": []})
     header = {**header, "bodyCrc32": str(crc32(body))}
     ok = False
+    ha_server_addr: str | None = None
     for addr in namesrv_addrs:
         host, _, port = addr.rpartition(":")
         try:
@@ -79,11 +91,12 @@ def register_broker(namesrv_addrs: list[str], header: dict[str, str], topic_conf
                 resp = client.invoke(create_request(RequestCode.REGISTER_BROKER, header, body))
             if resp.code == ResponseCode.SUCCESS:
                 ok = True
+                ha_server_addr = resp.ext_fields.get("haServerAddr") or ha_server_addr
             else:
                 log.warning("register broker to name server %s failed: code %d %s", addr, resp.code, resp.remark)
         except (RemotingError, ValueError) as exc:
             log.warning("register broker to name server %s failed: %s", addr, exc)
-    return ok
+    return Registered(ok, ha_server_addr)
 
 
 class BrokerController:
@@ -104,6 +117,8 @@ class BrokerController:
         self.producer_manager = ProducerManager()
         self.lock_manager = RebalanceLockManager()
         self.hold_service: PullRequestHoldService | None = None
+        # Replication, attached when the broker listens: a master's HAService, a slave's HAClient.
+        self.ha: HAService | HAClient | None = None
         self.server = RemotingServer()
         self.client_processor = ClientManageProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
@@ -157,6 +172,8 @@ class BrokerController:
         loop = self.loop = asyncio.get_running_loop()
         bc = self.broker_config
         self.listening = listen
+        if listen:
+            self.ha = attach_ha(self.store)  # the store starts it once dispatch has caught up
         self.store.start()
         self.hold_service = PullRequestHoldService(
             loop, self.store.get_max_offset_in_queue,
@@ -305,7 +322,8 @@ class BrokerController:
         bc = self.broker_config
         return {"brokerAddr": self.broker_addr, "brokerId": str(bc.broker_id), "brokerName": bc.broker_name,
                 "clusterName": bc.broker_cluster_name,
-                "haServerAddr": f"{bc.broker_ip1}:{bc.listen_port + 1}", "compressed": "false"}
+                "haServerAddr": f"{bc.broker_ip1}:{self.message_store_config.ha_listen_port}",
+                "compressed": "false"}
 
     def register_all(self) -> None:
         """registerBrokerAll: the topic table (with the broker's permission) to every name server."""
@@ -315,8 +333,13 @@ class BrokerController:
             obj = tc.to_json()
             obj["perm"] = tc.perm & self.broker_config.broker_permission
             table[name] = obj
-        ok = register_broker(self._namesrv_addrs(), self._register_header(), table, tcm.data_version.to_json())
-        self.registered = self.registered or ok
+        reply = register_broker(self._namesrv_addrs(), self._register_header(), table, tcm.data_version.to_json())
+        self.registered = self.registered or reply.ok
+        # A slave without haMasterAddress follows the master the name server names (BrokerController's
+        # updateMasterHAServerAddrPeriodically).
+        if (isinstance(self.ha, HAClient) and not self.message_store_config.ha_master_address
+                and reply.ha_server_addr):
+            self.ha.update_master_address(reply.ha_server_addr)
 
     def unregister_all(self) -> None:
         header = self._register_header()

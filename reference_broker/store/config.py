@@ -60,6 +60,7 @@ class MessageStoreConfig:
     flush_consume_queue_thorough_interval_ms: int = 60_000  # flushConsumeQueueThoroughInterval
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH  # flushDiskType
     sync_flush_timeout_ms: int = 5000  # syncFlushTimeout
+    slave_timeout_ms: int = 3000  # slaveTimeout: how long a SYNC_MASTER put waits for the slave's ack
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER  # brokerRole
     file_reserved_time_hours: int = 72  # fileReservedTime
     clean_resource_interval_ms: int = 10_000  # cleanResourceInterval
@@ -100,6 +101,14 @@ class MessageStoreConfig:
     # putMsgIndexHightWater (600,000 in 4.9.8; the design Q&A's 400,000: docs/claims.md): dispatch backlog, in
     # messages, past which each put sleeps 1 ms so the writer cannot run away from the dispatcher.
     put_msg_index_high_water: int = 600_000
+    # Classic master/slave replication (store/ha, reference_broker/ha). The broker listens on listenPort + 1
+    # unless haListenPort is set (BrokerStartup always overrides it in 4.9.8).
+    ha_listen_port: int = 10912  # haListenPort
+    ha_send_heartbeat_interval_ms: int = 5000  # haSendHeartbeatInterval
+    ha_housekeeping_interval_ms: int = 20_000  # haHousekeepingInterval
+    ha_transfer_batch_size: int = 32 * 1024  # haTransferBatchSize
+    ha_master_address: str | None = None  # haMasterAddress (a slave learns it from the name server otherwise)
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024  # haSlaveFallbehindMax
     store_host: tuple[str, int] = ("127.0.0.1", 10911)  # brokerIP1:listenPort (offsetMsgId)
     total_physical_memory_bytes: int = field(default_factory=_total_physical_memory)
 
@@ -167,6 +176,7 @@ ROCKETMQ_KEYS: dict[str, str] = {
     "flushConsumeQueueThoroughInterval": "flush_consume_queue_thorough_interval_ms",
     "flushDiskType": "flush_disk_type",
     "syncFlushTimeout": "sync_flush_timeout_ms",
+    "slaveTimeout": "slave_timeout_ms",
     "brokerRole": "broker_role",
     "fileReservedTime": "file_reserved_time_hours",
     "cleanResourceInterval": "clean_resource_interval_ms",
@@ -195,6 +205,12 @@ ROCKETMQ_KEYS: dict[str, str] = {
     "recoverFromCheckpointOffset": "recover_from_checkpoint_offset",
     "osPageCacheBusyTimeOutMills": "os_page_cache_busy_timeout_ms",
     "putMsgIndexHightWater": "put_msg_index_high_water",
+    "haListenPort": "ha_listen_port",
+    "haSendHeartbeatInterval": "ha_send_heartbeat_interval_ms",
+    "haHousekeepingInterval": "ha_housekeeping_interval_ms",
+    "haTransferBatchSize": "ha_transfer_batch_size",
+    "haMasterAddress": "ha_master_address",
+    "haSlaveFallbehindMax": "ha_slave_fallbehind_max",
 }
 
 

@@ -7,8 +7,8 @@ setting the put's status (the later step's failure wins, as thenCombine applies 
 
 Here each step is a ``DurabilityCondition`` in one list the store owns; a put gets a ``PendingPut`` that is
 done at once when no condition has anything to wait for (ASYNC_FLUSH, or a message sent with
-``WAIT=false``), else once every waiter completed. The flush is the one condition today; replication adds a
-second one to the list, not a second put path.
+``WAIT=false``), else once every waiter completed. The flush is the first condition; under SYNC_MASTER
+replication is the second (store/ha/replica.py), on the same put path.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _failed(result: PutMessageResult, name: str, status: PutMessageStatus, log_i
 
 
 class _OneWaiter:
-    """The put of one waiting condition (SYNC_FLUSH's group commit, today the only one): the waiter's
+    """The put of one waiting condition (SYNC_FLUSH's group commit, or replication under ASYNC_FLUSH): the waiter's
     completion maps straight to the result, on the completing thread, with no lock or callback of its own
     unless someone asks for a callback. The common SYNC_FLUSH put takes this path."""
 
@@ -215,7 +215,7 @@ def submit_all(conditions: Sequence[DurabilityCondition], result: PutMessageResu
     append = result.append
     if result.status is not PutMessageStatus.PUT_OK or append is None:
         return result
-    if len(conditions) == 1:  # today's store (the flush alone): no lists per put
+    if len(conditions) == 1:  # every store but a SYNC_MASTER's (the flush alone): no lists per put
         cond = conditions[0]
         w = cond.submit(append, wait_store_ok)
         return result if w is None else _OneWaiter(result, w, cond.name)

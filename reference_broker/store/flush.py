@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import ClassVar
 
 from reference_broker.store.checkpoint import IndexSafePoint, StoreCheckpoint
 from reference_broker.store.commit_log import CommitLog
@@ -118,6 +119,9 @@ class GroupCommitRequest:
     """
 
     __slots__ = ("_callbacks", "_event", "deadline", "next_offset", "status")
+    # What a request that passed its deadline completes with; replication's requests (store/ha/replica.py) are
+    # the same kind of request with FLUSH_SLAVE_TIMEOUT (GroupCommitRequest serves both in 4.9.8).
+    timeout_status: ClassVar[PutMessageStatus] = PutMessageStatus.FLUSH_DISK_TIMEOUT
 
     def __init__(self, next_offset: int, timeout_ms: int,
                  callback: Callable[[PutMessageStatus], None] | None = None) -> None:
@@ -171,11 +175,11 @@ class GroupCommitRequest:
         return self.status
 
     def wait(self) -> PutMessageStatus:
-        """Block until flushed or the deadline passed (then FLUSH_DISK_TIMEOUT: the message is stored)."""
+        """Block until flushed or the deadline passed (then ``timeout_status``: the message is stored)."""
         try:
             return self.result(max(0.0, self.deadline - time.monotonic()) + 0.05)
         except TimeoutError:
-            self.complete(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            self.complete(self.timeout_status)
             return self.result()
 
 

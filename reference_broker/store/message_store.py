@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
@@ -46,6 +47,7 @@ from reference_broker.store.flush import (
     FlushRealTimeService,
     GroupCommitService,
 )
+from reference_broker.store.ha.replica import ReplicaState, ReplicationCondition
 from reference_broker.store.index_service import IndexService
 from reference_broker.store.message_store_reads import StoreReader, TagsFilter
 from reference_broker.store.quarantine import list_quarantine
@@ -80,6 +82,15 @@ def raise_open_files_limit() -> int:
 
 class StoreLockedError(RuntimeError):
     """Another store holds the lock file of this directory."""
+
+
+class HAComponent(Protocol):
+    """The replication threads a layer up (reference_broker/ha: the master's HAService, the slave's HAClient),
+    started once dispatch caught up and stopped first at shutdown, as DefaultMessageStore starts its HAService."""
+
+    def start(self) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
 class MessageStore:
@@ -122,10 +133,17 @@ class MessageStore:
         self.clean_commit_log = CleanCommitLogService(config, self.commit_log, self.running_flags)
         self.clean_consume_queue = CleanConsumeQueueService(self.commit_log, self.iter_consume_queues,
                                                             self.index_service.delete_expired_file)
-        # What a put waits for before it answers, in order (CommitLog.asyncPutMessage: the flush, then —
-        # once replication exists — the slave's acknowledgement): see durability.py.
+        # What a put waits for before it answers, in order (CommitLog.asyncPutMessage: the flush, then the
+        # slave's acknowledgement): see durability.py.
         self.durability: list[DurabilityCondition] = [
             FlushCondition(config, self.flush_service, self.commit_service)]
+        # A master keeps the slaves' acknowledgements; under SYNC_MASTER a put that waits also waits for one.
+        self.replica = None if self._is_slave else ReplicaState(config)
+        if self.replica is not None and config.broker_role is BrokerRole.SYNC_MASTER:
+            self.durability.append(ReplicationCondition(config, self.replica))
+        self.ha: HAComponent | None = None
+        # A slave's log can end inside a record the master has not sent whole yet: dispatch waits for the rest.
+        self.reput.wait_for_whole_records = self._is_slave
         self.last_exit_ok = True
         self.shutdown_normally: bool | None = None
         self._lock_fd: int | None = None
@@ -246,6 +264,14 @@ class MessageStore:
         if self.warm_service is not None:
             self.warm_service.start()
         self.flush_cq_service.start()
+        if self.replica is not None and self.config.broker_role is BrokerRole.SYNC_MASTER:
+            self.replica.group_transfer.start()
+        if self.ha is not None:
+            try:
+                self.ha.start()  # a master binds haListenPort here
+            except OSError:
+                self._started = True  # the services above run: shutdown() must stop them
+                raise
         self._create_abort_file()
         self._schedule(self.clean_initial_delay_s, self.config.clean_resource_interval_ms / 1000, self.clean_files)
         self._schedule(self.disk_check_interval_s, self.disk_check_interval_s, self.clean_commit_log.check_disk)
@@ -286,6 +312,10 @@ class MessageStore:
             task.make_stop()
         for task in self._scheduled:
             task.join(5)
+        if self._started and self.ha is not None:
+            self.ha.shutdown()  # a slave stops appending before dispatch catches up for the last time
+        if self._started and self.replica is not None:
+            self.replica.group_transfer.shutdown()  # waiting puts end with FLUSH_SLAVE_TIMEOUT
         if self._started:
             if self.commit_service is not None:
                 self.commit_service.shutdown()  # commits everything staged, so dispatch can catch up
@@ -329,6 +359,22 @@ class MessageStore:
                 (self.config.store_path_root_dir / name).unlink()
             except FileNotFoundError:
                 pass
+
+    # ---- replication ----------------------------------------------------------------------------
+    def attach_ha(self, ha: HAComponent) -> None:
+        """Give the store its replication threads (before ``start``): it starts and stops them."""
+        self.ha = ha
+
+    def append_to_commit_log(self, start_offset: int, data: bytes) -> bool:
+        """A slave appends replicated bytes at ``start_offset`` (DefaultMessageStore.appendToCommitLog); the
+        reput thread dispatches them as it dispatches any record."""
+        if self._shutdown:
+            log.warning("message store has shutdown, so appendToCommitLog is forbidden")
+            return False
+        ok = self.commit_log.append_data(start_offset, data)
+        if not ok:
+            log.error("appendToCommitLog failed at %d (%d bytes)", start_offset, len(data))
+        return ok
 
     # ---- consume queues -------------------------------------------------------------------------
     def iter_consume_queues(self) -> Iterator[ConsumeQueue]:

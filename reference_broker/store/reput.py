@@ -23,6 +23,14 @@ DISPATCH_RUN_RECORDS = 4096  # records parsed and dispatched together (bounds me
 STUCK_RETRIES = 100  # ~1 s of 10 ms retries at one offset before it is skipped (see _skip_stuck)
 
 
+def _incomplete(data: memoryview, pos: int, size: int, file_pos: int, file_size: int) -> bool:
+    """The bytes at ``pos`` are the start of a record whose rest has not been appended yet: its TOTALSIZE (or the
+    TOTALSIZE field itself) reaches past what is written, yet fits in the file."""
+    avail = size - pos
+    need = int.from_bytes(data[pos:pos + 4], "big", signed=True) if avail >= 4 else 4
+    return avail < need and file_pos + pos + need <= file_size
+
+
 class ReputMessageService(ServiceThread):
     """``dispatch`` takes a run of records in log order: the store's CommitLogDispatcher, which also runs
     the dispatch hooks (the long-polling service's messageArrivingListener among them)."""
@@ -37,6 +45,9 @@ class ReputMessageService(ServiceThread):
         self.dispatched_count = 0
         self.stuck_skips = 0
         self.idle_sleep_s = 0.001  # ReputMessageService sleeps 1 ms per loop
+        # On a slave the log grows by replicated chunks that may end inside a record: a record that is not all
+        # there yet is waited for, not skipped (4.9.8's reput stops without moving on when brokerId != 0).
+        self.wait_for_whole_records = False
 
     def behind(self) -> int:
         return max(0, self.commit_log.get_max_offset() - self.reput_from_offset)
@@ -58,7 +69,8 @@ class ReputMessageService(ServiceThread):
                         self.reput_from_offset, cl.get_min_offset())
             self.reput_from_offset = cl.get_min_offset()
         scan = rec.scan_records
-        while not self.is_stopped and self.reput_from_offset < cl.get_max_offset():
+        waiting = False
+        while not waiting and not self.is_stopped and self.reput_from_offset < cl.get_max_offset():
             res = cl.get_data(self.reput_from_offset)
             if res is None:
                 break
@@ -77,6 +89,10 @@ class ReputMessageService(ServiceThread):
                         self.reput_from_offset = base + pos
                     if end is rec.ScanEnd.LIMIT:
                         continue
+                    if end is rec.ScanEnd.BAD and self.wait_for_whole_records and _incomplete(
+                            data, pos, size, base % cl.file_size, cl.file_size):
+                        waiting = True
+                        break
                     if end is rec.ScanEnd.BAD:
                         # The writer publishes its position only after the whole record is written,
                         # so a record that does not parse here is damage, not a race.

@@ -43,7 +43,8 @@ def make_controller(root: Path, port: int = UNUSED_PORT, **store: Any) -> Broker
     bc = BrokerConfig(broker_name="broker-t", listen_port=port, namesrv_addr=None)
     values: dict[str, Any] = {"store_path_root_dir": root, "mapped_file_size_commit_log": 64 * 1024,
                               "mapped_file_size_consume_queue": 20 * 64, "max_hash_slot_num": 100,
-                              "max_index_num": 400}
+                              "max_index_num": 400,
+                              "ha_listen_port": port + 1}  # a listening master's HA port, as BrokerStartup's
     values.update(store)
     controller = BrokerController(bc, MessageStoreConfig(**values), host="127.0.0.1")
     controller.initialize()

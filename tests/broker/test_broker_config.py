@@ -158,14 +158,14 @@ def test_bad_values_name_file_line_key_reason(tmp_path, line, reason):
 
 
 GOOD_EDGES = [
-    "listenPort=1", "listenPort=65535", "brokerId=0", "brokerPermission=0", "brokerPermission=7",
+    "listenPort=1", "listenPort=65534", "brokerId=0", "brokerPermission=0", "brokerPermission=7",
     "registerNameServerPeriod=10000", "registerNameServerPeriod=60000", "namesrvAddr=a:1;b:65535;",
     "brokerIP1=::1", "mappedFileSizeCommitLog=1", "mappedFileSizeCommitLog=2147483647",
     "mappedFileSizeConsumeQueue=1", "mappedFileSizeConsumeQueue=2147483640", "flushIntervalCommitLog=0",
     "flushCommitLogLeastPages=0", "flushConsumeQueueLeastPages=0", "fileReservedTime=0", "deleteWhen=00",
     "deleteWhen=23", "deleteWhen=04;16", "deleteWhen=4;", "diskMaxUsedSpaceRatio=10", "diskMaxUsedSpaceRatio=95",
     "accessMessageInMemoryMaxRatio=0", "accessMessageInMemoryMaxRatio=100", "messageDelayLevel=100ms 1d",
-    "waitTimeMillsInSendQueue=0", "transactionCheckMax=0", "brokerRole=SLAVE", "brokerId=1",
+    "waitTimeMillsInSendQueue=0", "transactionCheckMax=0", "brokerRole=SYNC_MASTER", "haListenPort=1",
 ]
 
 
@@ -245,3 +245,49 @@ def test_cli_names_the_line_that_is_not_utf8(tmp_path):
     assert p.returncode != 0
     assert "bad.conf:2: not UTF-8" in p.stderr
     assert not store.exists()
+
+
+def test_ha_keys_are_read(tmp_path):
+    """The classic-HA keys of MessageStoreConfig (4.9.8) land in the store's configuration."""
+    _bc, sc = load_broker_conf(_conf(tmp_path, (
+        "brokerName=b\nbrokerId=1\nbrokerRole=SLAVE\nhaListenPort=20912\nhaSendHeartbeatInterval=1000\n"
+        "haHousekeepingInterval=4000\nhaTransferBatchSize=65536\nhaMasterAddress=10.0.0.1:10912\n"
+        "haSlaveFallbehindMax=1024\nslaveTimeout=500\n")))
+    assert (sc.ha_listen_port, sc.ha_send_heartbeat_interval_ms, sc.ha_housekeeping_interval_ms,
+            sc.ha_transfer_batch_size, sc.ha_master_address, sc.ha_slave_fallbehind_max, sc.slave_timeout_ms) == (
+        20912, 1000, 4000, 65536, "10.0.0.1:10912", 1024, 500)
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ("haMasterAddress=10.0.0.1", "is not HOST:PORT"),
+    ("haListenPort=70000", "1..65535"),
+    ("slaveTimeout=0", "must be 1.."),
+    ("haTransferBatchSize=0", "must be 1.."),
+])
+def test_bad_ha_values_name_file_line_key(tmp_path, line, reason):
+    key = line.split("=")[0]
+    with pytest.raises(BrokerConfError, match=rf"broker\.conf:2: {key}: .*{reason}"):
+        load_broker_conf(_conf(tmp_path, f"brokerName=b\n{line}\n"))
+
+
+@pytest.mark.parametrize(("text", "line", "key", "reason"), [
+    ("brokerName=b\nbrokerRole=SLAVE\n", 2, "brokerRole", "SLAVE needs brokerId >= 1"),  # brokerId left at 0
+    ("brokerName=b\nbrokerRole=SLAVE\nbrokerId=0\n", 3, "brokerId", "SLAVE needs brokerId >= 1"),
+    ("brokerName=b\nbrokerId=2\n", 2, "brokerId", "ASYNC_MASTER is a master, whose brokerId is 0"),
+    ("brokerId=1\nbrokerRole=SYNC_MASTER\n", 2, "brokerRole", "SYNC_MASTER is a master"),
+    ("listenPort=20911\nhaListenPort=20911\n", 2, "haListenPort", "equals listenPort 20911"),
+    ("brokerName=b\nlistenPort=65535\n", 2, "listenPort", "no port for HA"),
+])
+def test_contradictions_name_file_line_key(tmp_path, text, line, key, reason):
+    p = _conf(tmp_path, text)
+    with pytest.raises(BrokerConfError) as e:
+        load_broker_conf(p)
+    assert str(e.value).startswith(f"{p}:{line}: {key}: ")
+    assert reason in str(e.value)
+
+
+def test_slave_and_ha_port_default(tmp_path):
+    bc, sc = load_broker_conf(_conf(tmp_path, "brokerName=b\nbrokerRole=SLAVE\nbrokerId=1\nlistenPort=20911\n"))
+    assert (bc.broker_id, sc.broker_role, sc.ha_listen_port) == (1, BrokerRole.SLAVE, 20912)  # listenPort + 1
+    _bc, sc = load_broker_conf(_conf(tmp_path, "listenPort=20911\nhaListenPort=30000\n"))
+    assert sc.ha_listen_port == 30000  # a set haListenPort is kept (4.9.8 overrides it)

@@ -42,6 +42,7 @@ DEFAULTS: list[tuple[str | None, str, Any]] = [
     # -- flush type, group commit, role
     ("flushDiskType", "flush_disk_type", FlushDiskType.ASYNC_FLUSH),
     ("syncFlushTimeout", "sync_flush_timeout_ms", 5000),
+    ("slaveTimeout", "slave_timeout_ms", 3000),
     ("brokerRole", "broker_role", BrokerRole.ASYNC_MASTER),
     # -- cleaning (CleanCommitLogService)
     ("fileReservedTime", "file_reserved_time_hours", 72),
@@ -78,6 +79,13 @@ DEFAULTS: list[tuple[str | None, str, Any]] = [
     ("duplicationEnable", "duplication_enable", False),
     ("osPageCacheBusyTimeOutMills", "os_page_cache_busy_timeout_ms", 1000),
     ("putMsgIndexHightWater", "put_msg_index_high_water", 600_000),
+    # -- classic HA (HAService, HAConnection, HAClient)
+    ("haListenPort", "ha_listen_port", 10912),  # BrokerStartup: listenPort + 1
+    ("haSendHeartbeatInterval", "ha_send_heartbeat_interval_ms", 5000),
+    ("haHousekeepingInterval", "ha_housekeeping_interval_ms", 20_000),
+    ("haTransferBatchSize", "ha_transfer_batch_size", 32 * KiB),
+    ("haSlaveFallbehindMax", "ha_slave_fallbehind_max", 256 * MiB),
+    ("haMasterAddress", "ha_master_address", None),
     # brokerIP1:listenPort, which offsetMsgIds carry; the broker's listen port 10911 (BrokerStartup).
     (None, "store_host", ("127.0.0.1", 10911)),
     # -- deliberate differences (README "Deliberate differences"): 5.x keys, false in 5.x and absent in 4.9.8

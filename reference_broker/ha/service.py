@@ -1,0 +1,110 @@
+"""HAService: the master's side of replication (RocketMQ 4.9.8 HAService and its AcceptSocketService).
+
+One thread accepts slaves on haListenPort (every interface, as 4.9.8); each accepted socket becomes an
+HAConnection with its reader and writer threads (connection.py). The connections report to the store's
+ReplicaState: how many there are and push2SlaveMaxOffset, which the SYNC_MASTER condition waits on
+(store/ha/replica.py). A master always listens, whatever its role (ASYNC_MASTER or SYNC_MASTER).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+from reference_broker.ha.connection import HAConnection
+from reference_broker.store.ha.replica import ReplicaState
+from reference_broker.store.message_store import MessageStore
+from reference_broker.store.service_thread import ServiceThread
+
+log = logging.getLogger(__name__)
+
+ACCEPT_POLL_S = 1.0  # 4.9.8's accept loop selects for 1 s
+
+
+class HAService:
+    def __init__(self, store: MessageStore, host: str = "") -> None:
+        if store.replica is None:
+            raise ValueError("HAService runs on a master (a slave runs HAClient)")
+        self.store = store
+        self.config = store.config
+        self.state: ReplicaState = store.replica
+        self.host = host
+        self.connections: list[HAConnection] = []
+        self._lock = threading.Lock()
+        self._server: socket.socket | None = None
+        self._accept = _AcceptSocketService(self)
+        self._stopped = False
+
+    @property
+    def port(self) -> int:
+        """The port listened on (haListenPort; the one the OS chose when it is 0)."""
+        assert self._server is not None
+        return int(self._server.getsockname()[1])
+
+    def start(self) -> None:
+        """Bind haListenPort (OSError when taken: the broker must not start without it) and accept slaves."""
+        self._server = socket.create_server((self.host, self.config.ha_listen_port), backlog=16)
+        self._server.settimeout(ACCEPT_POLL_S)
+        log.info("HAService listening on %s:%d", self.host or "*", self.port)
+        self._accept.start()
+
+    def add_connection(self, conn: HAConnection) -> None:
+        with self._lock:
+            if self._stopped:  # accepted while shutting down: its threads never start
+                conn.close()
+                conn.sock.close()
+                return
+            self.connections.append(conn)
+            self.state.add_connection()
+        conn.start()
+
+    def remove_connection(self, conn: HAConnection) -> None:
+        with self._lock:
+            if conn in self.connections:
+                self.connections.remove(conn)
+                self.state.remove_connection()
+
+    def connection_count(self) -> int:
+        return self.state.connection_count
+
+    def shutdown(self) -> None:
+        """Stop accepting, then close every connection and wait for its threads (HAService.shutdown)."""
+        with self._lock:
+            self._stopped = True
+            conns = list(self.connections)
+        self._accept.shutdown()
+        for conn in conns:
+            conn.shutdown()
+
+
+class _AcceptSocketService(ServiceThread):
+    def __init__(self, service: HAService) -> None:
+        super().__init__("AcceptSocketService")
+        self.service = service
+
+    def run(self) -> None:
+        server = self.service._server
+        assert server is not None
+        try:
+            while not self.is_stopped:
+                try:
+                    sock, addr = server.accept()
+                except TimeoutError:
+                    continue
+                except OSError as e:
+                    if not self.is_stopped:
+                        log.error("HA accept failed: %s", e)
+                        self.sleep(0.1)
+                    continue
+                client = f"{addr[0]}:{addr[1]}"
+                log.info("HAService receives a new connection from %s", client)
+                try:
+                    conn = HAConnection(self.service, sock, client)
+                except OSError as e:
+                    log.error("new HAConnection from %s failed: %s", client, e)
+                    sock.close()
+                    continue
+                self.service.add_connection(conn)
+        finally:
+            server.close()

@@ -1,0 +1,134 @@
+"""Replication as the SYNC_MASTER durability condition (CommitLog.submitReplicaRequest, HAService.isSlaveOK and
+GroupTransferService, 4.9.8), with a real slave over loopback or a socket that plays a slave."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+
+from reference_broker.common import message as mc
+from reference_broker.store.config import BrokerRole
+from reference_broker.store.ha.replica import ReplicaState, ReplicationCondition
+from reference_broker.store.status import PutMessageStatus
+from tests.ha.ha_helpers import open_master, open_slave
+from tests.store.store_helpers import make_config, make_msg, stores_fixture, wait_until
+
+
+@pytest.fixture
+def stores():
+    yield from stores_fixture()
+
+
+def sync_master(stores, tmp_path, **overrides):
+    return open_master(stores, tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, **overrides)
+
+
+def test_sync_master_put_returns_put_ok_only_after_the_slave_reported_it(stores, tmp_path):
+    master, ha = sync_master(stores, tmp_path)
+    slave, _ = open_slave(stores, tmp_path / "s", ha)
+    wait_until(lambda: ha.connection_count() == 1, what="the slave to connect")
+    for i in range(20):
+        result = master.put_message(make_msg(f"m{i}"))
+        assert result.status is PutMessageStatus.PUT_OK
+        assert result.append is not None
+        end = result.append.wrote_offset + result.append.wrote_bytes
+        # PUT_OK means a slave acknowledged the put's end offset: the slave already holds it.
+        assert master.replica.push2slave_max_offset >= end
+        assert slave.get_max_phy_offset() >= end
+
+
+def test_one_report_releases_every_put_it_covers(stores, tmp_path):
+    """Group commit: puts waiting together all complete on the acknowledgement that covers the last one."""
+    master, ha = sync_master(stores, tmp_path)
+    with socket.create_connection(("127.0.0.1", ha.port), timeout=10) as fake:
+        fake.sendall(struct.pack(">q", master.get_max_phy_offset() or 1))
+        wait_until(lambda: ha.connection_count() == 1, what="the fake slave to connect")
+        pending = [master.put(make_msg(f"m{i}")) for i in range(10)]
+        time.sleep(0.1)
+        assert not any(p.done for p in pending)  # nobody acknowledged yet
+        fake.sendall(struct.pack(">q", master.get_max_phy_offset()))
+        assert [p.wait().status for p in pending] == [PutMessageStatus.PUT_OK] * 10
+
+
+def test_no_slave_is_slave_not_available_and_the_message_is_stored(stores, tmp_path):
+    master, _ = sync_master(stores, tmp_path)
+    before = master.get_max_phy_offset()
+    t0 = time.monotonic()
+    result = master.put_message(make_msg("alone"))
+    assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    assert time.monotonic() - t0 < 2  # at once, not after slaveTimeout (3 s)
+    assert result.append is not None and result.append.wrote_offset == before
+    assert master.get_max_phy_offset() > before
+    assert master.look_message_by_offset(before).body == b"alone"
+
+
+def test_silent_slave_is_flush_slave_timeout(stores, tmp_path):
+    """A connected slave that stops acknowledging: the put waits slaveTimeout, then FLUSH_SLAVE_TIMEOUT."""
+    master, ha = sync_master(stores, tmp_path, slave_timeout_ms=300)
+    slave, _client = open_slave(stores, tmp_path / "s", ha)
+    assert master.put_message(make_msg("first")).status is PutMessageStatus.PUT_OK
+    # The slave stops mid-way without closing its connection: the fake below keeps the master's connection
+    # open and reports only what the slave had.
+    acked = slave.get_max_phy_offset()
+    slave.shutdown()
+    wait_until(lambda: ha.connection_count() == 0, what="the stopped slave's connection to go")
+    with socket.create_connection(("127.0.0.1", ha.port), timeout=10) as fake:
+        fake.sendall(struct.pack(">q", acked))
+        wait_until(lambda: ha.connection_count() == 1, what="the silent slave to connect")
+        t0 = time.monotonic()
+        result = master.put_message(make_msg("unacked"))
+        assert result.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        assert time.monotonic() - t0 >= 0.29
+        assert result.append is not None
+        assert master.look_message_by_offset(result.append.wrote_offset).body == b"unacked"  # stored anyway
+
+
+def test_slave_gone_after_housekeeping_is_slave_not_available(stores, tmp_path):
+    """HATest: the slave shut down, then after haHousekeepingInterval puts are SLAVE_NOT_AVAILABLE."""
+    master, ha = sync_master(stores, tmp_path, ha_housekeeping_interval_ms=1000)
+    slave, _ = open_slave(stores, tmp_path / "s", ha)
+    assert master.put_message(make_msg("a")).status is PutMessageStatus.PUT_OK
+    slave.shutdown()
+    time.sleep(1.5)
+    assert master.put_message(make_msg("b")).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+
+
+def test_slave_too_far_behind_is_slave_not_available(stores, tmp_path):
+    master, ha = sync_master(stores, tmp_path, ha_slave_fallbehind_max=100)
+    with socket.create_connection(("127.0.0.1", ha.port), timeout=10) as fake:
+        for i in range(5):
+            master.put_message(make_msg(f"m{i}"))  # SLAVE_NOT_AVAILABLE: no slave yet
+        fake.sendall(struct.pack(">q", 1))  # connected, but far behind
+        wait_until(lambda: ha.connection_count() == 1, what="the fake slave to connect")
+        assert master.put_message(make_msg("x")).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+
+
+def test_async_master_and_wait_false_never_wait(stores, tmp_path):
+    master, _ha = open_master(stores, tmp_path / "m")  # ASYNC_MASTER, no slave at all
+    assert master.put_message(make_msg("a")).status is PutMessageStatus.PUT_OK
+    assert [c.name for c in master.durability] == ["flush"]
+    sync, _ = sync_master(stores, tmp_path / "x")
+    msg = make_msg("b", props={mc.PROPERTY_WAIT_STORE_MSG_OK: "false"})
+    assert sync.put_message(msg).status is PutMessageStatus.PUT_OK  # WAIT=false: answers without a slave
+
+
+def test_condition_is_only_for_sync_master(tmp_path):
+    from reference_broker.store.message_store import MessageStore
+    names = {role: [c.name for c in MessageStore(make_config(tmp_path / role.value, broker_role=role)).durability]
+             for role in BrokerRole}
+    assert names == {BrokerRole.ASYNC_MASTER: ["flush"], BrokerRole.SYNC_MASTER: ["flush", "replication"],
+                     BrokerRole.SLAVE: ["flush"]}
+
+
+def test_is_slave_ok_and_push2slave_never_goes_back(tmp_path):
+    state = ReplicaState(make_config(tmp_path, ha_slave_fallbehind_max=1000))
+    assert not state.is_slave_ok(0)  # no connection
+    state.add_connection()
+    assert state.is_slave_ok(999) and not state.is_slave_ok(1000)
+    state.notify_transfer_some(500)
+    state.notify_transfer_some(200)  # a slower slave
+    assert state.push2slave_max_offset == 500
+    assert ReplicationCondition(state.config, state).name == "replication"
