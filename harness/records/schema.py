@@ -132,6 +132,10 @@ class FaultKind(StrEnum):
     PARTITION = "partition"
     HEAL = "heal"
     RESTART = "restart"
+    # A broker group's master (chaos/replication.py): killed for good, or killed and its store deleted; the slave
+    # is what remains. Their params carry the replication lag sampled just before.
+    MASTER_KILL9 = "master_kill9"
+    MASTER_DISK_DESTROYED = "master_disk_destroyed"
 
 
 class MetricName(StrEnum):
