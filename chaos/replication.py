@@ -50,7 +50,7 @@ from chaos.store_check import check_store_at_cell_end
 from harness import rocketmq
 from harness.checker import CheckResult, check_run
 from harness.launcher import BrokerProcess, LaunchError, Topology
-from harness.records import FaultKind, RunRecord
+from harness.records import FaultKind, RunRecord, WallClock
 from harness.records.run import write_json_atomic
 from harness.rocketmq import BrokerImpl
 from reference_broker.client import MessageQueue, MQClientError
@@ -265,7 +265,7 @@ def slave_knows_topic(namesrv: str, slave: BrokerProcess, broker_name: str, topi
         source.shutdown()
 
 
-def wait_replicating(master: BrokerProcess, slave: BrokerProcess, topic: str, clock: Any,
+def wait_replicating(master: BrokerProcess, slave: BrokerProcess, topic: str, clock: WallClock,
                      timeout_s: float = REPLICATING_TIMEOUT_S) -> None:
     """Before the load: send to a probe topic until the master answers SEND_OK (a SYNC_MASTER does once its
     slave has reported an offset), then wait until the slave's end has reached the master's."""
