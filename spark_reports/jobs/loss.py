@@ -28,6 +28,7 @@ from spark_reports.run_loss import (
     ASYNC_FLUSH,
     CRASHES,
     KILL9,
+    MASTER_FAULTS,
     POWER_LOSS,
     POWER_LOSS_TORN,
     POWER_LOSSES,
@@ -53,6 +54,12 @@ _CRASH_WORDS: Final = {KILL9: "kill -9", POWER_LOSS: "power-loss", POWER_LOSS_TO
 
 def _kinds(loss: RunLoss) -> set[str]:
     return set(loss.fault.split("+"))
+
+
+def _flush_runs(losses: list[RunLoss]) -> list[RunLoss]:
+    """The runs the flush-mode claims judge: not those that lost a group's master (their kill -9 cycles restart
+    the master, but the run ends on the slave, whose loss is replication's, not the flush mode's)."""
+    return [r for r in losses if not _kinds(r) & MASTER_FAULTS]
 
 
 def _profiles(rows: list[RunLoss]) -> str:
@@ -93,7 +100,7 @@ def _no_loss_finding(claim: ClaimId, rows: list[RunLoss], faults: Faults, missin
 
 
 def sync_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
-    rows = [r for r in losses if r.flush_mode == SYNC_FLUSH and _kinds(r) & set(CRASHES)]
+    rows = [r for r in _flush_runs(losses) if r.flush_mode == SYNC_FLUSH and _kinds(r) & set(CRASHES)]
     covered = sorted({k for r in rows for k in _kinds(r) & set(CRASHES)})
     rule = ("Held when SYNC_FLUSH runs crashed by kill -9 or power loss lost none of the sends the broker "
             "acknowledged (check.json: acknowledged but never delivered). Faults covered: "
@@ -106,7 +113,8 @@ def sync_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
 
 
 def async_kill9_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
-    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and KILL9 in _kinds(r) and not _kinds(r) & POWER_LOSSES]
+    rows = [r for r in _flush_runs(losses)
+            if r.flush_mode == ASYNC_FLUSH and KILL9 in _kinds(r) and not _kinds(r) & POWER_LOSSES]
     return _no_loss_finding(ClaimId.ASYNC_KILL9_NO_LOSS, rows, faults,
                             "No ASYNC_FLUSH run with kill -9 (and no power loss) faults "
                             "(python -m chaos matrix --flush async --faults kill9).",
@@ -117,7 +125,7 @@ def async_kill9_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
 def async_power_loss_tail(losses: list[RunLoss], faults: Faults) -> Finding:
     """Held when every async power-loss run lost no more than its unflushed window at the crashes."""
     claim = ClaimId.ASYNC_POWER_LOSS_TAIL
-    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and _kinds(r) & POWER_LOSSES]
+    rows = [r for r in _flush_runs(losses) if r.flush_mode == ASYNC_FLUSH and _kinds(r) & POWER_LOSSES]
     ids = tuple(r.run_id for r in rows)
     if not rows:
         return Finding(claim, Verdict.NOT_MEASURED, "no run", NAME, ids,
