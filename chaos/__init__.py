@@ -7,7 +7,10 @@ ending in a run record (schema v1) and a Jepsen-style verdict:
   (chaos.power_loss, chaos.loopfs, chaos.torn);
 - ``disk_fill``: fill a small filesystem past 90 %, ENOSPC on a new commit-log file, cleaning at the
   watermarks (chaos.disk_fill);
-- ``pause``: SIGSTOP / SIGCONT (chaos.pause).
+- ``pause``: SIGSTOP / SIGCONT (chaos.pause);
+- ``master_kill9`` / ``master_disk_destroyed``: a master and its slave; the master is killed for good, or
+  killed and its store deleted, and the topic is drained from the slave (chaos.replication; the verdict per
+  replication mode in chaos.replication_verdict, ``python -m chaos replication``).
 
 ``python -m chaos matrix`` runs flush modes x faults x sysctl profiles and prints the summary table; ``--gate``
 turns it into the ``tox -e crash`` check (chaos.matrix, chaos.verdict). ``python -m chaos cleanup`` undoes an

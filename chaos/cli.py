@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from chaos import replication_matrix
 from chaos.experiment import ExperimentResult, ExperimentSpec, FaultName, FlushMode, run_experiment
 from chaos.leftovers import Ledger, cleanup
 from chaos.load import LoadSpec
@@ -30,6 +31,8 @@ from chaos.matrix import (
     run_matrix,
     summary_rows,
 )
+from chaos.replication import ReplicationFault
+from chaos.replication_verdict import ReplicationMode
 from harness import rocketmq
 from harness.records import findings
 from harness.rocketmq import IMPLS, BrokerImpl, parse_impls
@@ -137,7 +140,8 @@ def _progress(as_json: bool) -> Callable[[str], None]:
 
 @click.group()
 def main() -> None:
-    """Chaos experiments (kill -9, power loss, disk fill, pause) against the reference broker."""
+    """Chaos experiments (kill -9, power loss, disk fill, pause; a group's master lost) against the reference
+    broker."""
     _sigterm_to_exit()
 
 
@@ -230,6 +234,64 @@ def matrix(flush: str, faults: str, profiles: str, gate: bool, require_all: bool
     _print_results(results, as_json, runs_dir)
     if gate:
         failures = gate_failures(results, require_all)
+        if failures:
+            click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in failures), err=True)
+            sys.exit(EXIT_GATE)
+        click.echo("\ngate passed", err=True)
+
+
+def _modes(text: str) -> list[ReplicationMode]:
+    try:
+        return [ReplicationMode.parse(t) for t in _split(text)]
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--replication") from None
+
+
+def _master_faults(text: str) -> list[ReplicationFault]:
+    try:
+        return [ReplicationFault(t) for t in _split(text)]
+    except ValueError:
+        raise click.BadParameter(f"choose from {', '.join(f.value for f in ReplicationFault)}",
+                                 param_hint="--faults") from None
+
+
+@main.command()
+@click.option("--replication", "replication", default="sync,async", show_default=True,
+              help="brokerRole of the master, comma-separated: sync (SYNC_MASTER), async (ASYNC_MASTER).")
+@click.option("--faults", default="master_kill9,master_disk_destroyed", show_default=True,
+              help="Master faults, comma-separated.")
+@click.option("--flush", default="async", show_default=True, help="sync or async (flushDiskType), every cell.")
+@click.option("--cycles", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Master kill -9 cycles; all but the last restart the master, the last is the fault.")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+@click.option("--work-dir", type=click.Path(path_type=Path), default=None, help="Scratch space (default: $TMPDIR).")
+@click.option("--seed", type=int, default=None, help="Random seed (the fault moments).")
+@click.option("--gap", "gap", default="0.5,2", show_default=True, help="MIN,MAX seconds of load between faults.")
+@click.option("--size", "msg_size", type=click.IntRange(min=64), default=1024, show_default=True)
+@click.option("--in-flight", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--gate", is_flag=True, help="Exit 1 if a reference cell fails its verdict (SYNC_MASTER: no SEND_OK "
+                                           "lost).")
+@click.option("--require-all", is_flag=True, help="With --gate, a skipped cell fails too.")
+@click.option("--broker-impl", "broker_impl", default="reference", show_default=True,
+              help="Brokers, comma-separated: reference, rocketmq, or both.")
+@_rocketmq_home_opt
+def replication(replication: str, faults: str, flush: str, cycles: int, runs_dir: Path, work_dir: Path | None,
+                seed: int | None, gap: str, msg_size: int, in_flight: int, as_json: bool, gate: bool,
+                require_all: bool, broker_impl: str, rocketmq_home: Path | None) -> None:
+    """A master and its slave under load; the master is killed (master_kill9) or killed and its store deleted
+    (master_disk_destroyed); the topic is drained from the slave. SYNC_MASTER must keep every SEND_OK;
+    ASYNC_MASTER's loss is reported with the replication lag at the crash."""
+    spec = replication_matrix.ReplicationMatrixSpec(
+        modes=_modes(replication), faults=_master_faults(faults), flush=_flushes(flush)[0], cycles=cycles,
+        runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
+        load=LoadSpec(msg_size=msg_size, in_flight=in_flight), command=tuple(sys.argv), impls=_impls(broker_impl),
+        rocketmq_home=rocketmq_home)
+    results = replication_matrix.run_cells(spec, log=_progress(as_json))
+    rows = replication_matrix.summary_rows(results)
+    click.echo(json.dumps(rows, indent=2, default=str) if as_json else replication_matrix.format_table(rows))
+    if gate:
+        failures = replication_matrix.gate_failures(results, require_all)
         if failures:
             click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in failures), err=True)
             sys.exit(EXIT_GATE)

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from chaos.drain_source import ConsumerSource, DrainSource
 from chaos.payload import BodyVerdict, classify, make_body, make_key
 from harness.records import EventWriter, Outcome, RunRecord, WallClock
 from harness.send_outcome import outcome_of, record_send
@@ -343,8 +344,10 @@ class Workload:
             self._record_delivery(self._recv_events, m, "c0")
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
-    def drain(self, max_pull_errors: int = 20) -> DrainStats:
-        """Read every queue of the topic from its min offset to its max offset with a fresh pull consumer.
+    def drain(self, max_pull_errors: int = 20, source: DrainSource | None = None) -> DrainStats:
+        """Read every queue of the topic from its min offset to its max offset: with a fresh pull consumer
+        through the name server's route, or from ``source`` (chaos.slave_read: one broker's address, a slave
+        whose master is gone).
 
         Every body is checked and every intact key found goes into ``drained`` (what the broker holds at the
         end). A delivery is recorded as an event only for a key not delivered before (or a corrupted one), so
@@ -352,19 +355,20 @@ class Workload:
         t0 = time.monotonic()
         stats = DrainStats()
         writer = self._drain_events = self._record.events_writer("drain")
-        pc = PullConsumer(self.spec.drain_group, self.namesrv, client_config=_client_config(self.namesrv,
-                                                                                              "chaos-drain"))
-        pc.start()
+        if source is None:
+            source = ConsumerSource(PullConsumer(self.spec.drain_group, self.namesrv,
+                                                  client_config=_client_config(self.namesrv, "chaos-drain")))
+        source.start()
         try:
-            mqs = sorted(pc.fetch_message_queues(self.spec.topic))
+            mqs = sorted(source.queues(self.spec.topic))
             stats.queues = len(mqs)
             for mq in mqs:
                 errors = 0
-                offset = pc.min_offset(mq)
-                high = pc.max_offset(mq)
+                offset = source.min_offset(mq)
+                high = source.max_offset(mq)
                 while offset < high:
                     try:
-                        r = pc.pull(mq, "*", offset, 32)
+                        r = source.pull(mq, offset, 32)
                     except MQClientError as e:
                         errors += 1
                         if errors > max_pull_errors:
@@ -387,6 +391,6 @@ class Workload:
             stats.complete = False
             stats.problems.append(f"drain failed: {e}")
         finally:
-            pc.shutdown()
+            source.shutdown()
         stats.seconds = time.monotonic() - t0
         return stats

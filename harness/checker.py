@@ -14,6 +14,14 @@ lost                acknowledged, never received, not found by the final read  -
 unread              acknowledged, never received, found by the final read: stored and served at the end, but
                     no consumer got it within the run (a consumer that fell behind, not a loss)
 unexpected          received or read, never attempted                     -> invalid
+acked_master_only   acknowledged, and every ok send was answered FLUSH_SLAVE_TIMEOUT (12) or SLAVE_NOT_AVAILABLE
+                    (11): the master stored it (counted acknowledged, may be lost like any other) but it was
+                    never promised on a slave (CommitLog.handleHA, 4.9.8: a SYNC_MASTER answers these when its
+                    slave did not acknowledge in time or is absent or too far behind)
+lost_promised       lost, with at least one ok send answered plain SEND_OK (0): under SYNC_MASTER that answer
+                    came after a slave acknowledged the record, so a group that still has its slave must not
+                    lose it even when the master's disk is destroyed. Always <= lost; ``lost`` stays the verdict
+                    (a run whose loss is allowed, an ASYNC_MASTER's, reads this one beside it)
 recovered           unknown, and received or read (the send did store it)
 recovered_failed    failed, and received or read
 duplicated          received more often than it could have been stored: more than max(1, number of sends
@@ -54,7 +62,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -70,13 +78,18 @@ from harness.records.validate import validate_run
 I64 = npt.NDArray[np.int64]
 Bool = npt.NDArray[np.bool_]
 
-CHECK_COLUMNS = ["op", "key", "topic", "queue_id", "queue_offset", "start_ns", "end_ns", "outcome", "bytes",
-                 "worker", "session"]
-# Defaults for hand-built histories that leave columns out (tests, other tools' adapters).
+CHECK_COLUMNS = ["op", "key", "topic", "queue_id", "queue_offset", "start_ns", "end_ns", "outcome", "code",
+                 "bytes", "worker", "session"]
+# Response codes of an acknowledgement the master gave without a slave's (ResponseCode, 4.9.8).
+MASTER_ONLY_CODES: Final = (11, 12)  # SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT
+SEND_OK_CODE: Final = 0
+# Defaults for hand-built histories that leave columns out (tests, other tools' adapters). A missing code is
+# SEND_OK's, so such a history's ok sends are promised ones and its ``lost_promised`` equals ``lost``.
 _DEFAULTS: dict[str, tuple[pa.DataType, object]] = {
     "topic": (pa.string(), ""), "queue_id": (pa.int32(), -1), "queue_offset": (pa.int64(), -1),
     "start_ns": (pa.int64(), 0), "end_ns": (pa.int64(), 0), "outcome": (pa.string(), "ok"),
-    "bytes": (pa.int32(), 0), "worker": (pa.string(), ""), "session": (pa.string(), ""),
+    "code": (pa.int32(), SEND_OK_CODE), "bytes": (pa.int32(), 0), "worker": (pa.string(), ""),
+    "session": (pa.string(), ""),
 }
 SAMPLE_SIZE = 20
 
@@ -93,6 +106,8 @@ class Category(StrEnum):
     FAILED = "failed"
     UNKNOWN = "unknown"
     ORDER = "order"
+    ACKED_MASTER_ONLY = "acked_master_only"
+    LOST_PROMISED = "lost_promised"
 
 
 class InvalidRunError(RunRecordError):
@@ -127,6 +142,8 @@ class CheckResult:
     run_id: str | None = None
     unread: int = 0
     reads: int = 0
+    acked_master_only: int = 0
+    lost_promised: int = 0
 
     @property
     def order_violation_count(self) -> int:
@@ -197,14 +214,18 @@ class _Fates:
     duplicated: Bool
     recovered: Bool
     recovered_failed: Bool
+    acked_master_only: Bool
+    lost_promised: Bool
     surplus: I64  # deliveries beyond the copies a key may have
     lost_bytes: int
 
 
 def _fates(key: I64, n_keys: int, send: Bool, ok_send: Bool, fail_send: Bool, accepted: Bool, read: Bool,
-           nbytes: npt.NDArray[Any]) -> _Fates:
+           nbytes: npt.NDArray[Any], code: I64) -> _Fates:
     n_send = np.bincount(key[send], minlength=n_keys)
     n_ok = np.bincount(key[ok_send], minlength=n_keys)
+    n_master_only = np.bincount(key[ok_send & np.isin(code, MASTER_ONLY_CODES)], minlength=n_keys)
+    n_promised = np.bincount(key[ok_send & (code == SEND_OK_CODE)], minlength=n_keys)
     n_fail = np.bincount(key[fail_send], minlength=n_keys)
     n_recv = np.bincount(key[accepted], minlength=n_keys)
     attempted = n_send > 0
@@ -224,6 +245,7 @@ def _fates(key: I64, n_keys: int, send: Bool, ok_send: Bool, fail_send: Bool, ac
     return _Fates(attempted=attempted, acknowledged=acked, failed=failed, unknown=unknown, lost=lost,
                   unread=acked & ~received & stored, unexpected=~attempted & stored, duplicated=duplicated,
                   recovered=unknown & stored, recovered_failed=failed & stored,
+                  acked_master_only=acked & (n_master_only == n_ok), lost_promised=lost & (n_promised > 0),
                   surplus=np.where(duplicated, n_recv - copies, 0), lost_bytes=lost_bytes)
 
 
@@ -269,7 +291,8 @@ def check_events(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mappi
     ok, fail = _is(table["outcome"], "ok"), _is(table["outcome"], "fail")
     accepted, read = receive & ok, _is(table["op"], Op.READ) & ok
     key, keys = _codes(table["key"])
-    f = _fates(key, len(keys), send, send & ok, send & fail, accepted, read, _np(table["bytes"]))
+    f = _fates(key, len(keys), send, send & ok, send & fail, accepted, read, _np(table["bytes"]),
+               _np(table["code"]).astype(np.int64))
     order_violations, late_keys = _order(table, key, len(keys), send & ok, accepted)
 
     def sample(codes: I64) -> list[str]:
@@ -277,7 +300,8 @@ def check_events(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mappi
 
     named = {Category.LOST: f.lost, Category.UNREAD: f.unread, Category.UNEXPECTED: f.unexpected,
              Category.DUPLICATED: f.duplicated, Category.RECOVERED: f.recovered,
-             Category.RECOVERED_FAILED: f.recovered_failed, Category.FAILED: f.failed, Category.UNKNOWN: f.unknown}
+             Category.RECOVERED_FAILED: f.recovered_failed, Category.FAILED: f.failed, Category.UNKNOWN: f.unknown,
+             Category.ACKED_MASTER_ONLY: f.acked_master_only, Category.LOST_PROMISED: f.lost_promised}
     samples = {str(c): sample(np.flatnonzero(m)) for c, m in named.items() if m.any()}
     if len(late_keys):
         samples[Category.ORDER] = sample(late_keys)
@@ -288,7 +312,8 @@ def check_events(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mappi
         order_violations=order_violations, samples=samples, allow_loss=allow_loss,
         recovered_failed=int(f.recovered_failed.sum()), duplicate_deliveries=int(f.surplus.sum()),
         sends=int(send.sum()), receives=int(accepted.sum()), declined_receives=int((receive & ~ok).sum()),
-        ordered=ordered, unread=int(f.unread.sum()), reads=int(read.sum()))
+        ordered=ordered, unread=int(f.unread.sum()), reads=int(read.sum()),
+        acked_master_only=int(f.acked_master_only.sum()), lost_promised=int(f.lost_promised.sum()))
 
 
 def _order_summary(late: Bool, rx: Receives, first: FirstAcks, topics: list[str]) -> tuple[dict[str, int], I64]:

@@ -6,6 +6,10 @@ The scenarios and the chaos suite share it; tests use it for end-to-end runs. Po
 
 Either implementation runs: the reference broker (``impl="reference"``), or Apache RocketMQ from a distribution
 directory (``impl="rocketmq"``, harness/rocketmq.py), with the same broker.conf keys and store directory.
+
+A broker group is a master and its slaves (classic HA, not DLedger): each its own process, store and ports, the
+same ``brokerName``; a slave has ``brokerRole=SLAVE`` and ``brokerId`` 1, 2, ... and replicates the master's
+commit log from the master's HA port (haListenPort, listenPort + 1 unless the conf sets it).
 """
 
 from __future__ import annotations
@@ -131,6 +135,21 @@ class BrokerProcess(Process):
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def role(self) -> str:
+        """brokerRole: ASYNC_MASTER (the default of both implementations), SYNC_MASTER or SLAVE."""
+        return self.conf.get("brokerRole", "ASYNC_MASTER")
+
+    @property
+    def is_slave(self) -> bool:
+        return self.role == "SLAVE"
+
+    @property
+    def ha_port(self) -> int:
+        """Where a master listens for slaves: BrokerStartup sets haListenPort to listenPort + 1 (4.9.8 even over
+        a configured one; the reference broker keeps a configured one)."""
+        return int(self.conf.get("haListenPort", self.port + 1))
+
     def restart(self, timeout_s: float | None = None) -> None:
         if self.alive:
             self.stop()
@@ -163,7 +182,8 @@ class Topology:
 
     def __init__(self, root: Path | str | None = None, broker_conf: Mapping[str, Any] | None = None,
                  brokers: int = 1, python: str = sys.executable, impl: BrokerImpl = "reference",
-                 rocketmq_home: Path | str | None = None, rocketmq_heap: str | None = None) -> None:
+                 rocketmq_home: Path | str | None = None, rocketmq_heap: str | None = None,
+                 slaves: int = 0) -> None:
         if impl not in rocketmq.IMPLS:
             raise ValueError(f"unknown broker implementation {impl!r}: one of {', '.join(rocketmq.IMPLS)}")
         self.impl: BrokerImpl = impl
@@ -183,6 +203,7 @@ class Topology:
         self.python = python
         self.broker_conf = dict(broker_conf or {})
         self.n_brokers = brokers
+        self.n_slaves = slaves  # per broker that start() starts
         self.namesrv: Process | None = None
         self.namesrv_port = 0
         self.brokers: list[BrokerProcess] = []
@@ -208,7 +229,9 @@ class Topology:
                                        self.root / "namesrv.log", BOOT_LINE_NAMESRV)
             self.namesrv.start()
             for i in range(self.n_brokers):
-                self.add_broker(f"broker-{chr(ord('a') + i)}")
+                master = self.add_broker(f"broker-{chr(ord('a') + i)}")
+                for _ in range(self.n_slaves):
+                    self.add_slave(master)
         except BaseException:
             self.stop()
             raise
@@ -251,6 +274,33 @@ class Topology:
         self.brokers.append(bp)  # before it starts: stop() then ends it even if its start fails
         bp.start()
         return bp
+
+    def add_slave(self, master: BrokerProcess, name: str | None = None,
+                  extra: Mapping[str, Any] | None = None) -> BrokerProcess:
+        """Start a slave of ``master``'s group: the next free brokerId, its own store and ports.
+
+        slaveReadEnable is set because 4.9.8's PullMessageProcessor answers a slave's pulls with
+        PULL_RETRY_IMMEDIATELY without it, and a run that lost its master reads from the slave. RocketMQ's slave
+        gets haMasterAddress too, so it connects without waiting for a name-server registration round (the
+        reference slave learns it from the name server's reply, as 4.9.8's does without the key)."""
+        if master.is_slave:
+            raise ValueError(f"{master.name} is a slave: a slave replicates from a master")
+        group = self.group(master.conf["brokerName"])
+        broker_id = 1 + max((int(b.conf["brokerId"]) for b in group), default=0)
+        conf: dict[str, Any] = {"brokerName": master.conf["brokerName"], "brokerId": str(broker_id),
+                                "brokerRole": "SLAVE", "slaveReadEnable": "true"}
+        if self.rocketmq_home is not None:
+            conf["haMasterAddress"] = f"127.0.0.1:{master.ha_port}"
+        conf.update(extra or {})
+        return self.add_broker(name or f"{master.name}-s{broker_id}", extra=conf)
+
+    def group(self, broker_name: str) -> list[BrokerProcess]:
+        """The processes of one broker group (brokerName), master first."""
+        return sorted((b for b in self.brokers if b.conf.get("brokerName") == broker_name),
+                      key=lambda b: int(b.conf.get("brokerId", "0")))
+
+    def slaves_of(self, master: BrokerProcess) -> list[BrokerProcess]:
+        return [b for b in self.group(master.conf["brokerName"]) if b.is_slave]
 
     def stop(self) -> None:
         for b in self.brokers:

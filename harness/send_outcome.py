@@ -10,7 +10,9 @@ for the same client outcome whoever sent. The outcome is the run record's vocabu
                   ``SendMessageProcessor.handlePutMessageResult`` answers FLUSH_DISK_TIMEOUT,
                   FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE only after the commit log took the record); the
                   status is kept as the response code (0, 10, 12, 11), so a reader that judges durability
-                  (``chaos.verdict``: a flush timeout is not a durability promise) can set those apart.
+                  (``chaos.verdict``: a flush timeout is not a durability promise) can set those apart; 12 and
+                  11 are acknowledged by the master but promised on no slave (``harness.checker``'s
+                  ``acked_master_only``), and only a 0 is a SYNC_MASTER's replication promise.
 ``fail``          refused: definitely not stored — a broker answered with an error code, or the client
                   refused before anything was written (no route, invalid message, connect failure).
 ``unknown``       maybe stored: the request (or an earlier attempt of the same send call, the producer's

@@ -1,6 +1,9 @@
 """Per-run loss rows: a run's check.json counts beside the faults it went through (faults.jsonl) and the
 unflushed window at each power loss, and their sums per flush mode, fault and sysctl profile.
 
+A broker group's runs (chaos/replication.py) add the master's brokerRole (meta.json), the checker's
+``acked_master_only`` and ``lost_promised``, and the replication lag sampled before the master was lost.
+
 The loss report shows and judges them; the flush-compare report shows the same headline table per flush mode.
 """
 
@@ -19,6 +22,8 @@ POWER_LOSS: Final = "power_loss"
 POWER_LOSS_TORN: Final = "power_loss_torn"  # a power loss that also tears a page: a power loss all the same
 POWER_LOSSES: Final = frozenset({POWER_LOSS, POWER_LOSS_TORN})
 DISK_FILL: Final = "disk_fill"
+# The faults that end a broker group's master (harness FaultKind): the run is then read from the slave.
+MASTER_FAULTS: Final = frozenset({"master_kill9", "master_disk_destroyed"})
 SYNC_FLUSH: Final = "SYNC_FLUSH"
 ASYNC_FLUSH: Final = "ASYNC_FLUSH"
 CRASHES: Final = (KILL9, POWER_LOSS, POWER_LOSS_TORN)  # the "abnormal shutdowns" of the seed's flush-mode claims
@@ -43,6 +48,10 @@ class RunLoss:
     unexpected: int
     valid: bool
     unread: int = 0  # acknowledged, never delivered, but the final read found it stored (harness.final_read)
+    replication: str = "ASYNC_MASTER"  # the master's brokerRole
+    acked_master_only: int = 0  # acknowledged only with FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE
+    lost_promised: int = 0  # lost keys that had a plain SEND_OK
+    replication_lag_bytes: int | None = None  # master − slave commit-log end just before the master was lost
 
 
 _SCHEMA = StructType([
@@ -55,6 +64,10 @@ _SCHEMA = StructType([
                    "recovered", "unexpected")),
     StructField("valid", BooleanType(), False),
     StructField("unread", LongType(), False),
+    StructField("replication", StringType(), False),
+    StructField("acked_master_only", LongType(), False),
+    StructField("lost_promised", LongType(), False),
+    StructField("replication_lag_bytes", LongType(), True),
 ])
 
 
@@ -92,6 +105,14 @@ def unflushed_bytes(faults: list[dict[str, Any]]) -> int | None:
     return sum(windows) if windows else None
 
 
+def replication_lag(faults: list[dict[str, Any]]) -> int | None:
+    """The lag sampled before the master fault that ended the run (its params ``lag_bytes``); None without one
+    or when it could not be sampled (-1)."""
+    lags = [int(f["params"]["lag_bytes"]) for f in faults
+            if f.get("kind") in MASTER_FAULTS and "lag_bytes" in (f.get("params") or {})]
+    return lags[-1] if lags and lags[-1] >= 0 else None
+
+
 def crash_counts(faults: list[dict[str, Any]]) -> dict[str, int]:
     """How many kill -9 and power-loss crashes the run went through, by kind."""
     out: dict[str, int] = {}
@@ -116,7 +137,8 @@ def run_loss(run: RunInfo) -> RunLoss | None:
         attempted=count("attempted"), acknowledged=count("acknowledged"), lost=count("lost"),
         lost_bytes=count("lost_bytes"), unflushed_bytes=unflushed_bytes(faults), duplicated=count("duplicated"),
         recovered=count("recovered"), unexpected=count("unexpected"), valid=bool(check.get("valid", False)),
-        unread=count("unread"),
+        unread=count("unread"), replication=run.replication_mode, acked_master_only=count("acked_master_only"),
+        lost_promised=count("lost_promised"), replication_lag_bytes=replication_lag(faults),
     )
 
 
@@ -135,13 +157,17 @@ class GroupLoss:
     unexpected: int
     invalid_runs: int
     unread: int = 0
+    replication: str = "(all)"
+    acked_master_only: int = 0
+    lost_promised: int = 0
 
 
 def grouped(spark: SparkSession, losses: list[RunLoss], keys: tuple[str, ...]) -> list[GroupLoss]:
-    """Sum the per-run counts over ``keys`` (a subset of flush_mode, fault, profile) in Spark."""
+    """Sum the per-run counts over ``keys`` (a subset of flush_mode, replication, fault, profile) in Spark."""
     df = spark.createDataFrame([asdict(x) for x in losses], _SCHEMA)
     sums = [F.sum(c).alias(c) for c in ("acknowledged", "lost", "lost_bytes", "unflushed_bytes", "duplicated",
-                                         "recovered", "unexpected", "unread")]
+                                         "recovered", "unexpected", "unread", "acked_master_only",
+                                         "lost_promised")]
     agg = df.groupBy(*keys).agg(F.count(F.lit(1)).alias("runs"), *sums,
                                 F.sum(F.when(F.col("valid"), 0).otherwise(1)).alias("invalid_runs"))
     rows = agg.orderBy(*keys).collect()
@@ -150,7 +176,9 @@ def grouped(spark: SparkSession, losses: list[RunLoss], keys: tuple[str, ...]) -
         runs=int(r["runs"]), acknowledged=int(r["acknowledged"]), lost=int(r["lost"]), lost_bytes=int(r["lost_bytes"]),
         unflushed_bytes=None if r["unflushed_bytes"] is None else int(r["unflushed_bytes"]),
         duplicated=int(r["duplicated"]), recovered=int(r["recovered"]), unexpected=int(r["unexpected"]),
-        invalid_runs=int(r["invalid_runs"]), unread=int(r["unread"])) for r in rows]
+        invalid_runs=int(r["invalid_runs"]), unread=int(r["unread"]),
+        replication=r["replication"] if "replication" in keys else "(all)",
+        acked_master_only=int(r["acked_master_only"]), lost_promised=int(r["lost_promised"])) for r in rows]
 
 
 def headline_cell(group: GroupLoss) -> str:

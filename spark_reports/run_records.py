@@ -98,6 +98,13 @@ class RunInfo:
         return str(broker.get("flushDiskType", "unknown"))
 
     @property
+    def replication_mode(self) -> str:
+        """The broker's brokerRole (SYNC_MASTER, ASYNC_MASTER, SLAVE); ASYNC_MASTER, both brokers' default, when
+        meta.json does not say."""
+        broker = self.meta.get("broker") or {}
+        return str(broker.get("brokerRole", "ASYNC_MASTER"))
+
+    @property
     def broker_impl(self) -> str:
         return str(self.meta.get("broker_impl", "unknown"))
 

@@ -11,7 +11,10 @@ Layout::
       events/part-<worker>-<n>.parquet   one or more per worker (or events.jsonl at the run root, small runs)
       metrics/part-<source>-<n>.parquet  long format (or metrics.jsonl)
       faults.jsonl                 {"ts_ns", "kind", "target", "params": {...}} one per line
-      check.json                   the checker's verdict (harness.checker)
+      check.json                   the checker's verdict (harness.checker): CHECK_KEYS, plus optional counts;
+                                   among them acked_master_only (acknowledged only with code 11 or 12: stored
+                                   on the master, not promised on a slave) and lost_promised (lost keys that
+                                   had a plain SEND_OK, code 0: what a SYNC_MASTER group must never lose)
 
 Events (one row per client operation)::
 
@@ -30,7 +33,9 @@ Events (one row per client operation)::
                           read: pulled back)
     outcome       string  "ok" (acknowledged / delivered), "fail" (definitely not stored; for a receive: the
                           listener declined it, e.g. RECONSUME_LATER), "unknown" (timeout, connection lost)
-    code          int32   RocketMQ response code, -1 if none
+    code          int32   RocketMQ response code, -1 if none. An ok send keeps its SendStatus's: 0 SEND_OK,
+                          10 FLUSH_DISK_TIMEOUT, 11 SLAVE_NOT_AVAILABLE, 12 FLUSH_SLAVE_TIMEOUT (11 and 12:
+                          the master stored it, no slave acknowledged it)
     bytes         int32   message body size
     worker        string  locust worker / process id
     born_ns       int64   receive only: the message's born timestamp (ms x 1e6), else -1
@@ -127,6 +132,10 @@ class FaultKind(StrEnum):
     PARTITION = "partition"
     HEAL = "heal"
     RESTART = "restart"
+    # A broker group's master (chaos/replication.py): killed for good, or killed and its store deleted; the slave
+    # is what remains. Their params carry the replication lag sampled just before.
+    MASTER_KILL9 = "master_kill9"
+    MASTER_DISK_DESTROYED = "master_disk_destroyed"
 
 
 class MetricName(StrEnum):

@@ -28,6 +28,7 @@ from spark_reports.run_loss import (
     ASYNC_FLUSH,
     CRASHES,
     KILL9,
+    MASTER_FAULTS,
     POWER_LOSS,
     POWER_LOSS_TORN,
     POWER_LOSSES,
@@ -53,6 +54,12 @@ _CRASH_WORDS: Final = {KILL9: "kill -9", POWER_LOSS: "power-loss", POWER_LOSS_TO
 
 def _kinds(loss: RunLoss) -> set[str]:
     return set(loss.fault.split("+"))
+
+
+def _flush_runs(losses: list[RunLoss]) -> list[RunLoss]:
+    """The runs the flush-mode claims judge: not those that lost a group's master (their kill -9 cycles restart
+    the master, but the run ends on the slave, whose loss is replication's, not the flush mode's)."""
+    return [r for r in losses if not _kinds(r) & MASTER_FAULTS]
 
 
 def _profiles(rows: list[RunLoss]) -> str:
@@ -93,7 +100,7 @@ def _no_loss_finding(claim: ClaimId, rows: list[RunLoss], faults: Faults, missin
 
 
 def sync_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
-    rows = [r for r in losses if r.flush_mode == SYNC_FLUSH and _kinds(r) & set(CRASHES)]
+    rows = [r for r in _flush_runs(losses) if r.flush_mode == SYNC_FLUSH and _kinds(r) & set(CRASHES)]
     covered = sorted({k for r in rows for k in _kinds(r) & set(CRASHES)})
     rule = ("Held when SYNC_FLUSH runs crashed by kill -9 or power loss lost none of the sends the broker "
             "acknowledged (check.json: acknowledged but never delivered). Faults covered: "
@@ -106,7 +113,8 @@ def sync_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
 
 
 def async_kill9_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
-    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and KILL9 in _kinds(r) and not _kinds(r) & POWER_LOSSES]
+    rows = [r for r in _flush_runs(losses)
+            if r.flush_mode == ASYNC_FLUSH and KILL9 in _kinds(r) and not _kinds(r) & POWER_LOSSES]
     return _no_loss_finding(ClaimId.ASYNC_KILL9_NO_LOSS, rows, faults,
                             "No ASYNC_FLUSH run with kill -9 (and no power loss) faults "
                             "(python -m chaos matrix --flush async --faults kill9).",
@@ -117,7 +125,7 @@ def async_kill9_no_loss(losses: list[RunLoss], faults: Faults) -> Finding:
 def async_power_loss_tail(losses: list[RunLoss], faults: Faults) -> Finding:
     """Held when every async power-loss run lost no more than its unflushed window at the crashes."""
     claim = ClaimId.ASYNC_POWER_LOSS_TAIL
-    rows = [r for r in losses if r.flush_mode == ASYNC_FLUSH and _kinds(r) & POWER_LOSSES]
+    rows = [r for r in _flush_runs(losses) if r.flush_mode == ASYNC_FLUSH and _kinds(r) & POWER_LOSSES]
     ids = tuple(r.run_id for r in rows)
     if not rows:
         return Finding(claim, Verdict.NOT_MEASURED, "no run", NAME, ids,
@@ -239,19 +247,23 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     report_dir = make_report_dir(out_dir, NAME)
     losses = [loss for loss in (run_loss(r) for r in runs) if loss is not None]
     unchecked = [r.run_id for r in runs if not (r.path / "check.json").is_file()]
-    by_group = grouped(spark, losses, ("flush_mode", "fault", "profile")) if losses else []
+    by_group = grouped(spark, losses, ("flush_mode", "replication", "fault", "profile")) if losses else []
     by_mode_fault = grouped(spark, losses, ("flush_mode", "fault")) if losses else []
     cycles = fill_cycles(spark, [r for r in runs if is_disk_fill_run(r)])
     judged = findings(losses, {r.run_id: read_faults(r) for r in runs}, cycles)
 
-    run_header = ["run_id", "flush_mode", "fault", "sysctl_profile", "attempted", "acknowledged", "lost", "lost_bytes",
-                  "unread", "unflushed_bytes", "duplicated", "recovered", "unexpected", "valid"]
-    run_rows = [(x.run_id, x.flush_mode, x.fault, x.profile, x.attempted, x.acknowledged, x.lost, x.lost_bytes,
-                 x.unread, x.unflushed_bytes, x.duplicated, x.recovered, x.unexpected, x.valid) for x in losses]
-    group_header = ["flush_mode", "fault", "sysctl_profile", "runs", "acknowledged", "lost", "lost_bytes", "unread",
-                    "unflushed_bytes", "duplicated", "recovered", "unexpected", "invalid_runs"]
-    group_rows = [(g.flush_mode, g.fault, g.profile, g.runs, g.acknowledged, g.lost, g.lost_bytes, g.unread,
-                   g.unflushed_bytes, g.duplicated, g.recovered, g.unexpected, g.invalid_runs) for g in by_group]
+    run_header = ["run_id", "flush_mode", "replication", "fault", "sysctl_profile", "attempted", "acknowledged",
+                  "acked_master_only", "lost", "lost_promised", "lost_bytes", "unread", "unflushed_bytes",
+                  "replication_lag_bytes", "duplicated", "recovered", "unexpected", "valid"]
+    run_rows = [(x.run_id, x.flush_mode, x.replication, x.fault, x.profile, x.attempted, x.acknowledged,
+                 x.acked_master_only, x.lost, x.lost_promised, x.lost_bytes, x.unread, x.unflushed_bytes,
+                 x.replication_lag_bytes, x.duplicated, x.recovered, x.unexpected, x.valid) for x in losses]
+    group_header = ["flush_mode", "replication", "fault", "sysctl_profile", "runs", "acknowledged",
+                    "acked_master_only", "lost", "lost_promised", "lost_bytes", "unread", "unflushed_bytes",
+                    "duplicated", "recovered", "unexpected", "invalid_runs"]
+    group_rows = [(g.flush_mode, g.replication, g.fault, g.profile, g.runs, g.acknowledged, g.acked_master_only,
+                   g.lost, g.lost_promised, g.lost_bytes, g.unread, g.unflushed_bytes, g.duplicated, g.recovered,
+                   g.unexpected, g.invalid_runs) for g in by_group]
     faults, headline_rows = headline_table(by_mode_fault)
 
     files = [
@@ -267,20 +279,25 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
         "it by position (the consumers fell behind; not a loss); recovered = outcome unknown at the client but "
         "delivered; duplicated = extra deliveries; "
         "unexpected = delivered but never sent). Unflushed window = written_offset − flushed_offset of the "
-        "power-loss fault: the commit-log bytes that were in the page cache but not on disk at the crash.")
+        "power-loss fault: the commit-log bytes that were in the page cache but not on disk at the crash. "
+        "Replication = the master's brokerRole; master-only = acknowledged only with FLUSH_SLAVE_TIMEOUT or "
+        "SLAVE_NOT_AVAILABLE (stored on the master, promised on no slave); lost promised = lost keys that had a "
+        "plain SEND_OK, which a SYNC_MASTER's slave must hold; lag = the master's commit-log end minus the "
+        "slave's, sampled just before the master was killed or lost its disk.")
     page.heading("Headline")
     if headline_rows:
         page.table(["flush mode", *faults], headline_rows, text_columns=1 + len(faults))
     else:
         page.paragraph("No run has a check.json.", note=True)
-    page.heading("By flush mode × fault × sysctl profile")
-    page.table(["flush mode", "fault", "sysctl profile", "runs", "acknowledged", "lost", "lost bytes", "unread",
-                "unflushed window (B)", "duplicated", "recovered", "unexpected", "invalid runs"], group_rows,
-               text_columns=3)
+    page.heading("By flush mode × replication × fault × sysctl profile")
+    page.table(["flush mode", "replication", "fault", "sysctl profile", "runs", "acknowledged", "master-only",
+                "lost", "lost promised", "lost bytes", "unread", "unflushed window (B)", "duplicated", "recovered",
+                "unexpected", "invalid runs"], group_rows, text_columns=4)
     page.heading("Per run")
-    page.table(["run", "flush mode", "fault", "sysctl profile", "attempted", "acknowledged", "lost", "lost bytes",
-                "unread", "unflushed window (B)", "duplicated", "recovered", "unexpected", "valid"], run_rows,
-               text_columns=4)
+    page.table(["run", "flush mode", "replication", "fault", "sysctl profile", "attempted", "acknowledged",
+                "master-only", "lost", "lost promised", "lost bytes", "unread", "unflushed window (B)",
+                "lag at the master's loss (B)", "duplicated", "recovered", "unexpected", "valid"], run_rows,
+               text_columns=5)
     if unchecked:
         page.paragraph("Runs without check.json (left out): " + ", ".join(unchecked), note=True)
     disk_rows = _disk_fill_section(page, cycles)

@@ -28,8 +28,12 @@ def reference_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
         stored = got > 0 or key in read
         if n_ok:
             out["acknowledged"] += 1
+            ok_codes = [s.get("code", 0) for s in ss if s["outcome"] == "ok"]
+            if all(c in (11, 12) for c in ok_codes):
+                out["acked_master_only"] += 1
             if not stored:
                 out["lost"] += 1
+                out["lost_promised"] += 0 in ok_codes
                 lost_bytes += next(s["bytes"] for s in ss if s["outcome"] == "ok")
             elif not got:
                 out["unread"] += 1
@@ -45,7 +49,7 @@ def reference_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
             surplus += got - copies
     out["unexpected"] = sum(1 for k in set(received) | read if k not in sends)
     keys = ("attempted", "acknowledged", "failed", "unknown", "lost", "unexpected", "duplicated", "recovered",
-            "recovered_failed", "unread")
+            "recovered_failed", "unread", "acked_master_only", "lost_promised")
     return {k: out[k] for k in keys} | {"lost_bytes": lost_bytes, "duplicate_deliveries": surplus}
 
 

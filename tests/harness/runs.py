@@ -19,7 +19,7 @@ def write_run(runs_dir: Path, rows: list[dict[str, Any]], *, fmt: Literal["parqu
         common = (r["key"], r.get("topic", "T"), r.get("queue_id", 0), r.get("queue_offset", -1),
                   r.get("start_ns", 0), r.get("end_ns", 0))
         if r["op"] == "send":
-            w.record_send(*common, r.get("outcome", "ok"), nbytes=r.get("bytes", 100))
+            w.record_send(*common, r.get("outcome", "ok"), code=r.get("code", 0), nbytes=r.get("bytes", 100))
         elif r["op"] == "read":
             w.record_read(*common, nbytes=r.get("bytes", 100))
         else:

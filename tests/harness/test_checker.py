@@ -22,10 +22,10 @@ from tests.harness.runs import write_run
 
 
 def send(key: str, outcome: str = "ok", *, t: int = 0, queue: int = 0, offset: int = -1, worker: str = "p0",
-         nbytes: int = 100, topic: str = "T") -> dict[str, Any]:
-    """A send that starts at t and is answered at t + 1."""
+         nbytes: int = 100, topic: str = "T", code: int = 0) -> dict[str, Any]:
+    """A send that starts at t and is answered at t + 1 (an ok one with SEND_OK unless ``code`` says)."""
     return dict(op="send", key=key, outcome=outcome, start_ns=t, end_ns=t + 1, queue_id=queue, queue_offset=offset,
-                worker=worker, bytes=nbytes, topic=topic)
+                worker=worker, bytes=nbytes, topic=topic, code=code)
 
 
 def recv(key: str, *, t: int = 100, queue: int = 0, offset: int = -1, worker: str = "c0", session: str = "",
@@ -42,11 +42,12 @@ def read(key: str, *, t: int = 200, queue: int = 0, offset: int = -1, topic: str
 
 def totals(result: Any) -> dict[str, int]:
     return {k: getattr(result, k) for k in ("attempted", "acknowledged", "failed", "unknown", "lost", "unexpected",
-                                            "duplicated", "recovered", "recovered_failed", "unread")}
+                                            "duplicated", "recovered", "recovered_failed", "unread",
+                                            "acked_master_only", "lost_promised")}
 
 
 ZERO = dict(attempted=0, acknowledged=0, failed=0, unknown=0, lost=0, unexpected=0, duplicated=0, recovered=0,
-            recovered_failed=0, unread=0)
+            recovered_failed=0, unread=0, acked_master_only=0, lost_promised=0)
 
 
 def test_clean_history_has_nothing_to_report() -> None:
@@ -82,6 +83,37 @@ def test_a_final_read_recovers_an_unknown_send_and_a_read_never_sent_is_unexpect
     r = check_events([send("a", "unknown"), send("b", "fail"), read("a"), read("b"), read("ghost")])
     assert (r.recovered, r.recovered_failed, r.unexpected, r.unread) == (1, 1, 1, 0)
     assert not r.valid
+
+
+FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_DISK_TIMEOUT = 12, 11, 10
+
+
+def test_acks_without_a_slave_are_acked_master_only_and_their_loss_is_not_a_promised_loss() -> None:
+    rows = [send("ok"), send("fst", code=FLUSH_SLAVE_TIMEOUT), send("sna", code=SLAVE_NOT_AVAILABLE),
+            send("fdt", code=FLUSH_DISK_TIMEOUT)]
+    r = check_events(rows)
+    assert totals(r) == ZERO | dict(attempted=4, acknowledged=4, lost=4, acked_master_only=2, lost_promised=1)
+    assert r.samples[Category.ACKED_MASTER_ONLY] == ["fst", "sna"]
+    assert r.samples[Category.LOST_PROMISED] == ["ok"]
+    assert r.samples[Category.LOST] == ["fdt", "fst", "ok", "sna"]  # lost is judged as before
+    assert not r.valid
+    delivered = check_events(rows + [recv(k) for k in ("ok", "fst", "sna", "fdt")])
+    assert (delivered.lost, delivered.lost_promised, delivered.acked_master_only) == (0, 0, 2)
+    assert delivered.valid  # acked on the master only is no fault of the run
+
+
+def test_one_send_ok_among_retries_makes_a_key_promised() -> None:
+    rows = [send("k", code=FLUSH_SLAVE_TIMEOUT), send("k", t=5, code=0), send("m", code=SLAVE_NOT_AVAILABLE),
+            send("m", t=5, code=FLUSH_SLAVE_TIMEOUT), send("m", "fail", t=9, code=14)]
+    r = check_events(rows)
+    assert (r.acknowledged, r.acked_master_only, r.lost, r.lost_promised) == (2, 1, 2, 1)
+    assert r.samples[Category.LOST_PROMISED] == ["k"]
+
+
+def test_a_history_without_codes_counts_its_ok_sends_as_send_ok() -> None:
+    rows = [dict(op="send", key="a"), dict(op="send", key="b", outcome="unknown")]
+    r = check_events(rows)
+    assert (r.lost, r.lost_promised, r.acked_master_only) == (1, 1, 0)
 
 
 def test_allow_loss_keeps_a_lossy_run_valid() -> None:
@@ -129,7 +161,7 @@ def test_every_send_failed_is_failed_and_if_received_recovered_failed_not_unexpe
 
 def test_a_fail_then_ok_retry_is_acknowledged() -> None:
     r = check_events([send("a", "fail", t=0), send("a", "ok", t=10)])
-    assert totals(r) == ZERO | dict(attempted=1, acknowledged=1, lost=1)
+    assert totals(r) == ZERO | dict(attempted=1, acknowledged=1, lost=1, lost_promised=1)
 
 
 def test_declined_receive_is_neither_delivery_nor_order_evidence() -> None:
@@ -241,7 +273,7 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
         t = draw(st.integers(0, 60))
         rows.append(dict(send(key, draw(st.sampled_from(list(Outcome))), t=t, queue=draw(st.integers(-1, 1)),
                               offset=draw(st.integers(-1, 5)), worker=draw(st.sampled_from(["p0", "p1"])),
-                              nbytes=len(key) * 10),
+                              nbytes=len(key) * 10, code=draw(st.sampled_from([0, 0, -1, 10, 11, 12]))),
                          end_ns=t + draw(st.integers(0, 20))))
         del i
     for _ in range(draw(st.integers(0, 30))):

@@ -85,3 +85,37 @@ def test_unread_messages_are_a_column_of_their_own_summed_per_group(spark, repor
     assert (group.unread, group.lost, group.runs) == (12, 0, 2)
     header = _read(reports.out_dir / "loss" / "loss_runs.csv")[0]
     assert "unread" in header and int(header["unread"]) == 0  # the synthetic runs were all read in full
+
+
+def _group_run(runs_dir, role: str, lag: int) -> None:
+    """A broker group's run record as chaos/replication.py writes one: the master's brokerRole in meta.json,
+    sends answered SEND_OK (0) or FLUSH_SLAVE_TIMEOUT (12), the master fault with the lag, check.json."""
+    from harness.checker import check_run
+    from harness.records import FaultKind, RunRecord
+
+    rec = RunRecord.create(runs_dir, "chaos-master.disk.destroyed", {}, ["pytest"])
+    rec.update_meta(broker={"brokerRole": role, "flushDiskType": "ASYNC_FLUSH"})
+    w = rec.events_writer("p0", fmt="jsonl", background=False)
+    for i, code in enumerate([0, 0, 12, 12]):
+        w.record_send(f"k{i}", "T", 0, i, 10 * i, 10 * i + 1, "ok", code=code, nbytes=10)
+    w.record_receive("k0", "T", 0, 0, 100, 100, nbytes=10)
+    w.record_receive("k2", "T", 0, 2, 100, 100, nbytes=10)
+    rec.add_fault(FaultKind.KILL9, "broker-a", lag_bytes=5)
+    rec.add_fault(FaultKind.MASTER_DISK_DESTROYED, "broker-a", lag_bytes=lag, final=True)
+    rec.finish()
+    check_run(rec.run_dir, allow_loss=True)
+
+
+def test_replication_mode_master_only_and_promised_loss_per_run_and_group(spark, tmp_path):
+    _group_run(tmp_path, "SYNC_MASTER", 4096)
+    _group_run(tmp_path, "ASYNC_MASTER", 8192)
+    losses = [x for x in (run_loss(r) for r in discover_runs(tmp_path)) if x is not None]
+    got = sorted((x.replication, x.fault, x.acknowledged, x.acked_master_only, x.lost, x.lost_promised,
+                  x.replication_lag_bytes) for x in losses)
+    assert got == [("ASYNC_MASTER", "kill9+master_disk_destroyed", 4, 2, 2, 1, 8192),
+                   ("SYNC_MASTER", "kill9+master_disk_destroyed", 4, 2, 2, 1, 4096)]
+    groups = grouped(spark, losses, ("flush_mode", "replication", "fault"))
+    assert sorted((g.replication, g.acked_master_only, g.lost_promised) for g in groups) == [
+        ("ASYNC_MASTER", 2, 1), ("SYNC_MASTER", 2, 1)]
+    (merged,) = grouped(spark, losses, ("flush_mode", "fault"))
+    assert (merged.replication, merged.lost_promised, merged.runs) == ("(all)", 2, 2)

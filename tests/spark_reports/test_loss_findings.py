@@ -184,3 +184,15 @@ def test_loss_report_writes_the_four_findings_and_the_disk_fill_table(spark, dis
     page = (tmp_path / "loss" / "index.html").read_text(encoding="utf-8")
     assert "Disk fill: writes refused above 90 %" in page and "disk_fill_cycles.csv" in page
     assert "Claims judged from these runs" in page
+
+
+def test_runs_that_lost_a_master_are_not_flush_mode_evidence() -> None:
+    """A replication run's kill -9 cycles restart its master, but it ends on the slave: an ASYNC_MASTER's loss
+    there is replication's, so it neither fails nor supports the flush-mode claims."""
+    group = _row("g", "ASYNC_FLUSH", "kill9+master_kill9", lost=3)
+    assert loss.async_kill9_no_loss([group], {}).verdict is Verdict.NOT_MEASURED
+    assert loss.sync_no_loss([_row("s", "SYNC_FLUSH", "kill9+master_disk_destroyed", lost=3)], {}).verdict \
+        is Verdict.NOT_MEASURED
+    plain = _row("p", "ASYNC_FLUSH", "kill9")
+    held = loss.async_kill9_no_loss([group, plain], {})
+    assert held.verdict is Verdict.HELD and held.runs == ("p",)

@@ -1,0 +1,432 @@
+"""This module owns the replication experiments: a broker group (a master and one slave, classic HA) under load
+loses its master, and the topic is read back from the slave alone.
+
+- ``master_kill9``: kill -9 the master and leave it dead; its store survives but the run does not use it.
+- ``master_disk_destroyed``: kill -9 the master and delete its store directory: the slave is all that remains.
+
+With ``cycles`` N, the first N - 1 cycles kill -9 the master and restart it on its store (the slave reconnects
+and goes on replicating; a SYNC_MASTER answers SLAVE_NOT_AVAILABLE meanwhile); the last one is the fault
+itself. Before each kill the master's and the slave's commit-log ends are sampled: their difference is the
+replication lag in the fault's params. The drain then reads every queue from the slave's address
+(chaos.drain_source.BrokerSource), the checker judges the events (``lost_promised``, ``acked_master_only``) and
+chaos.replication_verdict says what the replication mode allows. The run record is like any chaos cell's:
+meta.json (the master's broker.conf, its brokerRole among it), events, metrics, faults.jsonl, check.json,
+chaos.json (cycles, verdict, drain, the slave's conf and store check) and logs/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from chaos.drain_source import BrokerSource
+from chaos.experiment import (
+    BASE_BROKER_CONF,
+    CHAOS_FILE,
+    CLIENT_LOG,
+    SERVICE_DEADLINE_S,
+    CycleRecord,
+    FlushMode,
+    _apply_profile,
+    _keep_logs,
+    _wait_first_ack,
+    _wait_route,
+    cell_ledger_proc,
+)
+from chaos.leftovers import Ledger, ResourceKind, cleanup
+from chaos.load import DrainStats, LoadSpec, Workload
+from chaos.replication_verdict import ReplicationMode, ReplicationVerdict, judge
+from chaos.sampler import BrokerSample, Sampler, first_status, try_status
+from chaos.store_check import check_store_at_cell_end
+from harness import rocketmq
+from harness.checker import CheckResult, check_run
+from harness.launcher import BrokerProcess, LaunchError, Topology
+from harness.records import FaultKind, RunRecord, WallClock
+from harness.records.run import write_json_atomic
+from harness.rocketmq import BrokerImpl
+from reference_broker.client import MessageQueue, MQClientError
+from reference_broker.remoting.client import RemotingClient
+from reference_broker.remoting.codes import ResponseCode
+from reference_broker.tools import admin
+
+PROBE_TOPIC_SUFFIX: Final = "Probe"  # the topic of the sends that wait for replication before the load
+SLAVE_SETTLE_S: Final = 1.0  # the slave's end unchanged this long (and its dispatch caught up): settled
+REPLICATING_TIMEOUT_S: Final = 60.0  # RocketMQ's slave reports its first offset 5 s after connecting
+
+
+class ReplicationFault(enum.StrEnum):
+    MASTER_KILL9 = "master_kill9"
+    MASTER_DISK_DESTROYED = "master_disk_destroyed"
+
+    @property
+    def kind(self) -> FaultKind:
+        return FaultKind(self.value)
+
+
+@dataclass(frozen=True)
+class ReplicationSpec:
+    fault: ReplicationFault
+    mode: ReplicationMode
+    flush: FlushMode = FlushMode.ASYNC
+    cycles: int = 3
+    profile: str | None = None  # the page cache outlives a killed process whatever the sysctl values
+    runs_dir: Path = Path("runs")
+    work_dir: Path | None = None
+    seed: int | None = None
+    gap_s: tuple[float, float] = (0.5, 2.0)
+    load: LoadSpec = field(default_factory=LoadSpec)
+    broker_conf: dict[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] | None = None
+    broker_impl: BrokerImpl = "reference"
+    rocketmq_home: Path | None = None
+
+    @property
+    def scenario(self) -> str:
+        prof = (self.profile or "none").replace("_", ".")
+        impl = "" if self.broker_impl == "reference" else f"-{self.broker_impl}"
+        return (f"chaos-{self.fault.value.replace('_', '.')}-{self.mode.short}.master-{self.flush.short}-{prof}"
+                f"{impl}")
+
+
+@dataclass
+class ReplicationResult:
+    spec: ReplicationSpec
+    run_dir: Path | None
+    skipped: str | None = None
+    cycles: list[CycleRecord] = field(default_factory=list)
+    check: CheckResult | None = None
+    verdict: ReplicationVerdict | None = None
+    drain: DrainStats | None = None
+    sysctl: dict[str, Any] | None = None
+    slave_end: int = -1  # the slave's commit-log end once settled after the final fault
+    slave_conf: dict[str, str] = field(default_factory=dict)
+    store_check: dict[str, Any] | None = None  # the slave's store, after its clean stop
+    broker_version: str | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.skipped is not None or (self.error is None and self.verdict is not None and self.verdict.ok)
+
+    def summary(self) -> dict[str, Any]:
+        chk, v = self.check, self.verdict
+        lags = [c.extra["lag_bytes"] for c in self.cycles if c.extra.get("lag_bytes", -1) >= 0]
+        return {
+            "broker_impl": self.spec.broker_impl, "fault": self.spec.fault.value,
+            "replication": self.spec.mode.short, "flush": self.spec.flush.short, "profile": self.spec.profile,
+            "skipped": self.skipped, "error": self.error, "cycles": len(self.cycles),
+            "acknowledged": chk.acknowledged if chk else None, "lost": chk.lost if chk else None,
+            "lost_promised": chk.lost_promised if chk else None,
+            "acked_master_only": chk.acked_master_only if chk else None,
+            "absent": v.absent if v else None, "absent_promised": v.absent_promised if v else None,
+            "lost_share": v.lost_share if v else None, "lag_bytes": v.lag_bytes if v else None,
+            "lag_bytes_max": max(lags) if lags else None,
+            "unreplicated_bytes": v.unreplicated_bytes if v else None,
+            "ok": self.ok, "violations": list(v.violations) if v else ([self.error] if self.error else []),
+            "run_dir": str(self.run_dir) if self.run_dir else None, "seconds": round(self.seconds, 1),
+        }
+
+
+class _Group:
+    """The running experiment: the group's processes, the load, the record."""
+
+    def __init__(self, spec: ReplicationSpec, record: RunRecord, master: BrokerProcess, slave: BrokerProcess,
+                 workload: Workload, ledger: Ledger) -> None:
+        self.spec, self.record, self.master, self.slave = spec, record, master, slave
+        self.workload, self.ledger, self.clock = workload, ledger, record.clock
+
+    def status(self, b: BrokerProcess) -> BrokerSample | None:
+        return try_status(b.addr, self.clock)
+
+    def track_master(self) -> None:
+        for e in self.ledger.entries():
+            if e.kind is ResourceKind.PROCESS and e.detail.get("what") == "master" and e.owner_pid == self.ledger.owner:
+                self.ledger.drop(e)
+        cell_ledger_proc(self.ledger, self.master, "master")
+
+    def fault(self, i: int, final: bool) -> CycleRecord:
+        """Sample both ends, kill -9 the master, wait for the sends in flight; then restart it (not final), or
+        leave it dead, its store deleted for master_disk_destroyed (final)."""
+        # The slave first: sampled before the master, its end cannot pass the master's, so the lag is >= 0.
+        s = self.status(self.slave)
+        m = self.status(self.master)
+        lag = m.max_offset - s.max_offset if m is not None and s is not None else -1
+        in_flight = self.workload.in_flight
+        t_kill = self.clock.now_ns()
+        self.master.kill()
+        kind = self.spec.fault.kind if final else FaultKind.KILL9
+        rec = CycleRecord(cycle=i, kind=kind.value, fault_ns=t_kill, written_offset=m.max_offset if m else -1,
+                          flushed_offset=m.flushed_offset if m else -1)
+        self.workload.hold()
+        deadline = time.monotonic() + 3.0
+        while self.workload.in_flight and time.monotonic() < deadline:
+            time.sleep(0.005)
+        acked_end = self.workload.max_acked_end(self.clock.now_ns(), self.workload.record_size())
+        rec.written_bound = max(acked_end, rec.written_offset)
+        rec.extra.update(lag_bytes=lag, master_offset=m.max_offset if m else -1,
+                         slave_offset=s.max_offset if s else -1)
+        if final and self.spec.fault is ReplicationFault.MASTER_DISK_DESTROYED:
+            shutil.rmtree(self.master.store_root)
+            rec.extra["store_deleted"] = str(self.master.store_root)
+        self.record.add_fault(kind, self.master.name, ts_ns=t_kill, cycle=i, lag_bytes=lag,
+                              master_offset=rec.extra["master_offset"], slave_offset=rec.extra["slave_offset"],
+                              written_bound=rec.written_bound, in_flight=in_flight, final=final)
+        if not final:
+            self._restart(rec)
+        return rec
+
+    def _restart(self, rec: CycleRecord) -> None:
+        t0 = time.monotonic()
+        try:
+            self.master.start()
+        except LaunchError as e:
+            rec.ok, rec.error = False, f"the master did not come back: {e}"
+            return
+        rec.recovery_s = time.monotonic() - t0
+        rec.restored_ns = self.clock.now_ns()
+        self.track_master()
+        after = first_status(self.master.addr, self.clock)  # 4.9.8 answers SYSTEM_ERROR for a moment after boot
+        rec.recovered_offset = after.max_offset if after is not None else -1
+        self.workload.release()
+        self.record.add_fault(FaultKind.RESTART, self.master.name, ts_ns=rec.restored_ns, cycle=rec.cycle,
+                              recovery_s=round(rec.recovery_s, 4), recovered_offset=rec.recovered_offset)
+        deadline = time.monotonic() + SERVICE_DEADLINE_S
+        while (first := self.workload.first_ok_after(rec.restored_ns)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if first is None:
+            rec.ok, rec.error = False, f"no send acknowledged within {SERVICE_DEADLINE_S} s after the restart"
+            return
+        rec.service_restored_s = (first - rec.restored_ns) / 1e9
+        # The next fault should find a replicating group, not one whose slave is still waiting to reconnect
+        # (HAClient.run, 4.9.8, waits 5 s after a failed connect): wait until the slave has bytes the restarted
+        # master wrote. Having what the master recovered is not enough: the slave had that before the kill.
+        t1 = time.monotonic()
+        deadline = t1 + REPLICATING_TIMEOUT_S
+        floor = max(rec.recovered_offset, rec.written_bound)
+        while time.monotonic() < deadline:
+            s = self.status(self.slave)
+            if s is not None and s.max_offset > floor:
+                rec.extra["slave_caught_up_s"] = round(time.monotonic() - t1, 3)
+                return
+            time.sleep(0.1)
+        rec.ok, rec.error = False, f"the slave did not catch up with the restarted master in {REPLICATING_TIMEOUT_S} s"
+
+    def settled_slave_end(self, timeout_s: float = 30.0) -> BrokerSample | None:
+        """The slave's status once its end has stopped moving and its dispatch has caught up."""
+        deadline = time.monotonic() + timeout_s
+        last: BrokerSample | None = None
+        since = time.monotonic()
+        while time.monotonic() < deadline:
+            s = self.status(self.slave)
+            if s is not None and last is not None and s.max_offset == last.max_offset and s.dispatch_behind == 0:
+                if time.monotonic() - since >= SLAVE_SETTLE_S:
+                    return s
+            else:
+                since = time.monotonic()
+            last = s if s is not None else last
+            time.sleep(0.1)
+        return last
+
+
+def slave_knows_topic(namesrv: str, slave: BrokerProcess, broker_name: str, topic: str, queues: int,
+                      timeout_s: float = 40.0) -> None:
+    """The slave serves the drain, so it must know the topic (a pull of an unknown one is TOPIC_NOT_EXIST).
+    The reference slave takes it from an UPDATE_AND_CREATE_TOPIC; 4.9.8's refuses that on a slave
+    (AdminBrokerProcessor.validateSlave) and copies the master's topics itself (SlaveSynchronize.syncAll,
+    every 10 s): then wait until a pull on it is answered."""
+    try:
+        admin.update_topic(namesrv, topic, queues, queues, broker_addr=slave.addr)
+        return
+    except admin.AdminError:
+        pass
+    source = BrokerSource(slave.addr, broker_name, queues, "CHAOS_PROBE_CG")
+    source.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                source.pull(MessageQueue(topic, broker_name, 0), 0, 1)
+                return
+            except MQClientError as e:
+                if e.code != ResponseCode.TOPIC_NOT_EXIST or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.5)
+    finally:
+        source.shutdown()
+
+
+def wait_replicating(master: BrokerProcess, slave: BrokerProcess, topic: str, clock: WallClock,
+                     timeout_s: float = REPLICATING_TIMEOUT_S) -> None:
+    """Before the load: send to a probe topic until the master answers SEND_OK (a SYNC_MASTER does once its
+    slave has reported an offset), then wait until the slave's end has reached the master's."""
+    from reference_broker.client import protocol as cp
+
+    deadline = time.monotonic() + timeout_s
+    with RemotingClient("127.0.0.1", master.port, timeout_s=10) as c:
+        while True:
+            r = c.invoke(cp.send_request("CHAOS_PROBE_PG", topic, 0, b"probe", "",
+                                         born_timestamp=int(time.time() * 1000)))
+            if r.code == ResponseCode.SUCCESS:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the master never answered SEND_OK: {r.code} {r.remark}")
+            time.sleep(0.2)
+    while time.monotonic() < deadline:
+        m, s = try_status(master.addr, clock), try_status(slave.addr, clock)
+        if m is not None and s is not None and s.max_offset >= m.max_offset:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the slave did not catch up with the master within {timeout_s} s")
+
+
+def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log: Any = None) -> ReplicationResult:
+    """Run one replication experiment; never leaves a process behind. ``log`` gets progress lines."""
+    say = log or (lambda _line: None)
+    if spec.cycles < 1:
+        raise ValueError("cycles must be >= 1 (the last cycle is the fault that ends the run)")
+    if spec.broker_impl == "rocketmq" and (reason := rocketmq.unavailable(spec.rocketmq_home)) is not None:
+        return ReplicationResult(spec, None, skipped=reason)
+    ledger = ledger if ledger is not None else Ledger()
+    t_start = time.monotonic()
+    seed = spec.seed if spec.seed is not None else random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    params = {"fault": spec.fault.value, "replication": spec.mode.value, "flush": spec.flush.value,
+              "cycles": spec.cycles, "profile": spec.profile, "broker_impl": spec.broker_impl, "seed": seed,
+              "gap_s": list(spec.gap_s), "load": asdict(spec.load)}
+    record = RunRecord.create(spec.runs_dir, spec.scenario, params,
+                              list(spec.command) if spec.command is not None else list(sys.argv))
+    result = ReplicationResult(spec, record.run_dir)
+    if spec.work_dir is not None:
+        spec.work_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"rmq-lab-{spec.scenario}-", dir=spec.work_dir))
+    ledger.add(ResourceKind.PATH, work, what="chaos scratch directory")
+    workload: Workload | None = None
+    client_log = logging.FileHandler(record.run_dir / CLIENT_LOG, encoding="utf-8")
+    client_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("reference_broker").addHandler(client_log)
+    try:
+        with contextlib.ExitStack() as stack:
+            result.sysctl = _apply_profile(stack, spec.profile)
+            record.update_meta(sysctl=result.sysctl)
+            conf = {**BASE_BROKER_CONF, "flushDiskType": spec.flush.value, "brokerRole": spec.mode.value,
+                    **spec.broker_conf}
+            topo = Topology(work / "topo", broker_conf=conf, brokers=0, impl=spec.broker_impl,
+                            rocketmq_home=spec.rocketmq_home)
+            stack.callback(topo.stop)
+            topo.start()
+            assert topo.namesrv is not None
+            cell_ledger_proc(ledger, topo.namesrv, "namesrv")
+            master = topo.add_broker("broker-a")
+            cell_ledger_proc(ledger, master, "master")
+            slave = topo.add_slave(master)
+            cell_ledger_proc(ledger, slave, "slave")
+            result.slave_conf = dict(slave.conf)
+            status = first_status(master.addr, record.clock)
+            result.broker_version = status.version if status else None
+            record.update_meta(broker=dict(master.conf), broker_impl=result.broker_version)
+            topic, queues = spec.load.topic, spec.load.queues
+            probe_topic = topic + PROBE_TOPIC_SUFFIX
+            for t in (topic, probe_topic):
+                admin.update_topic(topo.namesrv_addr, t, queues, queues, broker_addr=master.addr)
+            slave_knows_topic(topo.namesrv_addr, slave, master.conf["brokerName"], topic, queues)
+            _wait_route(topo.namesrv_addr, topic)
+            wait_replicating(master, slave, probe_topic, record.clock)
+            workload = Workload(topo.namesrv_addr, spec.load, record, record.clock)
+            stack.callback(workload.close)
+            workload.start()
+            sampler = Sampler(lambda: master.addr, lambda: master.pid if master.alive else None,
+                              record.metrics_writer(), record.clock, workload.counters)
+            sampler.start()
+            stack.callback(sampler.stop)
+            _wait_first_ack(workload)
+            group = _Group(spec, record, master, slave, workload, ledger)
+            say(f"{spec.scenario}: group up, replicating, load running; {spec.cycles} cycles")
+            for i in range(spec.cycles):
+                time.sleep(rng.uniform(*spec.gap_s))
+                final = i == spec.cycles - 1
+                rec = group.fault(i, final)
+                result.cycles.append(rec)
+                say(f"  cycle {i + 1}/{spec.cycles}: {rec.kind}, lag {rec.extra['lag_bytes']:,} B"
+                    + (f", restart {rec.recovery_s:.2f} s" if rec.recovery_s is not None else "")
+                    + ("" if rec.ok else f" FAILED: {rec.error}"))
+                if not rec.ok:
+                    break
+            workload.stop_producing()
+            workload.stop_consuming()
+            settled = group.settled_slave_end()
+            if settled is None:
+                result.drain = DrainStats(complete=False, problems=["the slave does not answer"])
+            else:
+                result.slave_end = settled.max_offset
+                workload.final_min_offset = max(0, settled.min_offset)
+                source = BrokerSource(slave.addr, master.conf["brokerName"], queues, spec.load.drain_group)
+                result.drain = workload.drain(source=source)
+                say(f"{spec.scenario}: drained {result.drain.messages:,} messages from the slave")
+            result.store_check = check_store_at_cell_end(slave, slave.store_root, slave.conf)
+    except Exception as e:  # noqa: BLE001 - a cell's boundary: the verdict records it; cleanup below still runs
+        result.error = f"{type(e).__name__}: {e}"
+        say(f"{spec.scenario}: error: {result.error}")
+    finally:
+        logging.getLogger("reference_broker").removeHandler(client_log)
+        client_log.close()
+        _keep_logs(work / "topo", record.run_dir / "logs")
+        try:
+            record.finish()
+        finally:
+            report = cleanup(ledger, only_mine=True)
+            shutil.rmtree(work, ignore_errors=True)
+            if report.failed:
+                result.error = (result.error or "") + f" cleanup failed: {report.failed}"
+    _judge(result, workload)
+    result.seconds = time.monotonic() - t_start
+    write_json_atomic(record.run_dir / CHAOS_FILE, _chaos_json(result))
+    return result
+
+
+def _judge(result: ReplicationResult, workload: Workload | None) -> None:
+    """The checker over the events (loss allowed: what may be lost depends on the answer each send got, judged
+    here), then the mode's verdict."""
+    assert result.run_dir is not None
+    try:
+        result.check = check_run(result.run_dir, allow_loss=True)
+    except Exception as e:  # noqa: BLE001 - a cell's boundary: a failed check is the cell's error
+        result.error = (result.error or "") + f" check failed: {type(e).__name__}: {e}"
+    final = result.cycles[-1] if result.cycles else None
+    # At least 0: sends in flight at the kill (outcome unknown) may have reached the slave beyond the bound.
+    unreplicated = (max(0, final.written_bound - result.slave_end)
+                    if final is not None and final.written_bound >= 0 and result.slave_end >= 0 else -1)
+    drain = result.drain
+    result.verdict = judge(
+        result.spec.mode, result.check, workload.acked() if workload is not None else {},
+        set(workload.drained) if workload is not None else set(), result.slave_end,
+        final.extra.get("lag_bytes", -1) if final is not None else -1, unreplicated,
+        corrupted=len(workload.corrupted) if workload is not None else 0,
+        drain_complete=drain is not None and drain.complete,
+        drain_problems=drain.problems if drain is not None else ["no drain"],
+        cycle_errors=[f"cycle {c.cycle}: {c.error}" for c in result.cycles if not c.ok],
+        error=result.error)
+    if result.store_check is not None and result.store_check.get("exit_code") != 0:
+        result.verdict.violations.append(f"the slave's store check: {result.store_check.get('outcome')}")
+        result.verdict.ok = False
+
+
+def _chaos_json(result: ReplicationResult) -> dict[str, Any]:
+    spec = result.spec
+    return {
+        "schema_version": 1, "fault": spec.fault.value, "replication": spec.mode.value, "flush": spec.flush.value,
+        "profile": spec.profile, "sysctl": result.sysctl, "summary": result.summary(),
+        "verdict": result.verdict.to_json() if result.verdict else None,
+        "drain": asdict(result.drain) if result.drain else None,
+        "slave": {"conf": result.slave_conf, "end_offset": result.slave_end, "store_check": result.store_check},
+        "cycles": [c.to_json() for c in result.cycles],
+    }

@@ -1,0 +1,120 @@
+"""This module owns the replication matrix: broker x replication mode x master fault, each cell a fresh group (a
+master and a slave) with its own run record (chaos.replication), and the summary table and gate over them.
+
+The gate fails on a reference-broker cell whose verdict failed (a SYNC_MASTER that lost a SEND_OK, a slave
+that does not serve what it holds) and on any cell that could not run as planned; a RocketMQ cell's violations
+are reported, as the chaos matrix does, not gated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.experiment import FlushMode
+from chaos.load import LoadSpec
+from chaos.matrix import _cell
+from chaos.replication import ReplicationFault, ReplicationResult, ReplicationSpec, run_replication
+from chaos.replication_verdict import ReplicationMode
+from harness.rocketmq import BrokerImpl
+
+
+@dataclass(frozen=True)
+class ReplicationMatrixSpec:
+    modes: Sequence[ReplicationMode] = (ReplicationMode.SYNC, ReplicationMode.ASYNC)
+    faults: Sequence[ReplicationFault] = tuple(ReplicationFault)
+    flush: FlushMode = FlushMode.ASYNC
+    cycles: int = 3
+    runs_dir: Path = Path("runs")
+    work_dir: Path | None = None
+    seed: int | None = None
+    gap_s: tuple[float, float] = (0.5, 2.0)
+    load: LoadSpec = field(default_factory=LoadSpec)
+    command: tuple[str, ...] | None = None
+    impls: Sequence[BrokerImpl] = ("reference",)
+    rocketmq_home: Path | None = None
+
+    def cells(self) -> list[ReplicationSpec]:
+        """Broker by broker, the same cells in the same order with the same seeds."""
+        out = []
+        for impl in self.impls:
+            n = 0
+            for fault in self.faults:
+                for mode in self.modes:
+                    seed = None if self.seed is None else self.seed + n
+                    n += 1
+                    out.append(ReplicationSpec(fault=fault, mode=mode, flush=self.flush, cycles=self.cycles,
+                                               runs_dir=self.runs_dir, work_dir=self.work_dir, seed=seed,
+                                               gap_s=self.gap_s, load=self.load, command=self.command,
+                                               broker_impl=impl, rocketmq_home=self.rocketmq_home))
+        return out
+
+
+def run_cells(spec: ReplicationMatrixSpec, log: Callable[[str], None] | None = None) -> list[ReplicationResult]:
+    say = log or (lambda _line: None)
+    results = []
+    cells = spec.cells()
+    for i, cell in enumerate(cells):
+        say(f"[{i + 1}/{len(cells)}] {cell.broker_impl} {cell.fault.value} {cell.mode.value}")
+        t0 = time.monotonic()
+        r = run_replication(cell, log=log)
+        status = (f"SKIPPED ({r.skipped})" if r.skipped is not None
+                  else "ok" if r.ok else "FAILED: " + "; ".join(r.summary()["violations"]))
+        say(f"[{i + 1}/{len(cells)}] {status} in {time.monotonic() - t0:.1f} s")
+        results.append(r)
+    return results
+
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("broker_impl", "broker"), ("fault", "fault"), ("replication", "replication"), ("flush", "flush"),
+    ("cycles", "cycles"), ("acknowledged", "acked"), ("acked_master_only", "master-only"),
+    ("lost", "lost"), ("lost_promised", "lost promised"), ("absent", "absent on slave"),
+    ("absent_promised", "absent promised"), ("lost_share", "lost share"), ("lag_bytes", "lag B (final)"),
+    ("lag_bytes_max", "lag B (max)"), ("unreplicated_bytes", "unreplicated B"), ("verdict", "verdict"),
+)
+
+
+def summary_rows(results: Iterable[ReplicationResult]) -> list[dict[str, Any]]:
+    rows = []
+    for r in results:
+        row = r.summary()
+        row["verdict"] = "skipped" if r.skipped is not None else ("ok" if r.ok else "FAIL")
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = [h for _, h in COLUMNS]
+    body = [[_cell(row.get(k)) for k, _ in COLUMNS] for row in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) if 4 <= i < len(widths) - 1 else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(cells, widths, strict=True))) for cells in body]
+    notes = []
+    for row in rows:
+        name = f"{row['broker_impl']}/{row['fault']}/{row['replication']}"
+        if row.get("skipped"):
+            notes.append(f"  {name}: skipped: {row['skipped']}")
+        notes += [f"  {name}: {v}" for v in row.get("violations") or []]
+        if row.get("run_dir"):
+            notes.append(f"  {name}: {row['run_dir']}")
+    return "\n".join(lines + (["", "notes and run records:", *notes] if notes else []))
+
+
+def gate_failures(results: Iterable[ReplicationResult], require_all: bool = False) -> list[str]:
+    out = []
+    for r in results:
+        name = f"{r.spec.broker_impl}/{r.spec.fault.value}/{r.spec.mode.short}"
+        if r.skipped is not None:
+            if require_all:
+                out.append(f"{name}: skipped ({r.skipped})")
+            continue
+        if r.error is not None:
+            out.append(f"{name}: {r.error}")
+        elif not r.ok and r.spec.broker_impl == "reference":
+            out += [f"{name}: {v}" for v in r.summary()["violations"]] or [f"{name}: failed"]
+    return out
