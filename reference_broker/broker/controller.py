@@ -36,6 +36,7 @@ from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTER
 from reference_broker.broker.pull_processor import PullMessageProcessor
 from reference_broker.broker.schedule_message import ScheduleMessageService
 from reference_broker.broker.send_processor import SendMessageProcessor
+from reference_broker.broker.slave_synchronize import SYNC_INITIAL_DELAY_S, SYNC_PERIOD_S, SlaveSynchronizer
 from reference_broker.broker.subscription_group import SubscriptionGroupManager
 from reference_broker.broker.topic_config import TopicConfigManager
 from reference_broker.common.crc import crc32
@@ -72,6 +73,7 @@ class Registered:
 
     ok: bool
     ha_server_addr: str | None = None
+    master_addr: str | None = None  # RegisterBrokerResult.masterAddr: a slave's master, when registered
 
 
 def register_broker(namesrv_addrs: list[str], header: dict[str, str], topic_config_table: dict[str, Any],
@@ -84,6 +86,7 @@ def register_broker(namesrv_addrs: list[str], header: dict[str, str], topic_conf
     header = {**header, "bodyCrc32": str(crc32(body))}
     ok = False
     ha_server_addr: str | None = None
+    master_addr: str | None = None
     for addr in namesrv_addrs:
         host, _, port = addr.rpartition(":")
         try:
@@ -92,11 +95,12 @@ def register_broker(namesrv_addrs: list[str], header: dict[str, str], topic_conf
             if resp.code == ResponseCode.SUCCESS:
                 ok = True
                 ha_server_addr = resp.ext_fields.get("haServerAddr") or ha_server_addr
+                master_addr = resp.ext_fields.get("masterAddr") or master_addr
             else:
                 log.warning("register broker to name server %s failed: code %d %s", addr, resp.code, resp.remark)
         except (RemotingError, ValueError) as exc:
             log.warning("register broker to name server %s failed: %s", addr, exc)
-    return Registered(ok, ha_server_addr)
+    return Registered(ok, ha_server_addr, master_addr)
 
 
 class BrokerController:
@@ -117,6 +121,13 @@ class BrokerController:
         self.producer_manager = ProducerManager()
         self.lock_manager = RebalanceLockManager()
         self.hold_service: PullRequestHoldService | None = None
+        # A slave copies its master's metadata (SlaveSynchronize) and remembers the offsets clients commit to it.
+        self.slave_sync: SlaveSynchronizer | None = None
+        if store_config.broker_role is BrokerRole.SLAVE:
+            self.consumer_offset_manager.track_slave_commits = True
+            self.slave_sync = SlaveSynchronizer(self.broker_addr, self.topic_config_manager,
+                                                self.subscription_group_manager, self.consumer_offset_manager,
+                                                self._replace_delay_offsets)
         # Replication, attached when the broker listens: a master's HAService, a slave's HAClient.
         self.ha: HAService | HAClient | None = None
         self.server = RemotingServer()
@@ -209,6 +220,8 @@ class BrokerController:
         if listen:
             self._every(bc.get_register_name_server_period_ms() / 1000, self._register_async)
         self._every(bc.flush_consumer_offset_interval_ms / 1000, self._persist_offsets)
+        if listen and self.slave_sync is not None:
+            self._every(SYNC_PERIOD_S, self.slave_sync.sync_all, first_after_s=SYNC_INITIAL_DELAY_S)
         self._every(SCAN_NOT_ACTIVE_CHANNEL_S, self._scan_channels)
 
     async def shutdown(self) -> None:
@@ -257,16 +270,17 @@ class BrokerController:
         self.server.stop_listening()
 
     # ---- periodic work ----------------------------------------------------------------------------------
-    def _every(self, period_s: float, fn: Any) -> None:
+    def _every(self, period_s: float, fn: Any, first_after_s: float | None = None) -> None:
         async def loop() -> None:
+            await asyncio.sleep(period_s if first_after_s is None else first_after_s)
             while True:
-                await asyncio.sleep(period_s)
                 try:
                     result = fn()
                     if asyncio.iscoroutine(result):
                         await result
                 except Exception:  # a periodic task's run: the next period runs anyway
                     log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+                await asyncio.sleep(period_s)
 
         assert self.loop is not None
         self._periodic.append(self.loop.create_task(loop()))
@@ -340,6 +354,9 @@ class BrokerController:
         if (isinstance(self.ha, HAClient) and not self.message_store_config.ha_master_address
                 and reply.ha_server_addr):
             self.ha.update_master_address(reply.ha_server_addr)
+        # doRegisterBrokerAll: the synchronizer follows the reply's masterAddr, none when the master is gone.
+        if self.slave_sync is not None and reply.ok:
+            self.slave_sync.master_addr = reply.master_addr
 
     def unregister_all(self) -> None:
         header = self._register_header()
@@ -363,6 +380,10 @@ class BrokerController:
                     text = "" if value is None else str(value)
                 lines.append(f"{key}={text}")
         return "\n".join(lines) + "\n"
+
+    def _replace_delay_offsets(self, table: dict[int, int]) -> None:
+        if self.schedule_service is not None:
+            self.schedule_service.replace_offsets(table)
 
     def _delay_offsets(self) -> dict[int, int]:
         """The delay levels' delivered offsets (empty before the schedule service is loaded)."""
