@@ -17,12 +17,10 @@ Processor unit tests use it and call the handlers directly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from reference_broker import __version__
@@ -32,6 +30,7 @@ from reference_broker.broker.broker_config import BROKER_KEYS, BrokerConfig
 from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from reference_broker.broker.client_processor import ClientManageProcessor
 from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
+from reference_broker.broker.outer_api import BrokerOuterAPI
 from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTERVAL_SHORT_S, PullRequestHoldService
 from reference_broker.broker.pull_processor import PullMessageProcessor
 from reference_broker.broker.schedule_message import ScheduleMessageService
@@ -39,13 +38,10 @@ from reference_broker.broker.send_processor import SendMessageProcessor
 from reference_broker.broker.slave_synchronize import SYNC_INITIAL_DELAY_S, SYNC_PERIOD_S, SlaveSynchronizer
 from reference_broker.broker.subscription_group import SubscriptionGroupManager
 from reference_broker.broker.topic_config import TopicConfigManager
-from reference_broker.common.crc import crc32
 from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.ha import HAClient, HAService, attach_ha
-from reference_broker.remoting.client import RemotingClient
-from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import RemotingCommand, create_request, json_dumps
-from reference_broker.remoting.errors import RemotingError
+from reference_broker.remoting.codes import RequestCode
+from reference_broker.remoting.command import RemotingCommand
 from reference_broker.remoting.server import ConnectionContext, Handler, RemotingServer
 from reference_broker.store.clean import disk_partition_space_used_percent
 from reference_broker.store.config import ROCKETMQ_KEYS, BrokerRole, MessageStoreConfig
@@ -64,43 +60,6 @@ class BrokerStartError(RuntimeError):
 def _not_served(ctx: ConnectionContext, cmd: RemotingCommand) -> None:
     """The handler of every code once shutdown has begun: no answer (the connection closes soon after)."""
     return None
-
-
-@dataclass(frozen=True)
-class Registered:
-    """What registering told the broker: whether any name server accepted it and, for a slave, its master's
-    HA address (RegisterBrokerResponseHeader.haServerAddr) when a name server knew it."""
-
-    ok: bool
-    ha_server_addr: str | None = None
-    master_addr: str | None = None  # RegisterBrokerResult.masterAddr: a slave's master, when registered
-
-
-def register_broker(namesrv_addrs: list[str], header: dict[str, str], topic_config_table: dict[str, Any],
-                    data_version: dict[str, int]) -> Registered:
-    """REGISTER_BROKER (RegisterBrokerBody: the topic table, no filter servers) on every name server.
-    ``header`` is RegisterBrokerRequestHeader's fields; bodyCrc32 is added here."""
-    body = json_dumps({"topicConfigSerializeWrapper": {"topicConfigTable": topic_config_table,
-                                                       "dataVersion": data_version},
-                       "filterServerList": []})
-    header = {**header, "bodyCrc32": str(crc32(body))}
-    ok = False
-    ha_server_addr: str | None = None
-    master_addr: str | None = None
-    for addr in namesrv_addrs:
-        host, _, port = addr.rpartition(":")
-        try:
-            with RemotingClient(host, int(port), timeout_s=3.0) as client:
-                resp = client.invoke(create_request(RequestCode.REGISTER_BROKER, header, body))
-            if resp.code == ResponseCode.SUCCESS:
-                ok = True
-                ha_server_addr = resp.ext_fields.get("haServerAddr") or ha_server_addr
-                master_addr = resp.ext_fields.get("masterAddr") or master_addr
-            else:
-                log.warning("register broker to name server %s failed: code %d %s", addr, resp.code, resp.remark)
-        except (RemotingError, ValueError) as exc:
-            log.warning("register broker to name server %s failed: %s", addr, exc)
-    return Registered(ok, ha_server_addr, master_addr)
 
 
 class BrokerController:
@@ -131,6 +90,7 @@ class BrokerController:
         # Replication, attached when the broker listens: a master's HAService, a slave's HAClient.
         self.ha: HAService | HAClient | None = None
         self.server = RemotingServer()
+        self.outer_api = BrokerOuterAPI()
         self.client_processor = ClientManageProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
             self.consumer_manager, self.producer_manager, self.lock_manager, self.spawn)
@@ -243,6 +203,7 @@ class BrokerController:
             await asyncio.get_running_loop().run_in_executor(None, self.schedule_service.shutdown)
         if self.listening and self.broker_config.namesrv_addr:
             await asyncio.get_running_loop().run_in_executor(None, self.unregister_all)
+        self.outer_api.close()
         self.store.remove_dispatch_hook(self._arriving)
         # Each manager's writer thread stops, then the final state is written here: a change requested just
         # before shutdown (a heartbeat's new groups) reaches the disk before the broker exits.
@@ -347,7 +308,8 @@ class BrokerController:
             obj = tc.to_json()
             obj["perm"] = tc.perm & self.broker_config.broker_permission
             table[name] = obj
-        reply = register_broker(self._namesrv_addrs(), self._register_header(), table, tcm.data_version.to_json())
+        reply = self.outer_api.register_broker_all(self._namesrv_addrs(), self._register_header(), table,
+                                                   tcm.data_version.to_json())
         self.registered = self.registered or reply.ok
         # A slave without haMasterAddress follows the master the name server names (BrokerController's
         # updateMasterHAServerAddrPeriodically).
@@ -359,12 +321,7 @@ class BrokerController:
             self.slave_sync.master_addr = reply.master_addr
 
     def unregister_all(self) -> None:
-        header = self._register_header()
-        for addr in self._namesrv_addrs():
-            host, _, port = addr.rpartition(":")
-            with contextlib.suppress(RemotingError, ValueError), RemotingClient(host, int(port), 3.0) as client:
-                client.invoke(create_request(RequestCode.UNREGISTER_BROKER, {
-                    k: header[k] for k in ("brokerAddr", "brokerId", "brokerName", "clusterName")}))
+        self.outer_api.unregister_broker_all(self._namesrv_addrs(), self._register_header())
 
     def config_properties(self) -> str:
         """The broker's effective configuration as ``key=value`` lines under RocketMQ's key names."""
