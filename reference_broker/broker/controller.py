@@ -17,6 +17,7 @@ Processor unit tests use it and call the handlers directly.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
 import logging
 import time
@@ -27,6 +28,7 @@ from reference_broker import __version__
 from reference_broker.broker.admin_processor import CODES as ADMIN_CODES
 from reference_broker.broker.admin_processor import AdminProcessor
 from reference_broker.broker.broker_config import BROKER_KEYS, BrokerConfig
+from reference_broker.broker.broker_stats import DAY_S, BrokerStats, seconds_until_next_morning
 from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from reference_broker.broker.client_processor import ClientManageProcessor
 from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
@@ -91,6 +93,8 @@ class BrokerController:
         self.ha: HAService | HAClient | None = None
         self.server = RemotingServer()
         self.outer_api = BrokerOuterAPI()
+        self.broker_stats = BrokerStats(lambda: self.store.put_message_count,
+                                        lambda: self.store.reads.transferred_msg_count)
         self.client_processor = ClientManageProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
             self.consumer_manager, self.producer_manager, self.lock_manager, self.spawn)
@@ -183,6 +187,9 @@ class BrokerController:
         if listen and self.slave_sync is not None:
             self._every(SYNC_PERIOD_S, self.slave_sync.sync_all, first_after_s=SYNC_INITIAL_DELAY_S)
         self._every(SCAN_NOT_ACTIVE_CHANNEL_S, self._scan_channels)
+        # BrokerController.initialize: brokerStats.record() at each local midnight.
+        self._every(DAY_S, self.broker_stats.record,
+                    first_after_s=seconds_until_next_morning(datetime.datetime.now()))
 
     async def shutdown(self) -> None:
         if self._stopped:
@@ -359,4 +366,7 @@ class BrokerController:
             "flushDiskType": self.message_store_config.flush_disk_type.name,
             "brokerRole": self.message_store_config.broker_role.name,
         })
+        info.update(self.broker_stats.runtime_info())
+        if self.ha is not None:
+            info.update(self.ha.runtime_info())
         return info
