@@ -4,6 +4,7 @@ is neither lost nor moved backwards when the master returns (#1094) — it reach
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -32,6 +33,13 @@ def query_offset(addr: str, queue_id: int = 0) -> int | None:
     return int(r.ext_fields["offset"]) if r.code == ResponseCode.SUCCESS else None
 
 
+def all_of(addr: str, code: int) -> bytes:
+    with RemotingClient.from_addr(addr, timeout_s=5) as client:
+        r = client.invoke(create_request(code, {}))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return r.body
+
+
 def commit_offset(addr: str, offset: int, queue_id: int = 0) -> None:
     with RemotingClient.from_addr(addr, timeout_s=5) as client:
         r = client.invoke(create_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
@@ -45,6 +53,16 @@ def test_offsets_committed_on_the_slave_survive_the_masters_return(tmp_path):
         with RemotingClient.from_addr(master.addr, timeout_s=10) as mc:
             for i in range(20):
                 assert mc.invoke(send_request(TOPIC, b"m%d" % i, queue_id=0)).code == ResponseCode.SUCCESS
+            # A delayed message (level 1, 1 s) moves the master's delay offsets; a group with its own settings.
+            r = mc.invoke(send_request("DelayT", b"later", props={"DELAY": "1"}))
+            assert r.code == ResponseCode.SUCCESS
+            r = mc.invoke(create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps({
+                "groupName": "SyncGroupCfg", "retryMaxTimes": 3, "whichBrokerWhenConsumeSlowly": 1}).encode()))
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            deadline = time.monotonic() + 20
+            while not json.loads(all_of(master.addr, RequestCode.GET_ALL_DELAY_OFFSET))["offsetTable"]:
+                assert time.monotonic() < deadline, "the delayed message was never delivered"
+                time.sleep(0.2)
         commit_offset(master.addr, 5)
         slave = topo.add_broker("broker-a-slave", extra=SLAVE)
         # SlaveSynchronize: 3 s after start, then every 10 s — topics and offsets copied from the master.
@@ -52,9 +70,11 @@ def test_offsets_committed_on_the_slave_survive_the_masters_return(tmp_path):
         while query_offset(slave.addr) != 5:
             assert time.monotonic() < deadline, "the slave never copied the master's offset"
             time.sleep(0.3)
-        with RemotingClient.from_addr(slave.addr, timeout_s=5) as sc:
-            r = sc.invoke(create_request(RequestCode.GET_ALL_TOPIC_CONFIG, {}))
-            assert TOPIC in r.body.decode()
+        assert TOPIC in json.loads(all_of(slave.addr, RequestCode.GET_ALL_TOPIC_CONFIG))["topicConfigTable"]
+        groups = json.loads(all_of(slave.addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        assert groups["subscriptionGroupTable"]["SyncGroupCfg"]["retryMaxTimes"] == 3
+        assert (json.loads(all_of(slave.addr, RequestCode.GET_ALL_DELAY_OFFSET))
+                == json.loads(all_of(master.addr, RequestCode.GET_ALL_DELAY_OFFSET)))
 
         master.stop()  # unregisters: the route now names only the slave
         # The consumer's offset store commits where RemoteBrokerOffsetStore does: the master, else any broker of
