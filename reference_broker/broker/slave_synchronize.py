@@ -28,7 +28,6 @@ sends.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from reference_broker.broker.subscription_group import SubscriptionGroupManager,
 from reference_broker.broker.topic_config import DataVersion, TopicConfig, TopicConfigManager
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import create_request
+from reference_broker.remoting.command import create_request, fastjson_loads
 from reference_broker.remoting.errors import RemotingError
 
 log = logging.getLogger(__name__)
@@ -108,7 +107,7 @@ class SlaveSynchronizer:
         ok = all(b is not None for b in bodies.values())
         try:
             if (body := bodies.get(RequestCode.GET_ALL_TOPIC_CONFIG)) is not None:
-                self._take_topics(json.loads(body))
+                self._take_topics(fastjson_loads(body))
         except (ValueError, TypeError, AttributeError) as exc:
             ok = False
             log.error("SyncTopicConfig Exception, %s: %s", addr, exc)
@@ -121,7 +120,7 @@ class SlaveSynchronizer:
             log.error("SyncConsumerOffset Exception, %s: %s", addr, exc)
         try:
             if (body := bodies.get(RequestCode.GET_ALL_DELAY_OFFSET)) is not None:
-                obj = json.loads(body)
+                obj = fastjson_loads(body)
                 table = {int(k): int(v) for k, v in obj.get("offsetTable", {}).items()}
                 await loop.run_in_executor(None, self.replace_delay_offsets, table)
                 log.info("Update slave delay offset from master, %s", addr)
@@ -130,7 +129,7 @@ class SlaveSynchronizer:
             log.error("SyncDelayOffset Exception, %s: %s", addr, exc)
         try:
             if (body := bodies.get(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)) is not None:
-                self._take_groups(json.loads(body))
+                self._take_groups(fastjson_loads(body))
         except (ValueError, TypeError, AttributeError) as exc:
             ok = False
             log.error("SyncSubscriptionGroup Exception, %s: %s", addr, exc)
