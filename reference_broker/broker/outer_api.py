@@ -4,8 +4,8 @@ The broker keeps one connection to each name server for as long as it runs, as 4
 does, and registers over it: the name server takes the connection's close for the broker's end
 (BrokerHousekeepingService.onChannelClose → RouteInfoManager.onChannelDestroy) and drops the broker from its
 routes at once, so a broker that is killed (not only one that unregisters) leaves the routes in moments rather
-than after the 120 s expiry. A connection that broke (a name server restarted) is opened again on the next
-request, which is tried once more on the new one.
+than after the 120 s expiry. A request whose connection had broken (a name server restarted) is tried once
+more, on a new connection.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from reference_broker.common.crc import crc32
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request, json_dumps
-from reference_broker.remoting.errors import RemotingError
+from reference_broker.remoting.errors import RemotingConnectError, RemotingError, RemotingSendError
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +53,14 @@ class BrokerOuterAPI:
             return client
 
     def invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
-        """One request on the kept connection; once more on a fresh one if that connection had broken."""
+        """One request on the kept connection; once more (the client opens a new connection) if that one had
+        broken. A timeout is not retried and leaves the connection open: closing it would tell the name server
+        the broker is gone."""
+        client = self._client(addr)
         try:
-            return self._client(addr).invoke(cmd)
-        except RemotingError:
-            with self._lock:
-                stale = self._clients.pop(addr, None)
-            if stale is not None:
-                stale.close()
-            return self._client(addr).invoke(cmd)
+            return client.invoke(cmd)
+        except (RemotingConnectError, RemotingSendError):
+            return client.invoke(cmd)
 
     def register_broker_all(self, namesrv_addrs: list[str], header: dict[str, str],
                             topic_config_table: dict[str, Any], data_version: dict[str, int]) -> Registered:
