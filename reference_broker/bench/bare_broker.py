@@ -29,7 +29,7 @@ from typing import Final, cast
 
 import orjson
 
-from reference_broker.broker.controller import register_broker
+from reference_broker.broker.outer_api import BrokerOuterAPI
 from reference_broker.common import record as rec
 from reference_broker.common.crc import crc32
 from reference_broker.common.message_batch import BatchDecodeError, decode_batch_entries
@@ -204,14 +204,15 @@ class _Connection(asyncio.Protocol):
 
 
 def register(namesrv_addrs: list[str], broker_addr: str, broker_name: str, cluster: str,
-             topics: list[str]) -> bool:
+             topics: list[str], api: BrokerOuterAPI) -> bool:
     """The broker's REGISTER_BROKER with ``topics`` (4 queues each, read and write); True if any name server
     accepted it."""
     table = {t: {"order": False, "perm": 6, "readQueueNums": QUEUES_PER_TOPIC, "topicFilterType": "SINGLE_TAG",
                  "topicName": t, "topicSysFlag": 0, "writeQueueNums": QUEUES_PER_TOPIC} for t in topics}
     header = {"brokerAddr": broker_addr, "brokerId": "0", "brokerName": broker_name, "clusterName": cluster,
               "haServerAddr": broker_addr, "compressed": "false"}
-    return register_broker(namesrv_addrs, header, table, {"counter": 1, "timestamp": 0}).ok
+    # ``api`` keeps its connections: the name server drops a broker whose registration connection closes.
+    return api.register_broker_all(namesrv_addrs, header, table, {"counter": 1, "timestamp": 0}).ok
 
 
 def serve(namesrv: str, port: int, root: Path, topics: list[str], log_size: int = 512 * 1024 * 1024,
@@ -223,11 +224,12 @@ def serve(namesrv: str, port: int, root: Path, topics: list[str], log_size: int 
     store = BareStore(root, log_size, ("127.0.0.1", port))
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
+    api = BrokerOuterAPI()
 
     async def main() -> None:
         server = await loop.create_server(lambda: _Connection(store), "127.0.0.1", port, reuse_address=True)
         if addrs and not await loop.run_in_executor(None, register, addrs, broker_addr, broker_name,
-                                                    "BareCluster", topics):
+                                                    "BareCluster", topics, api):
             raise RuntimeError(f"could not register with the name server(s) {namesrv}")
         if ready is not None:
             ready()
@@ -236,11 +238,13 @@ def serve(namesrv: str, port: int, root: Path, topics: list[str], log_size: int 
             await asyncio.sleep(0.1)
             if addrs and loop.time() >= next_register:
                 next_register = loop.time() + REGISTER_PERIOD_S
-                await loop.run_in_executor(None, register, addrs, broker_addr, broker_name, "BareCluster", topics)
+                await loop.run_in_executor(None, register, addrs, broker_addr, broker_name, "BareCluster", topics,
+                                           api)
         server.close()
         await server.wait_closed()
 
     try:
         loop.run_until_complete(main())
     finally:
+        api.close()
         loop.close()

@@ -33,11 +33,36 @@ def _loads_fastjson(text: str) -> Any:
         return json.loads(_UNQUOTED_INT_KEY.sub(r'\1"\2"\3', text))
 
 
+def parse_offset_table(text: str) -> dict[str, dict[int, int]] | None:
+    """consumerOffset.json, or a GET_ALL_CONSUMER_OFFSET body (ConsumerOffsetSerializeWrapper): the table, or
+    None for a JSON ``null``; ValueError when malformed."""
+    obj = _loads_fastjson(text)
+    if obj is None:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("offsetTable", {}), dict):
+        raise ValueError('consumerOffset.json must hold {"offsetTable": {...}}')
+    table: dict[str, dict[int, int]] = {}
+    for key, m in obj.get("offsetTable", {}).items():
+        if TOPIC_GROUP_SEPARATOR not in key or not isinstance(m, dict):
+            raise ValueError(f"bad offsetTable entry {key!r}")
+        queues: dict[int, int] = {}
+        for q, off in m.items():
+            if not isinstance(off, int) or isinstance(off, bool):
+                raise ValueError(f"{key}: offset for queue {q} must be an integer, got {off!r}")
+            queues[int(q)] = off
+        table[key] = queues
+    return table
+
+
 class ConsumerOffsetManager(ConfigManager):
     def __init__(self, store_root: Path | str) -> None:
         super().__init__()
         self.store_root = Path(store_root)
         self.offset_table: dict[str, dict[int, int]] = {}
+        # On a slave (track_slave_commits): offsets clients committed here that the master has not acknowledged
+        # yet, (topic@group, queueId) -> offset; slave_synchronize.py keeps them and sends them on (#1094).
+        self.track_slave_commits = False
+        self.slave_commits: dict[tuple[str, int], int] = {}
 
     def config_file_path(self) -> Path:
         return self.store_root / "config" / "consumerOffset.json"
@@ -49,22 +74,9 @@ class ConsumerOffsetManager(ConfigManager):
         return dump_json({"offsetTable": table}, pretty)
 
     def decode(self, text: str) -> None:
-        obj = _loads_fastjson(text)
-        if obj is None:
-            return
-        if not isinstance(obj, dict) or not isinstance(obj.get("offsetTable", {}), dict):
-            raise ValueError('consumerOffset.json must hold {"offsetTable": {...}}')
-        table: dict[str, dict[int, int]] = {}
-        for key, m in obj.get("offsetTable", {}).items():
-            if TOPIC_GROUP_SEPARATOR not in key or not isinstance(m, dict):
-                raise ValueError(f"bad offsetTable entry {key!r}")
-            queues: dict[int, int] = {}
-            for q, off in m.items():
-                if not isinstance(off, int) or isinstance(off, bool):
-                    raise ValueError(f"{key}: offset for queue {q} must be an integer, got {off!r}")
-                queues[int(q)] = off
-            table[key] = queues
-        self.offset_table = table
+        table = parse_offset_table(text)
+        if table is not None:
+            self.offset_table = table
 
     # ---------------------------------------------------------------- offsets
     def commit_offset(self, client_host: str, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -72,6 +84,8 @@ class ConsumerOffsetManager(ConfigManager):
         queues = self.offset_table.setdefault(key, {})
         prev = queues.get(queue_id)
         queues[queue_id] = offset
+        if self.track_slave_commits:
+            self.slave_commits[(key, queue_id)] = offset
         if prev is not None and offset < prev:
             log.warning(
                 "[NOTIFYME]update consumer offset less than store. clientHost=%s, key=%s, queueId=%d, "

@@ -17,34 +17,33 @@ Processor unit tests use it and call the handlers directly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import datetime
 import enum
 import logging
 import time
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from reference_broker import __version__
 from reference_broker.broker.admin_processor import CODES as ADMIN_CODES
 from reference_broker.broker.admin_processor import AdminProcessor
 from reference_broker.broker.broker_config import BROKER_KEYS, BrokerConfig
+from reference_broker.broker.broker_stats import DAY_S, BrokerStats, seconds_until_next_morning
 from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from reference_broker.broker.client_processor import ClientManageProcessor
 from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
+from reference_broker.broker.outer_api import BrokerOuterAPI
 from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTERVAL_SHORT_S, PullRequestHoldService
 from reference_broker.broker.pull_processor import PullMessageProcessor
 from reference_broker.broker.schedule_message import ScheduleMessageService
 from reference_broker.broker.send_processor import SendMessageProcessor
+from reference_broker.broker.slave_synchronize import SYNC_INITIAL_DELAY_S, SYNC_PERIOD_S, SlaveSynchronizer
 from reference_broker.broker.subscription_group import SubscriptionGroupManager
 from reference_broker.broker.topic_config import TopicConfigManager
-from reference_broker.common.crc import crc32
 from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.ha import HAClient, HAService, attach_ha
-from reference_broker.remoting.client import RemotingClient
-from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import RemotingCommand, create_request, json_dumps
-from reference_broker.remoting.errors import RemotingError
+from reference_broker.remoting.codes import RequestCode
+from reference_broker.remoting.command import RemotingCommand
 from reference_broker.remoting.server import ConnectionContext, Handler, RemotingServer
 from reference_broker.store.clean import disk_partition_space_used_percent
 from reference_broker.store.config import ROCKETMQ_KEYS, BrokerRole, MessageStoreConfig
@@ -65,40 +64,6 @@ def _not_served(ctx: ConnectionContext, cmd: RemotingCommand) -> None:
     return None
 
 
-@dataclass(frozen=True)
-class Registered:
-    """What registering told the broker: whether any name server accepted it and, for a slave, its master's
-    HA address (RegisterBrokerResponseHeader.haServerAddr) when a name server knew it."""
-
-    ok: bool
-    ha_server_addr: str | None = None
-
-
-def register_broker(namesrv_addrs: list[str], header: dict[str, str], topic_config_table: dict[str, Any],
-                    data_version: dict[str, int]) -> Registered:
-    """REGISTER_BROKER (RegisterBrokerBody: the topic table, no filter servers) on every name server.
-    ``header`` is RegisterBrokerRequestHeader's fields; bodyCrc32 is added here."""
-    body = json_dumps({"topicConfigSerializeWrapper": {"topicConfigTable": topic_config_table,
-                                                       "dataVersion": data_version},
-                       "filterServerList": []})
-    header = {**header, "bodyCrc32": str(crc32(body))}
-    ok = False
-    ha_server_addr: str | None = None
-    for addr in namesrv_addrs:
-        host, _, port = addr.rpartition(":")
-        try:
-            with RemotingClient(host, int(port), timeout_s=3.0) as client:
-                resp = client.invoke(create_request(RequestCode.REGISTER_BROKER, header, body))
-            if resp.code == ResponseCode.SUCCESS:
-                ok = True
-                ha_server_addr = resp.ext_fields.get("haServerAddr") or ha_server_addr
-            else:
-                log.warning("register broker to name server %s failed: code %d %s", addr, resp.code, resp.remark)
-        except (RemotingError, ValueError) as exc:
-            log.warning("register broker to name server %s failed: %s", addr, exc)
-    return Registered(ok, ha_server_addr)
-
-
 class BrokerController:
     def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, host: str = "0.0.0.0") -> None:
         if broker_config.listen_port <= 0:
@@ -117,9 +82,19 @@ class BrokerController:
         self.producer_manager = ProducerManager()
         self.lock_manager = RebalanceLockManager()
         self.hold_service: PullRequestHoldService | None = None
+        # A slave copies its master's metadata (SlaveSynchronize) and remembers the offsets clients commit to it.
+        self.slave_sync: SlaveSynchronizer | None = None
+        if store_config.broker_role is BrokerRole.SLAVE:
+            self.consumer_offset_manager.track_slave_commits = True
+            self.slave_sync = SlaveSynchronizer(self.broker_addr, self.topic_config_manager,
+                                                self.subscription_group_manager, self.consumer_offset_manager,
+                                                self._replace_delay_offsets)
         # Replication, attached when the broker listens: a master's HAService, a slave's HAClient.
         self.ha: HAService | HAClient | None = None
         self.server = RemotingServer()
+        self.outer_api = BrokerOuterAPI()
+        self.broker_stats = BrokerStats(lambda: self.store.put_message_count,
+                                        lambda: self.store.reads.transferred_msg_count)
         self.client_processor = ClientManageProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
             self.consumer_manager, self.producer_manager, self.lock_manager, self.spawn)
@@ -209,7 +184,12 @@ class BrokerController:
         if listen:
             self._every(bc.get_register_name_server_period_ms() / 1000, self._register_async)
         self._every(bc.flush_consumer_offset_interval_ms / 1000, self._persist_offsets)
+        if listen and self.slave_sync is not None:
+            self._every(SYNC_PERIOD_S, self.slave_sync.sync_all, first_after_s=SYNC_INITIAL_DELAY_S)
         self._every(SCAN_NOT_ACTIVE_CHANNEL_S, self._scan_channels)
+        # BrokerController.initialize: brokerStats.record() at each local midnight.
+        self._every(DAY_S, self.broker_stats.record,
+                    first_after_s=seconds_until_next_morning(datetime.datetime.now()))
 
     async def shutdown(self) -> None:
         if self._stopped:
@@ -230,6 +210,7 @@ class BrokerController:
             await asyncio.get_running_loop().run_in_executor(None, self.schedule_service.shutdown)
         if self.listening and self.broker_config.namesrv_addr:
             await asyncio.get_running_loop().run_in_executor(None, self.unregister_all)
+        self.outer_api.close()
         self.store.remove_dispatch_hook(self._arriving)
         # Each manager's writer thread stops, then the final state is written here: a change requested just
         # before shutdown (a heartbeat's new groups) reaches the disk before the broker exits.
@@ -257,16 +238,17 @@ class BrokerController:
         self.server.stop_listening()
 
     # ---- periodic work ----------------------------------------------------------------------------------
-    def _every(self, period_s: float, fn: Any) -> None:
+    def _every(self, period_s: float, fn: Any, first_after_s: float | None = None) -> None:
         async def loop() -> None:
+            await asyncio.sleep(period_s if first_after_s is None else first_after_s)
             while True:
-                await asyncio.sleep(period_s)
                 try:
                     result = fn()
                     if asyncio.iscoroutine(result):
                         await result
                 except Exception:  # a periodic task's run: the next period runs anyway
                     log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+                await asyncio.sleep(period_s)
 
         assert self.loop is not None
         self._periodic.append(self.loop.create_task(loop()))
@@ -333,21 +315,20 @@ class BrokerController:
             obj = tc.to_json()
             obj["perm"] = tc.perm & self.broker_config.broker_permission
             table[name] = obj
-        reply = register_broker(self._namesrv_addrs(), self._register_header(), table, tcm.data_version.to_json())
+        reply = self.outer_api.register_broker_all(self._namesrv_addrs(), self._register_header(), table,
+                                                   tcm.data_version.to_json())
         self.registered = self.registered or reply.ok
         # A slave without haMasterAddress follows the master the name server names (BrokerController's
         # updateMasterHAServerAddrPeriodically).
         if (isinstance(self.ha, HAClient) and not self.message_store_config.ha_master_address
                 and reply.ha_server_addr):
             self.ha.update_master_address(reply.ha_server_addr)
+        # doRegisterBrokerAll: the synchronizer follows the reply's masterAddr, none when the master is gone.
+        if self.slave_sync is not None and reply.ok:
+            self.slave_sync.master_addr = reply.master_addr
 
     def unregister_all(self) -> None:
-        header = self._register_header()
-        for addr in self._namesrv_addrs():
-            host, _, port = addr.rpartition(":")
-            with contextlib.suppress(RemotingError, ValueError), RemotingClient(host, int(port), 3.0) as client:
-                client.invoke(create_request(RequestCode.UNREGISTER_BROKER, {
-                    k: header[k] for k in ("brokerAddr", "brokerId", "brokerName", "clusterName")}))
+        self.outer_api.unregister_broker_all(self._namesrv_addrs(), self._register_header())
 
     def config_properties(self) -> str:
         """The broker's effective configuration as ``key=value`` lines under RocketMQ's key names."""
@@ -363,6 +344,10 @@ class BrokerController:
                     text = "" if value is None else str(value)
                 lines.append(f"{key}={text}")
         return "\n".join(lines) + "\n"
+
+    def _replace_delay_offsets(self, table: dict[int, int]) -> None:
+        if self.schedule_service is not None:
+            self.schedule_service.replace_offsets(table)
 
     def _delay_offsets(self) -> dict[int, int]:
         """The delay levels' delivered offsets (empty before the schedule service is loaded)."""
@@ -381,4 +366,7 @@ class BrokerController:
             "flushDiskType": self.message_store_config.flush_disk_type.name,
             "brokerRole": self.message_store_config.broker_role.name,
         })
+        info.update(self.broker_stats.runtime_info())
+        if self.ha is not None:
+            info.update(self.ha.runtime_info())
         return info

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from reference_broker.broker.client_manager import SubscriptionData
 from reference_broker.common.perm import is_readable
+from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response
 from reference_broker.remoting.headers import (
@@ -47,6 +48,18 @@ log = logging.getLogger(__name__)
 
 # FAQUrl.suggestTodo: a line of its own (4.9.8's remarks, as harness/wire_diff.py compares them).
 FAQ: Final = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+def suggest_which_broker_id(slave_read_enable: bool, suggest_pulling_from_slave: bool,
+                            which_broker_when_consume_slowly: int, group_broker_id: int) -> int:
+    """PullMessageProcessor.processRequest (4.9.8): with slaveReadEnable, a reader far behind
+    (suggestPullingFromSlave) is sent to whichBrokerWhenConsumeSlowly and any other to the group's brokerId;
+    without it always the master (MixAll.MASTER_ID), on a master and on a slave alike. A slave with
+    slaveReadEnable=false sets PULL_RETRY_IMMEDIATELY first, but the status's code overwrites it: it serves the
+    pull (observed on 4.9.8)."""
+    if not slave_read_enable:
+        return MASTER_ID
+    return which_broker_when_consume_slowly if suggest_pulling_from_slave else group_broker_id
 
 
 class PullMessageProcessor:
@@ -146,9 +159,8 @@ class PullMessageProcessor:
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),
-            # slaveReadEnable is false: always suggest the master (MixAll.MASTER_ID).
-            "suggestWhichBrokerId": str(sgc.which_broker_when_consume_slowly
-                                        if bc.slave_read_enable and result.suggest_pulling_from_slave else 0),
+            "suggestWhichBrokerId": str(suggest_which_broker_id(bc.slave_read_enable, result.suggest_pulling_from_slave,
+                                                                sgc.which_broker_when_consume_slowly, sgc.broker_id)),
         }
         status = result.status
         if status is GetMessageStatus.FOUND:

@@ -170,6 +170,14 @@ class ScheduleMessageService:
             if table != self._written:
                 self._write(table)
 
+    def replace_offsets(self, table: dict[int, int]) -> None:
+        """A slave takes its master's delay offsets (SlaveSynchronize.syncDelayOffset writes delayOffset.json);
+        held in memory too, so the slave's shutdown persists these, not its stale ones."""
+        with self._persist_lock:
+            self.offset_table = dict(table)
+            self._unflushed = {}
+            self._write(dict(table))
+
     def _write(self, table: dict[int, int]) -> None:
         self.offsets.offset_table = table
         self.offsets.persist()

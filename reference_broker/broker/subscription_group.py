@@ -141,6 +141,13 @@ class SubscriptionGroupManager(ConfigManager):
         if version is not None:
             self.data_version = version
 
+    def replace_all(self, table: dict[str, SubscriptionGroupConfig], version: DataVersion) -> None:
+        """A slave takes its master's groups and data version (SlaveSynchronize.syncSubscriptionGroupConfig)."""
+        self.subscription_group_table.clear()
+        self.subscription_group_table.update(table)
+        self.data_version = DataVersion(version.timestamp, version.counter)
+        self.persist_soon()
+
     def update_subscription_group_config(self, cfg: SubscriptionGroupConfig) -> None:
         old = self.subscription_group_table.get(cfg.group_name)
         log.info("%s subscription group config, old: %s new: %s", "update" if old else "create new", old, cfg)

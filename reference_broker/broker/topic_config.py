@@ -218,6 +218,14 @@ class TopicConfigManager(ConfigManager):
         return tc is not None and tc.order
 
     # ---------------------------------------------------------------- changes
+    def replace_all(self, table: dict[str, TopicConfig], version: DataVersion) -> None:
+        """A slave takes its master's table and data version (SlaveSynchronize.syncTopicConfig: clear, putAll,
+        assignNewOne, persist); no re-registration — the name server routes by the master's table."""
+        self.topic_config_table.clear()
+        self.topic_config_table.update(table)
+        self.data_version = DataVersion(version.timestamp, version.counter)
+        self.persist_soon()
+
     def _changed(self) -> None:
         self.data_version.next_version()
         self.persist_soon()  # off the loop, coalesced (TopicConfigManager persists inline; see config_persister.py)

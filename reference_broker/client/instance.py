@@ -18,6 +18,7 @@ import logging
 import random
 import threading
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 from reference_broker.client import protocol
@@ -53,6 +54,14 @@ class ConsumerInner(Protocol):
     def do_rebalance(self) -> None: ...
 
     def persist_consumer_offset(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class FindBrokerResult:
+    """FindBrokerResult: an address and whether it is a slave's."""
+
+    broker_addr: str
+    slave: bool
 
 
 class MQClientInstance:
@@ -282,16 +291,27 @@ class MQClientInstance:
         addrs = self.broker_addrs.get(broker_name)
         return addrs.get(MASTER_ID) if addrs else None
 
-    def find_broker_addr_in_subscribe(self, broker_name: str, broker_id: int = MASTER_ID,
-                                      only_this_broker: bool = False) -> str | None:
-        """findBrokerAddressInSubscribe: the asked id, else (unless only_this_broker) any address of it."""
+    def find_broker_in_subscribe(self, broker_name: str, broker_id: int = MASTER_ID,
+                                 only_this_broker: bool = False) -> FindBrokerResult | None:
+        """MQClientInstance.findBrokerAddressInSubscribe (4.9.8): the asked id; for a slave id, else the next id;
+        else (unless only_this_broker) the broker's first address — Java's HashMap of small ids iterates
+        them in order, so the master when it is in the route, else the lowest slave."""
         addrs = self.broker_addrs.get(broker_name)
         if not addrs:
             return None
         addr = addrs.get(broker_id)
+        slave = broker_id != MASTER_ID
+        if addr is None and slave:
+            addr = addrs.get(broker_id + 1)
         if addr is None and not only_this_broker:
-            addr = addrs.get(MASTER_ID) or next(iter(addrs.values()))
-        return addr
+            first = min(addrs)
+            addr, slave = addrs[first], first != MASTER_ID
+        return None if addr is None else FindBrokerResult(addr, slave)
+
+    def find_broker_addr_in_subscribe(self, broker_name: str, broker_id: int = MASTER_ID,
+                                      only_this_broker: bool = False) -> str | None:
+        found = self.find_broker_in_subscribe(broker_name, broker_id, only_this_broker)
+        return None if found is None else found.broker_addr
 
     def broker_addr_for(self, mq: MessageQueue, topic_for_refresh: str | None = None) -> str:
         """The master of ``mq``'s broker, refreshing the route once if unknown; MQClientError if none."""

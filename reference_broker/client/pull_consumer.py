@@ -27,9 +27,9 @@ from reference_broker.client.offset_store import (
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
+from reference_broker.client.pull_api import PullFromWhichNode, sys_flag_for
 from reference_broker.client.subscription import EXPRESSION_TAG, SubscriptionData, build_subscription_data
 from reference_broker.client.validators import check_group
-from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.headers import build_pull_sys_flag
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class PullConsumer:
         self.offset_store_dir = offset_store_dir
         self._instance: MQClientInstance | None = None
         self.offset_store: OffsetStore | None = None
-        self._pull_from_which_node: dict[MessageQueue, int] = {}
+        self._pull_from_which_node = PullFromWhichNode()
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -141,17 +141,6 @@ class PullConsumer:
         self.registered_topics.add(topic)
         return set(instance.subscribe_info(topic) or ())
 
-    def _pull_addr(self, mq: MessageQueue) -> str:
-        instance = self._running()
-        broker_id = self._pull_from_which_node.get(mq, MASTER_ID)
-        addr = instance.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
-        if addr is None:
-            instance.update_topic_route(mq.topic)
-            addr = instance.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
-        if addr is None:
-            raise MQClientError(ClientErrorCode.BROKER_NOT_EXIST_EXCEPTION, f"The broker[{mq.broker_name}] not exist")
-        return addr
-
     def _pull(self, mq: MessageQueue, sub_expression: str | None, offset: int, max_nums: int, block: bool,
               timeout_s: float | None) -> PullResult:
         if offset < 0:
@@ -164,11 +153,12 @@ class PullConsumer:
         sys_flag = build_pull_sys_flag(commit_offset=False, suspend=block, subscription=True)
         if timeout_s is None:
             timeout_s = (self.consumer_timeout_ms_when_suspend if block else self.consumer_pull_timeout_ms) / 1000
-        addr = self._pull_addr(mq)
+        found = self._pull_from_which_node.find(instance, mq)
+        addr = found.broker_addr
         cmd = protocol.pull_request(self.group, mq, sub.sub_string, EXPRESSION_TAG, sub.sub_version, offset,
-                                    max_nums, sys_flag, 0, self.broker_suspend_max_time_ms)
+                                    max_nums, sys_flag_for(sys_flag, found), 0, self.broker_suspend_max_time_ms)
         result, body = protocol.process_pull_response(instance.invoke(addr, cmd, timeout_s), addr)
-        self._pull_from_which_node[mq] = result.suggest_which_broker_id
+        self._pull_from_which_node.update(mq, result.suggest_which_broker_id)
         return protocol.finish_pull_result(result, body, mq, sub)
 
     def pull(self, mq: MessageQueue, sub_expression: str | None, offset: int, max_nums: int = PULL_BATCH_MAX,

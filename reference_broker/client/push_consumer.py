@@ -54,12 +54,12 @@ from reference_broker.client.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from reference_broker.client.process_queue import ProcessQueue
+from reference_broker.client.pull_api import PullFromWhichNode, sys_flag_for
 from reference_broker.client.rebalance import PullRequest, RebalanceImpl, pull_from_where
 from reference_broker.client.scheduler import Scheduler
 from reference_broker.client.subscription import SubscriptionData, build_subscription_data
 from reference_broker.client.validators import check_group, check_topic
 from reference_broker.common import message as mc
-from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.remoting.command import RemotingCommand
 from reference_broker.remoting.errors import RemotingError
@@ -141,7 +141,7 @@ class PushConsumer:
         self._consume_service: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService | None = None
         self.offset_store: OffsetStore = NullOffsetStore()
         self._rebalance: RebalanceImpl | None = None
-        self._pull_from_which_node: dict[MessageQueue, int] = {}
+        self._pull_from_which_node = PullFromWhichNode()
         self.paused = False
         self.stopped = False
 
@@ -360,9 +360,11 @@ class PushConsumer:
         sys_flag = build_pull_sys_flag(commit_offset > 0, True, sub_expression is not None)
         try:
             instance = self._running()
-            addr = self._pull_addr(instance, mq)
+            found = self._pull_from_which_node.find(instance, mq)
+            addr = found.broker_addr
             cmd = protocol.pull_request(self.group, mq, sub_expression, sub.expression_type, sub.sub_version,
-                                        request.next_offset, self.pull_batch_size, sys_flag, max(commit_offset, 0),
+                                        request.next_offset, self.pull_batch_size, sys_flag_for(sys_flag, found),
+                                        max(commit_offset, 0),
                                         BROKER_SUSPEND_MAX_TIME_MS)
 
             def on_response(response: RemotingCommand | None, error: RemotingError | None) -> None:
@@ -373,16 +375,6 @@ class PushConsumer:
         except MQClientError as exc:
             log.warning("pullKernelImpl exception, %s: %s", mq, exc)
             self.execute_pull_request_later(request, PULL_TIME_DELAY_S_WHEN_EXCEPTION)
-
-    def _pull_addr(self, instance: MQClientInstance, mq: MessageQueue) -> str:
-        broker_id = self._pull_from_which_node.get(mq, MASTER_ID)
-        addr = instance.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
-        if addr is None:
-            instance.update_topic_route(mq.topic)
-            addr = instance.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
-        if addr is None:
-            raise MQClientError(ClientErrorCode.BROKER_NOT_EXIST_EXCEPTION, f"The broker[{mq.broker_name}] not exist")
-        return addr
 
     def _on_pull(self, request: PullRequest, sub: SubscriptionData, addr: str, response: RemotingCommand | None,
                  error: RemotingError | None) -> None:
@@ -409,7 +401,7 @@ class PushConsumer:
             log.warning("pull %s from %s failed: %s", mq, addr, exc)
             self.execute_pull_request_later(request, PULL_TIME_DELAY_S_WHEN_EXCEPTION)
             return
-        self._pull_from_which_node[mq] = result.suggest_which_broker_id
+        self._pull_from_which_node.update(mq, result.suggest_which_broker_id)
         status = result.pull_status
         if status is PullStatus.FOUND:
             prev = request.next_offset

@@ -72,6 +72,16 @@ class HAClient(ServiceThread):
     def connected(self) -> bool:
         return self._sock is not None
 
+    def runtime_info(self) -> dict[str, str]:
+        """The slave's replication in GET_BROKER_RUNTIME_INFO (not keys of 4.9.8's table): the master's HA
+        address, whether it is connected, and the offset it last reported to the master (its acknowledged
+        offset, HAClient.currentReportedOffset)."""
+        return {
+            "haMasterAddress": self._master_address or "",
+            "haMasterConnected": str(self.connected).lower(),
+            "haReportedOffset": str(self.current_reported_offset),
+        }
+
     # ---- connection ------------------------------------------------------------------------------------
     def _connect(self) -> bool:
         if self._sock is not None:

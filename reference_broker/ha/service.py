@@ -8,6 +8,7 @@ ReplicaState: how many there are and push2SlaveMaxOffset, which the SYNC_MASTER 
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -67,6 +68,21 @@ class HAService:
 
     def connection_count(self) -> int:
         return self.state.connection_count
+
+    def runtime_info(self) -> dict[str, str]:
+        """The master's replication in GET_BROKER_RUNTIME_INFO. 4.9.8's table has no HA keys; these are named
+        after what it has: HAService.getConnectionCount, getPush2SlaveMaxOffset, MessageStore.slaveFallBehindMuch
+        (the commit log's end minus push2SlaveMaxOffset; 4.9.8 logs it as "Slave fall behind master: {} bytes"),
+        and each connected slave's last acknowledged offset (HAConnection.slaveAckOffset) by its HA peer address."""
+        with self._lock:
+            acks = {c.client_addr: c.slave_ack_offset for c in self.connections}
+        push = self.state.push2slave_max_offset
+        return {
+            "haConnectionCount": str(len(acks)),
+            "haPush2SlaveMaxOffset": str(push),
+            "slaveFallBehindMuch": str(self.store.get_max_phy_offset() - push),
+            "haSlaveAckOffsets": json.dumps(acks, sort_keys=True),
+        }
 
     def shutdown(self) -> None:
         """Stop accepting, then close every connection and wait for its threads (HAService.shutdown)."""

@@ -66,6 +66,9 @@ class NamesrvProcessor:
         self.route_info = route_info
         self.clock_ms = clock_ms
         self.kv_config = kv_config if kv_config is not None else KVConfigManager(None)
+        # brokerAddr -> the connection it last registered over (BrokerLiveInfo.channel): its close is the
+        # broker's end (BrokerHousekeepingService.onChannelClose → RouteInfoManager.onChannelDestroy).
+        self.broker_channels: dict[str, object] = {}
 
     def register_with(self, server: RemotingServer) -> None:
         for code in _KV_CODES:
@@ -76,8 +79,22 @@ class NamesrvProcessor:
         server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.handle)
         server.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.handle)
 
-    async def handle(self, _ctx: ConnectionContext | None, cmd: RemotingCommand) -> RemotingCommand:
-        return self.process(cmd)
+    async def handle(self, ctx: ConnectionContext | None, cmd: RemotingCommand) -> RemotingCommand:
+        response = self.process(cmd)
+        if ctx is not None and response.code == ResponseCode.SUCCESS:
+            addr = cmd.ext_fields.get("brokerAddr", "")
+            if cmd.code == RequestCode.REGISTER_BROKER:
+                self.broker_channels[addr] = ctx
+            elif cmd.code == RequestCode.UNREGISTER_BROKER:
+                self.broker_channels.pop(addr, None)
+        return response
+
+    def on_channel_close(self, ctx: object) -> None:
+        """RouteInfoManager.onChannelDestroy: every broker that registered over this connection is gone."""
+        for addr in [a for a, c in self.broker_channels.items() if c is ctx]:
+            del self.broker_channels[addr]
+            log.info("the broker's channel destroyed, %s: remove it from the routes", addr)
+            self.route_info.on_broker_gone(addr)
 
     def process(self, cmd: RemotingCommand) -> RemotingCommand:
         """Answer one request; synchronous, never raises."""

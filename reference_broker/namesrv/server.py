@@ -34,6 +34,7 @@ class NameServer:
         self.processor = NamesrvProcessor(self.route_info, kv_config=self.kv_config)
         self.remoting = RemotingServer()
         self.processor.register_with(self.remoting)
+        self.remoting.close_hooks.append(self.processor.on_channel_close)
         self._scan_task: asyncio.Task[None] | None = None
 
     @property

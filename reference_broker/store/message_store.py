@@ -502,6 +502,11 @@ class MessageStore:
     def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
         return self.reads.get_earliest_message_time(topic, queue_id)
 
+    @property
+    def put_message_count(self) -> int:
+        """Messages stored by puts since boot (StoreStatsService.getPutMessageTimesTotal)."""
+        return self._put_count
+
     def get_max_phy_offset(self) -> int:
         return self.commit_log.get_max_offset()
 

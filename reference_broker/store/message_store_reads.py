@@ -41,6 +41,8 @@ class StoreReader:
         self.is_shut_down = is_shut_down
         # Records not served because their checksums failed (record_check.py); a metric in the runtime stats.
         self.bad_records_skipped = 0
+        # StoreStatsService.getMessageTransferedMsgCount: messages getMessage handed out (BrokerStats' msgGet*).
+        self.transferred_msg_count = 0
 
     def _served_intact(self, raw: bytes, offset: int) -> bool:
         """The record at ``offset`` may be served: its checksums hold. Otherwise it is counted and logged,
@@ -257,5 +259,6 @@ class StoreReader:
             result.suggest_pulling_from_slave = diff > memory
         finally:
             buf.release()
+        self.transferred_msg_count += len(result.messages)
         return result
 

@@ -18,6 +18,7 @@ from reference_broker.common.quarantine_names import BIN_SUFFIX, QUARANTINE_DIR
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request, fastjson_loads, json_loads
+from reference_broker.remoting.errors import RemotingError
 from reference_broker.store.quarantine import list_quarantine
 
 
@@ -224,3 +225,47 @@ def store_quarantine(store_root: str | Path) -> list[dict[str, Any]]:
         row["path"] = str(root / QUARANTINE_DIR / (e.name + BIN_SUFFIX))
         rows.append(row)
     return rows
+
+
+def replication_rows(info: dict[str, Any], runtime: dict[str, dict[str, str] | None],
+                     cluster: str | None = None) -> list[dict[str, Any]]:
+    """One row per broker of each broker group (cluster info's brokerAddrTable), from each broker's runtime
+    info (None: unreachable). A master's row: its commit log's end, its connected slaves and how far the least
+    advanced is behind (slaveFallBehindMuch); a slave's: the offset it acknowledged to its master
+    (haReportedOffset) and its lag in bytes behind the master's end."""
+    names = None if cluster is None else set(info.get("clusterAddrTable", {}).get(cluster, []))
+    rows: list[dict[str, Any]] = []
+    for name, bd in sorted(info.get("brokerAddrTable", {}).items()):
+        if names is not None and name not in names:
+            continue
+        addrs = {int(i): a for i, a in bd.get("brokerAddrs", {}).items()}
+        master = runtime.get(addrs[0]) if 0 in addrs else None
+        master_max = int(master["commitLogMaxOffset"]) if master else None
+        for broker_id, addr in sorted(addrs.items()):
+            t = runtime.get(addr)
+            row: dict[str, Any] = {"brokerName": name, "brokerId": broker_id, "addr": addr,
+                                   "role": t.get("brokerRole", "?") if t else "unreachable",
+                                   "maxOffset": t.get("commitLogMaxOffset", "") if t else ""}
+            if t and broker_id == 0:
+                row["slaves"] = t.get("haConnectionCount", "")
+                row["fallBehind"] = t.get("slaveFallBehindMuch", "")
+            elif t:
+                ack = int(t.get("haReportedOffset", "0"))
+                row["ackOffset"] = ack
+                row["lagBytes"] = "" if master_max is None else max(0, master_max - ack)
+                row["connected"] = t.get("haMasterConnected", "")
+            rows.append(row)
+    return rows
+
+
+def ha_status(namesrv: str, cluster: str | None = None) -> list[dict[str, Any]]:
+    """Replication of every broker group the name server knows (``admin haStatus``)."""
+    info = cluster_info(namesrv)
+    runtime: dict[str, dict[str, str] | None] = {}
+    for bd in info.get("brokerAddrTable", {}).values():
+        for addr in bd.get("brokerAddrs", {}).values():
+            try:
+                runtime[addr] = broker_status(addr)
+            except (AdminError, RemotingError):
+                runtime[addr] = None
+    return replication_rows(info, runtime, cluster)

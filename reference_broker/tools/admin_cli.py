@@ -196,6 +196,17 @@ def broker_status(broker_addr: str, as_json: bool) -> None:
             click.echo(f"{k.ljust(width)} : {table[k]}")
 
 
+@admin_cli.command("haStatus")
+@_namesrv
+@click.option("-c", "--cluster", help="Only this cluster's broker groups.")
+@_json
+def ha_status(namesrv_addr: str, cluster: str | None, as_json: bool) -> None:
+    """Replication: each broker group's master and slaves, the offset each slave acknowledged and its lag."""
+    rows = _run(lambda: admin.ha_status(namesrv_addr, cluster))
+    _emit(rows, as_json, ["brokerName", "brokerId", "addr", "role", "maxOffset", "slaves", "fallBehind",
+                          "ackOffset", "lagBytes", "connected"])
+
+
 @admin_cli.command("checkStore")
 @click.argument("store_dir", metavar="DIR", type=click.Path(path_type=Path))
 @click.option("--index-slots", type=click.IntRange(min=1), help="maxHashSlotNum of the index files (default: "

@@ -129,8 +129,9 @@ def test_sync_sends_succeed_through_the_other_broker_after_sigkill(tmp_path) -> 
     with Topology(tmp_path, brokers=2) as topo:
         create_topic(topo, topic, QUEUES)
         victim, survivor = topo.brokers
-        # Default send timeout and retries; the route is kept (the name server still lists the dead broker
-        # until it expires), so sends keep starting on it and must fail over.
+        # Default send timeout and retries; the producer never asks the name server again (which drops the dead
+        # broker as soon as its connection closes), so its cached route keeps the dead broker: sends keep
+        # starting on it and must fail over.
         config = ClientConfig(topo.namesrv_addr, "failover-kill", poll_name_server_interval_s=3600.0)
         with Producer("PG_failover_kill", "", client_config=config) as producer:
             before = {producer.send(Message(topic, f"before{i}".encode())).message_queue.broker_name
