@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from chaos.leftovers import Ledger, ResourceKind, cleanup, process_start_time
 from chaos.load import DrainStats, LoadSpec, Workload
@@ -339,7 +339,7 @@ class ExperimentResult:
         }
 
 
-def _wait_route(namesrv: str, topic: str, timeout_s: float = 30.0) -> None:
+def wait_route(namesrv: str, topic: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(admin.AdminError, OSError):
@@ -349,7 +349,7 @@ def _wait_route(namesrv: str, topic: str, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"topic {topic} has no route after {timeout_s} s")
 
 
-def _wait_first_ack(workload: Workload, timeout_s: float = 30.0) -> None:
+def wait_first_ack(workload: Workload, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while workload.sent_ok < 64 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -411,7 +411,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
     logging.getLogger("reference_broker").addHandler(client_log)
     try:
         with contextlib.ExitStack() as stack:
-            result.sysctl = _apply_profile(stack, spec.profile)
+            result.sysctl = apply_profile(stack, spec.profile)
             record.update_meta(sysctl=result.sysctl)
             store_root = stack.enter_context(fault.storage(work, ledger))
             conf = {**BASE_BROKER_CONF, "flushDiskType": spec.flush.value, **fault.broker_conf(spec.flush),
@@ -431,7 +431,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
                                broker_impl=status.version if status else None)
             admin.update_topic(topo.namesrv_addr, spec.load.topic, spec.load.queues, spec.load.queues,
                                broker_addr=broker.addr)
-            _wait_route(topo.namesrv_addr, spec.load.topic)
+            wait_route(topo.namesrv_addr, spec.load.topic)
             workload = Workload(topo.namesrv_addr, fault.load_spec(spec.load), record, record.clock)
             stack.callback(workload.close)
             workload.start()
@@ -439,7 +439,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
                               record.metrics_writer(), record.clock, workload.counters)
             sampler.start()
             stack.callback(sampler.stop)
-            _wait_first_ack(workload)
+            wait_first_ack(workload)
             cell = Cell(spec, record, topo, broker, store_root, workload, ledger, rng)
             cell.broker_started = broker_started
             say(f"{spec.scenario}: broker up, load running; {spec.cycles} cycles")
@@ -473,16 +473,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
         result.error = f"{type(e).__name__}: {e}"
         say(f"{spec.scenario}: error: {result.error}")
     finally:
-        logging.getLogger("reference_broker").removeHandler(client_log)
-        client_log.close()
-        _keep_logs(work / "topo", record.run_dir / "logs")
-        try:
-            record.finish()
-        finally:
-            report = cleanup(ledger, only_mine=True)
-            shutil.rmtree(work, ignore_errors=True)
-            if report.failed:
-                result.error = (result.error or "") + f" cleanup failed: {report.failed}"
+        close_cell(result, record, ledger, work, client_log)
     if result.error is None or workload is not None:
         _judge(result, workload)
     result.seconds = time.monotonic() - t_start
@@ -514,7 +505,27 @@ def _unreachable(addr: str, workload: Workload) -> tuple[int, int, list[str]]:
 KEPT_LOG_BYTES = 16 << 20  # of each RocketMQ log, the last this many bytes
 
 
-def _keep_logs(topo_root: Path, dest: Path) -> None:
+class _CellResult(Protocol):
+    error: str | None
+
+
+def close_cell(result: _CellResult, record: RunRecord, ledger: Ledger, work: Path, client_log: logging.Handler) -> None:
+    """A cell's teardown, whatever happened in it: the client's log detached, the processes' logs kept in the
+    run record, the record finished, and everything the cell left (processes, mounts, files) cleaned up; a
+    cleanup that fails is the cell's error."""
+    logging.getLogger("reference_broker").removeHandler(client_log)
+    client_log.close()
+    keep_logs(work / "topo", record.run_dir / "logs")
+    try:
+        record.finish()
+    finally:
+        report = cleanup(ledger, only_mine=True)
+        shutil.rmtree(work, ignore_errors=True)
+        if report.failed:
+            result.error = (result.error or "") + f" cleanup failed: {report.failed}"
+
+
+def keep_logs(topo_root: Path, dest: Path) -> None:
     """Copy the processes' logs (what recovery said it truncated, errors) into the run record; for RocketMQ
     also its own logs (``${user.home}/logs/rocketmqlogs``: store.log says what recovery and dispatch did), each
     cut to its last ``KEPT_LOG_BYTES``, under ``logs/<process>-rocketmqlogs/``."""
@@ -535,7 +546,7 @@ def cell_ledger_proc(ledger: Ledger, proc: Process, what: str) -> None:
     ledger.add(ResourceKind.PROCESS, proc.pid, what=what, start_time=process_start_time(proc.pid))
 
 
-def _apply_profile(stack: contextlib.ExitStack, profile: str | None) -> dict[str, Any]:
+def apply_profile(stack: contextlib.ExitStack, profile: str | None) -> dict[str, Any]:
     if profile is None:
         return {"profile": None, "applied": False, "reason": "no profile requested", "values": {}}
     from sysctl_profiles import SysctlProfileError, applied_profile

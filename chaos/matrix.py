@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from chaos.disk_fill import DiskFill
 from chaos.experiment import ExperimentResult, ExperimentSpec, Fault, FaultName, FlushMode, run_experiment
@@ -117,7 +117,7 @@ def summary_rows(results: Iterable[ExperimentResult]) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell(v: Any) -> str:
+def table_cell(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
@@ -130,7 +130,7 @@ def _cell(v: Any) -> str:
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """The summary table as aligned text, with the violations and skip reasons listed under it."""
     header = [h for _, h in COLUMNS]
-    body = [[_cell(row.get(k)) for k, _ in COLUMNS] for row in rows]
+    body = [[table_cell(row.get(k)) for k, _ in COLUMNS] for row in rows]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
@@ -148,20 +148,37 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines + (["", "notes and run records:", *notes] if notes else []))
 
 
+class GatedCell(Protocol):
+    """What the gate reads of a cell's result (ExperimentResult, chaos.replication's ReplicationResult)."""
+
+    skipped: str | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool: ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+
 def gate_failures(results: Iterable[ExperimentResult], require_all: bool = False) -> list[str]:
     """What fails the gate: a reference-broker cell whose verdict failed, and any cell (RocketMQ's too) that
     did not run as planned. A RocketMQ cell's violations are findings about RocketMQ (``rocketmq_findings``),
     judged by the same rules as ours: a loss its flush mode allows is no violation at all."""
+    return cell_gate_failures(((f"{r.spec.broker_impl}/{r.spec.fault.value}/{r.spec.flush.short}/{r.spec.profile}",
+                                r.spec.broker_impl, r) for r in results), require_all)
+
+
+def cell_gate_failures(cells: Iterable[tuple[str, str, GatedCell]], require_all: bool = False) -> list[str]:
+    """``gate_failures`` over (name, broker impl, result) of any kind of cell."""
     out = []
-    for r in results:
-        name = f"{r.spec.broker_impl}/{r.spec.fault.value}/{r.spec.flush.short}/{r.spec.profile}"
+    for name, impl, r in cells:
         if r.skipped is not None:
             if require_all:
                 out.append(f"{name}: skipped ({r.skipped})")
             continue
         if r.error is not None:
             out.append(f"{name}: {r.error}")
-        elif not r.ok and r.spec.broker_impl == "reference":
+        elif not r.ok and impl == "reference":
             out += [f"{name}: {v}" for v in r.summary()["violations"]] or [f"{name}: failed"]
     return out
 

@@ -36,13 +36,13 @@ from chaos.experiment import (
     SERVICE_DEADLINE_S,
     CycleRecord,
     FlushMode,
-    _apply_profile,
-    _keep_logs,
-    _wait_first_ack,
-    _wait_route,
+    apply_profile,
     cell_ledger_proc,
+    close_cell,
+    wait_first_ack,
+    wait_route,
 )
-from chaos.leftovers import Ledger, ResourceKind, cleanup
+from chaos.leftovers import Ledger, ResourceKind
 from chaos.load import DrainStats, LoadSpec, Workload
 from chaos.replication_verdict import ReplicationMode, ReplicationVerdict, judge
 from chaos.sampler import BrokerSample, Sampler, first_status, try_status
@@ -316,7 +316,7 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
     logging.getLogger("reference_broker").addHandler(client_log)
     try:
         with contextlib.ExitStack() as stack:
-            result.sysctl = _apply_profile(stack, spec.profile)
+            result.sysctl = apply_profile(stack, spec.profile)
             record.update_meta(sysctl=result.sysctl)
             conf = {**BASE_BROKER_CONF, "flushDiskType": spec.flush.value, "brokerRole": spec.mode.value,
                     **spec.broker_conf}
@@ -339,7 +339,7 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
             for t in (topic, probe_topic):
                 admin.update_topic(topo.namesrv_addr, t, queues, queues, broker_addr=master.addr)
             slave_knows_topic(topo.namesrv_addr, slave, master.conf["brokerName"], topic, queues)
-            _wait_route(topo.namesrv_addr, topic)
+            wait_route(topo.namesrv_addr, topic)
             wait_replicating(master, slave, probe_topic, record.clock)
             workload = Workload(topo.namesrv_addr, spec.load, record, record.clock)
             stack.callback(workload.close)
@@ -348,7 +348,7 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
                               record.metrics_writer(), record.clock, workload.counters)
             sampler.start()
             stack.callback(sampler.stop)
-            _wait_first_ack(workload)
+            wait_first_ack(workload)
             group = _Group(spec, record, master, slave, workload, ledger)
             say(f"{spec.scenario}: group up, replicating, load running; {spec.cycles} cycles")
             for i in range(spec.cycles):
@@ -377,16 +377,7 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
         result.error = f"{type(e).__name__}: {e}"
         say(f"{spec.scenario}: error: {result.error}")
     finally:
-        logging.getLogger("reference_broker").removeHandler(client_log)
-        client_log.close()
-        _keep_logs(work / "topo", record.run_dir / "logs")
-        try:
-            record.finish()
-        finally:
-            report = cleanup(ledger, only_mine=True)
-            shutil.rmtree(work, ignore_errors=True)
-            if report.failed:
-                result.error = (result.error or "") + f" cleanup failed: {report.failed}"
+        close_cell(result, record, ledger, work, client_log)
     _judge(result, workload)
     result.seconds = time.monotonic() - t_start
     write_json_atomic(record.run_dir / CHAOS_FILE, _chaos_json(result))

@@ -16,7 +16,7 @@ from typing import Any
 
 from chaos.experiment import FlushMode
 from chaos.load import LoadSpec
-from chaos.matrix import _cell
+from chaos.matrix import cell_gate_failures, table_cell
 from chaos.replication import ReplicationFault, ReplicationResult, ReplicationSpec, run_replication
 from chaos.replication_verdict import ReplicationMode
 from harness.rocketmq import BrokerImpl
@@ -88,7 +88,7 @@ def summary_rows(results: Iterable[ReplicationResult]) -> list[dict[str, Any]]:
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     header = [h for _, h in COLUMNS]
-    body = [[_cell(row.get(k)) for k, _ in COLUMNS] for row in rows]
+    body = [[table_cell(row.get(k)) for k, _ in COLUMNS] for row in rows]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
@@ -106,15 +106,5 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def gate_failures(results: Iterable[ReplicationResult], require_all: bool = False) -> list[str]:
-    out = []
-    for r in results:
-        name = f"{r.spec.broker_impl}/{r.spec.fault.value}/{r.spec.mode.short}"
-        if r.skipped is not None:
-            if require_all:
-                out.append(f"{name}: skipped ({r.skipped})")
-            continue
-        if r.error is not None:
-            out.append(f"{name}: {r.error}")
-        elif not r.ok and r.spec.broker_impl == "reference":
-            out += [f"{name}: {v}" for v in r.summary()["violations"]] or [f"{name}: failed"]
-    return out
+    return cell_gate_failures(((f"{r.spec.broker_impl}/{r.spec.fault.value}/{r.spec.mode.short}", r.spec.broker_impl, r)
+                               for r in results), require_all)
