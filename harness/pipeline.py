@@ -1,8 +1,9 @@
 """This module owns the main job (``python -m harness pipeline``): on the embedded default — local broker
 processes, local Spark — the shortest run of each experiment that tests a seed claim (backlog hot and cold,
 queue counts, SYNC vs ASYNC throughput, a sync-vs-async crash comparison with power loss when root with loop
-devices and kill -9 otherwise, recovery time, disk fill), then the Spark reports over the run records, ending
-with the path of ``reports/index.html`` (the claims front page).
+devices and kill -9 otherwise, a master that loses its disk under SYNC_MASTER and ASYNC_MASTER, recovery time,
+disk fill), then the Spark reports over the run records, ending with the path of ``reports/index.html`` (the
+claims front page).
 
 Each stage is a real command (locust, ``python -m chaos``, ``python -m spark_reports``) run as a subprocess,
 so what the pipeline does is exactly what a user can run by hand; its progress goes to stderr.
@@ -84,6 +85,12 @@ def stages(runs: Path, reports: Path, backlog_s: int, cycles: int, why_not_root:
             Stage(f"crash comparison, SYNC vs ASYNC flush ({faults}, {cycles} cycles){tag}",
                   [py, "-m", "chaos", "matrix", "--flush", "sync,async", "--faults", faults, "--profiles",
                    "default", "--cycles", str(cycles), "--runs-dir", str(runs), *with_impl], required=False),
+            # A master and its slave; the master's store is deleted in the last cycle and the topic read from the
+            # slave: SYNC_MASTER against ASYNC_MASTER (docs/claims.md, replication-master-loss). About 30 s on the
+            # reference broker, 75 s on RocketMQ (its group takes longer to start).
+            Stage(f"replication: SYNC vs ASYNC master, the master's disk destroyed (2 cycles){tag}",
+                  [py, "-m", "chaos", "replication", "--replication", "sync,async", "--faults",
+                   "master_disk_destroyed", "--cycles", "2", "--runs-dir", str(runs), *with_impl], required=False),
             # 512 MiB: with dispatch by runs a full scan of 128 MiB hides inside the broker's start-up time.
             Stage(f"recovery time: 32 and 512 MiB logs, with and without the checkpoint{tag}",
                   [py, "-m", "chaos", "recovery-bench", "--sizes", "32,512", "--file-size", "64", "--runs-dir",

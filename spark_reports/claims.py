@@ -27,6 +27,7 @@ class ClaimId(StrEnum):
     COLD_BACKLOG_READ = "cold-backlog-read"
     PAGE_CACHE_CAPACITY = "page-cache-capacity"
     OFFSET_616_YEARS = "offset-616-years"
+    REPLICATION_MASTER_LOSS = "replication-master-loss"
 
 
 class Verdict(StrEnum):
@@ -67,6 +68,10 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "docs/claims.md#page-cache-capacity", "locust -f scenarios/backlog.py --headless"),
     Claim(ClaimId.OFFSET_616_YEARS, "A signed 64-bit commit-log offset overflows only after 616 years at 10^10 "
           "messages of 4 KiB a day.", "docs/claims.md#offset-616-years", "python -m spark_reports offset-overflow"),
+    Claim(ClaimId.REPLICATION_MASTER_LOSS, "With synchronous double-write (SYNC_MASTER) no acknowledged message is "
+          "lost when a master's disk is destroyed; with asynchronous replication (ASYNC_MASTER) about 99 % survive.",
+          "docs/claims.md#replication-master-loss",
+          "python -m chaos replication --replication sync,async --faults master_disk_destroyed"),
 )
 CLAIM_BY_ID: Final = {c.id: c for c in CLAIMS}
 

@@ -4,7 +4,8 @@ unflushed window at each power loss, and their sums per flush mode, fault and sy
 A broker group's runs (chaos/replication.py) add the master's brokerRole (meta.json), the checker's
 ``acked_master_only`` and ``lost_promised``, and the replication lag sampled before the master was lost.
 
-The loss report shows and judges them; the flush-compare report shows the same headline table per flush mode.
+The loss report shows and judges them; the flush-compare report shows the same headline table per flush mode,
+and the broker-group runs' per replication mode.
 """
 
 from dataclasses import asdict, dataclass
@@ -113,6 +114,11 @@ def replication_lag(faults: list[dict[str, Any]]) -> int | None:
     return lags[-1] if lags and lags[-1] >= 0 else None
 
 
+def lost_master(loss: RunLoss) -> bool:
+    """Whether the run ended with its group's master lost (so it was read from the slave)."""
+    return bool(set(loss.fault.split("+")) & MASTER_FAULTS)
+
+
 def crash_counts(faults: list[dict[str, Any]]) -> dict[str, int]:
     """How many kill -9 and power-loss crashes the run went through, by kind."""
     out: dict[str, int] = {}
@@ -196,3 +202,26 @@ def headline_table(by_mode_fault: list[GroupLoss]) -> tuple[list[str], list[tupl
     faults = sorted({g.fault for g in by_mode_fault})
     cells = {(g.flush_mode, g.fault): headline_cell(g) for g in by_mode_fault}
     return faults, [(mode, *(cells.get((mode, fault), "no runs") for fault in faults)) for mode in modes]
+
+
+def replication_cell(group: GroupLoss) -> str:
+    """``headline_cell`` naming, apart, the lost sends that had a plain SEND_OK (the ones a SYNC_MASTER's slave
+    must hold) and the sends acknowledged on the master only (FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE)."""
+    text = headline_cell(group)
+    if group.lost:
+        text += f"; {group.lost_promised:,} of the lost had a SEND_OK"
+    if group.acked_master_only:
+        text += f"; {group.acked_master_only:,} acknowledged on the master only"
+    return text
+
+
+def replication_table(by_role_fault: list[GroupLoss]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """The fault columns and one row per replication mode (and flush mode) of the broker-group runs, from groups
+    over flush_mode, replication and fault."""
+    def row(g: GroupLoss) -> str:
+        return f"{g.replication} ({g.flush_mode})"
+
+    labels = sorted({row(g) for g in by_role_fault})
+    faults = sorted({g.fault for g in by_role_fault})
+    cells = {(row(g), g.fault): replication_cell(g) for g in by_role_fault}
+    return faults, [(label, *(cells.get((label, fault), "no runs") for fault in faults)) for label in labels]

@@ -1,5 +1,5 @@
 """Synthetic run records with known answers for the claim-judging reports: flush-mode pairs, recovery-bench
-runs, queue-count phases and disk-fill cycles.
+runs, queue-count phases, disk-fill cycles and broker-group runs that lost their master.
 
 Each writer lays out a run directory as the producing code does (meta.json with ``results``, events Parquet,
 faults.jsonl, check.json, chaos.json where chaos writes one) and returns what a report must find, computed
@@ -316,4 +316,46 @@ def write_disk_fill_run(out_dir: Path, index: int, cycles: list[FillSpec], *, lo
                  t0, last + 2 * 10**9, "default")
     chaos = {"schema_version": 1, "fault": "disk_fill", "cycles": chaos_cycles} if with_chaos_json else None
     _write_run(out_dir, run_id, meta, ops, faults, check_json(acked, refused, lost, lost * 1024), chaos)
+    return run_id
+
+
+# ---- broker groups that lost their master ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MasterLossSpec:
+    """One chaos/replication.py run: ``acked`` sends acknowledged, ``master_only`` of them answered
+    FLUSH_SLAVE_TIMEOUT (stored on the master alone), ``lost`` never served by the slave, ``lost_promised`` of
+    those answered SEND_OK; kill -9 cycles of the master, then the final master fault with the lag at it."""
+
+    role: str  # the master's brokerRole: SYNC_MASTER or ASYNC_MASTER
+    acked: int
+    lost: int = 0
+    master_only: int = 0
+    lost_promised: int = 0
+    lag_bytes: int = 40_000
+    fault: str = "master_disk_destroyed"
+    kill9_cycles: int = 1
+
+
+def write_master_loss_run(out_dir: Path, index: int, spec: MasterLossSpec) -> str:
+    """meta.json with the master's brokerRole, faults.jsonl with the lag sampled before each master fault, and
+    check.json with the checker's counts (the loss report reads nothing else of these runs)."""
+    scenario = f"chaos-master.{spec.fault.removeprefix('master_').replace('_', '.')}"
+    run_id = run_id_for(scenario, index)
+    t0 = T0_NS + index * RUN_SPACING_NS
+    faults: list[dict[str, Any]] = []
+    for c in range(spec.kill9_cycles):
+        at = t0 + (c + 1) * 2_000_000_000
+        faults.append({"ts_ns": at, "kind": "kill9", "target": "broker-a", "params": {"lag_bytes": 1024}})
+        faults.append({"ts_ns": at + 500_000_000, "kind": "restart", "target": "broker-a", "params": {}})
+    end = t0 + (spec.kill9_cycles + 1) * 2_000_000_000
+    faults.append({"ts_ns": end, "kind": spec.fault, "target": "broker-a",
+                   "params": {"lag_bytes": spec.lag_bytes, "final": True}})
+    meta = _meta(run_id, scenario, "ASYNC_FLUSH", {"fault": spec.fault, "replication": spec.role}, t0,
+                 end + 10**9, "default")
+    meta["broker"]["brokerRole"] = spec.role
+    check = check_json(spec.acked, lost=spec.lost, lost_bytes=1024 * spec.lost, allow_loss=True)
+    check.update(acked_master_only=spec.master_only, lost_promised=spec.lost_promised)
+    _write_run(out_dir, run_id, meta, faults=faults, check=check)
     return run_id

@@ -7,7 +7,8 @@ same sysctl profile in force. Throughput and latency are compared only inside a 
 Runs under faults (kill -9, power loss restarts) stall for the restart, so their latency describes the
 fault, not the flush mode: such groups are compared only when no fault-free group exists, and the page then
 says so. Their loss is shown from the per-run loss rows (``run_loss``, as the loss report shows them), per
-flush mode and fault.
+flush mode and fault; the broker-group runs that lost their master (chaos replication) apart, per replication
+mode: ASYNC_MASTER against SYNC_MASTER.
 
 - throughput = acknowledged sends ÷ the load window (first send's start → last acknowledged send's ack);
 - send latency = ack − start of acknowledged sends, p50 / p99 / p99.9 / max per mode, by percentile_approx
@@ -247,7 +248,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
     compared, fault_free = chosen_pairs(groups)
     perf = compute(spark, compared, runs, accuracy)
     pooled = {(p.group, p.mode): p for p in perf if p.run_id is None}
-    losses = [x for x in (loss.run_loss(r) for r in runs) if x is not None and x.flush_mode in MODES]
+    checked = [x for x in (loss.run_loss(r) for r in runs) if x is not None and x.flush_mode in MODES]
+    # A run that lost its group's master was read from the slave: its loss is the replication mode's.
+    losses = [x for x in checked if not loss.lost_master(x)]
+    replicated = [x for x in checked if loss.lost_master(x)]
     loss_faults, loss_rows = loss.headline_table(loss.grouped(spark, losses, ("flush_mode", "fault"))
                                                  if losses else [])
 
@@ -309,7 +313,16 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
         page.table(["flush mode", *loss_faults], loss_rows, text_columns=1 + len(loss_faults))
     else:
         page.paragraph("No run of either flush mode has a check.json.", note=True)
-    used = {rid for g in compared for ids in g.runs.values() for rid in ids} | {x.run_id for x in losses}
+    if replicated:
+        rep_faults, rep_rows = loss.replication_table(
+            loss.grouped(spark, replicated, ("flush_mode", "replication", "fault")))
+        page.heading("Loss when the master is lost, per replication mode")
+        page.paragraph("The broker-group runs (python -m chaos replication), read from the slave after the master "
+                       "was killed or lost its disk: ASYNC_MASTER against SYNC_MASTER, as the table above sets "
+                       "ASYNC_FLUSH against SYNC_FLUSH. See the loss report for the replication lag at the crash.",
+                       note=True)
+        page.table(["replication (flush mode)", *rep_faults], rep_rows, text_columns=1 + len(rep_faults))
+    used = {rid for g in compared for ids in g.runs.values() for rid in ids} | {x.run_id for x in checked}
     return finish_report(page, report_dir, NAME, [r for r in runs if r.run_id in used], files, link_csvs=True,
                          findings=[])
 

@@ -9,7 +9,8 @@ messages survived.
 The report also judges the seed's loss claims (``claims.py``) from the same per-run rows: SYNC_FLUSH loses
 nothing on kill -9 or power loss, ASYNC_FLUSH loses nothing on kill -9 and only the unflushed tail on power
 loss; and, from the disk-fill runs (``disk_fill_evidence``), that a disk above 90 % refuses writes while
-reads go on and writes come back once space is freed.
+reads go on and writes come back once space is freed; and, from the broker-group runs whose master lost its
+disk (``replication_evidence``), that SYNC_MASTER loses no promised send and ASYNC_MASTER keeps about 99 %.
 """
 
 from pathlib import Path
@@ -23,6 +24,7 @@ from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.offset_math import COMMITLOG_RECORD_FIXED_BYTES
 from spark_reports.plots import bar_plot
+from spark_reports.replication_evidence import replication_master_loss
 from spark_reports.report_io import csv_links, finish_report, make_report_dir, report_findings
 from spark_reports.run_loss import (
     ASYNC_FLUSH,
@@ -216,7 +218,7 @@ def disk_full_protection(cycles: list[FillCycle], losses: list[RunLoss]) -> Find
 
 def findings(losses: list[RunLoss], faults: Faults, cycles: list[FillCycle]) -> list[Finding]:
     return [sync_no_loss(losses, faults), async_kill9_no_loss(losses, faults), async_power_loss_tail(losses, faults),
-            disk_full_protection(cycles, losses)]
+            disk_full_protection(cycles, losses), replication_master_loss(losses, NAME)]
 
 
 def _disk_fill_section(page: Page, cycles: list[FillCycle]) -> list[tuple[object, ...]]:

@@ -81,3 +81,16 @@ def test_broker_lists_parse_in_order_once_each() -> None:
     assert parse_impls("rocketmq, reference,rocketmq") == ["rocketmq", "reference"]
     with pytest.raises(ValueError, match="unknown broker 'kafka'"):
         parse_impls("reference,kafka")
+
+
+@pytest.mark.parametrize("why", [None, "not root"])
+def test_each_broker_loses_a_master_under_sync_and_async_replication(why: str | None) -> None:
+    """The replication claim is measured on every machine (no root needed), and a failure only skips the stage."""
+    todo = stages(Path("/r/runs"), Path("/r/reports"), 30, 3, why, ("reference", "rocketmq"))
+    mine = [s for s in todo if s.argv[2:4] == ["chaos", "replication"]]
+    assert len(mine) == 2 and not any(s.required for s in mine)
+    for stage in mine:
+        args = stage.argv[4:]
+        assert args[args.index("--replication") + 1] == "sync,async"
+        assert args[args.index("--faults") + 1] == "master_disk_destroyed"
+        assert args[args.index("--cycles") + 1] == "2"

@@ -83,7 +83,7 @@ def test_one_row_per_claim_each_finding_shown_with_verdict_runs_and_evidence(tmp
     unjudged = [r for r in rows if len(r) == 7 and r[4][1] == "not measured yet" and r[6][1] == "–"]
     assert len(unjudged) == len(CLAIMS) - 2
     assert set(local_references(page)) == {"loss/index.html", "findings.html"}  # only pages that exist are linked
-    assert "1 held, 1 not held, 7 not measured yet" in page
+    assert f"1 held, 1 not held, {len(CLAIMS) - 2} not measured yet" in page
 
 
 def test_a_claim_is_not_held_if_any_finding_says_so():

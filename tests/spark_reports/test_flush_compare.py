@@ -10,7 +10,14 @@ import pytest
 from spark_reports.html_report import local_references
 from spark_reports.jobs import flush_compare as fc
 from spark_reports.run_records import discover_runs
-from spark_reports.synthetic_claims import SendRun, SendRunAnswer, pooled, write_send_run
+from spark_reports.synthetic_claims import (
+    MasterLossSpec,
+    SendRun,
+    SendRunAnswer,
+    pooled,
+    write_master_loss_run,
+    write_send_run,
+)
 
 SYNC, ASYNC = "SYNC_FLUSH", "ASYNC_FLUSH"
 CLOSED = {"rate": 0.0, "in_flight": 64, "message_size": 1024}
@@ -111,6 +118,7 @@ def test_report_page_files_loss_table_and_empty_findings(spark, flush_runs, tmp_
     assert "cdf_0.png" in page and "cdf_1.png" not in page  # one compared pair, one CDF
     assert "Loss under each fault, per flush mode" in page and "all 200 acknowledged kept" in page
     assert "no: under faults" in page and "no: one mode only" in page
+    assert "per replication mode" not in page  # no broker-group run here
     assert json.loads((tmp_path / "flush-compare" / "findings.json").read_text()) == []
     for ans in flush_runs.answers:
         assert ans.run_id in page  # every run with a check.json feeds the loss table, so all are used
@@ -121,3 +129,19 @@ def test_empty_runs_directory_writes_a_valid_page(spark, tmp_path):
     output = fc.run(spark, tmp_path / "runs", tmp_path / "out")
     page = output.index.read_text(encoding="utf-8")
     assert "nothing to compare" in page and "No runs with records were found" in page
+
+
+def test_runs_that_lost_their_master_are_compared_per_replication_mode(spark, flush_runs, tmp_path):
+    """Broker-group runs are read from the slave: their loss goes to the replication table, not the flush one."""
+    runs_dir = tmp_path / "runs"
+    shutil.copytree(flush_runs.runs_dir, runs_dir)
+    write_master_loss_run(runs_dir, 50, MasterLossSpec("SYNC_MASTER", 1000, lost=4, master_only=30))
+    write_master_loss_run(runs_dir, 51, MasterLossSpec("ASYNC_MASTER", 2000, lost=20, lost_promised=20))
+    page = fc.run(spark, runs_dir, tmp_path / "out").index.read_text(encoding="utf-8")
+    flush_part, replication_part = page.split("Loss when the master is lost, per replication mode")
+    assert "master_disk_destroyed" not in flush_part.split("Loss under each fault, per flush mode")[1]
+    assert "SYNC_MASTER (ASYNC_FLUSH)" in replication_part and "ASYNC_MASTER (ASYNC_FLUSH)" in replication_part
+    assert "996 of 1,000 kept (99.6 %); 4 lost, 4,096 B (1 run); 0 of the lost had a SEND_OK; 30 acknowledged on " \
+           "the master only" in replication_part
+    assert "1,980 of 2,000 kept (99 %); 20 lost, 20,480 B (1 run); 20 of the lost had a SEND_OK" in replication_part
+

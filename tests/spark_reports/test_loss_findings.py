@@ -173,11 +173,12 @@ def test_disk_full_protection_verdicts(cycles, disk_runs):
     assert loss.disk_full_protection([], losses).verdict is Verdict.NOT_MEASURED
 
 
-def test_loss_report_writes_the_four_findings_and_the_disk_fill_table(spark, disk_runs, tmp_path):
+def test_loss_report_writes_the_five_findings_and_the_disk_fill_table(spark, disk_runs, tmp_path):
     runs_dir, ids = disk_runs
     loss.run(spark, runs_dir, tmp_path)
     findings = {f["claim"]: f for f in json.loads((tmp_path / "loss" / "findings.json").read_text())}
-    assert set(findings) == {"sync-no-loss", "async-kill9-no-loss", "async-power-loss-tail", "disk-full-protection"}
+    assert set(findings) == {"sync-no-loss", "async-kill9-no-loss", "async-power-loss-tail", "disk-full-protection",
+                            "replication-master-loss"}
     assert findings["sync-no-loss"]["verdict"] == "not measured yet"  # no crash runs here
     assert findings["disk-full-protection"]["verdict"] == "not held"  # some of these runs fail on purpose
     assert set(findings["disk-full-protection"]["runs"]) == set(ids.values())
