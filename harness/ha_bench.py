@@ -68,9 +68,10 @@ class Plan:
 
     @property
     def catchup_file_size(self) -> int:
-        """The commit-log file size of the catch-up group: half again the data, whole MiB, so the data (which
-        overshoots its target by up to half a second of the generator's rate) stays in the first file."""
-        return (self.catchup_bytes * 3 // 2 + MIB - 1) // MIB * MIB
+        """The commit-log file size of the catch-up group: half again the data and at least 128 MiB over it,
+        whole MiB, so the data (which overshoots its target by the error of one run's length, at least half a
+        second of the generator's ~60-100 MB/s) stays in the first file."""
+        return (max(self.catchup_bytes * 3 // 2, self.catchup_bytes + 128 * MIB) + MIB - 1) // MIB * MIB
 
 
 # ---- pure arithmetic --------------------------------------------------------------------------------------
@@ -277,7 +278,7 @@ def _fill(topo: Topology, plan: Plan, progress: Progress) -> int:
     """Batches of 32 to the group's master until its commit log holds ``plan.catchup_bytes``: each run as
     long as the last run's rate says is left, so the data ends a little over the target, within the file."""
     master = topo.brokers[0]
-    rate = 50e6  # bytes/s of the first run's guess; each run measures the next one's
+    rate = 150e6  # bytes/s: a first guess above what it does (a short first run), then each run's measured rate
     while (end := _offset(master)) < plan.catchup_bytes:
         seconds = max(0.5, min((plan.catchup_bytes - end) / rate, 30.0))
         run_producer(topo, _lean(plan, TOPIC + "Fill", seconds, "-b", "32", "--in-flight", "4"), progress)
