@@ -26,6 +26,7 @@ made-up samples; the rest drives processes.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import tempfile
 import threading
@@ -129,8 +130,9 @@ def figures(result: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                      f"{r['median']:.2f} (min {r['min']:.2f}, max {r['max']:.2f}, sd {r['sd']:.2f})",
                      f">= {TARGET_RATIO:g}", r["held"]))
         lag = m["lag"]
-        rows.append((f"ASYNC_MASTER {flush}: lag acknowledged (p99 / max)",
-                     f"{lag['acked_p99_bytes'] / 1024:,.0f} / {lag['acked_max_bytes'] / 1024:,.0f} KiB "
+        rows.append((f"ASYNC_MASTER {flush}: lag acknowledged (p50 / p99 / max)",
+                     f"{lag['acked_p50_bytes'] / 1024:,.0f} / {lag['acked_p99_bytes'] / 1024:,.0f} / "
+                     f"{lag['acked_max_bytes'] / 1024:,.0f} KiB "
                      f"({lag['samples']} samples)", "reported", None))
         rows.append((f"ASYNC_MASTER {flush}: lag stored on the slave (p99 / max)",
                      f"{lag['stored_p99_bytes'] / 1024:,.0f} / {lag['stored_max_bytes'] / 1024:,.0f} KiB",
@@ -142,6 +144,8 @@ def figures(result: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                      c["mb_s"] >= TARGET_CATCHUP_MB_S))
         rows.append(("... counted from the slave's first stored bytes", f"{c['mb_s_from_first_bytes']:,.0f} MB/s",
                      "reported", None))
+        rows.append(("... CPU over the copy (master / slave)",
+                     f"{c['master_cpu_cores']:.2f} / {c['slave_cpu_cores']:.2f} cores", "reported", None))
         seq = c.get("fio_seq_write_bytes_per_s")
         rows.append(("fio sequential write, same filesystem",
                      "skipped" if seq is None else f"{seq / 1e6:,.0f} MB/s", "reported", None))
@@ -150,8 +154,12 @@ def figures(result: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
 
 def format_result(result: dict[str, Any]) -> str:
     p = result["plan"]
+    mach = result.get("machine", {})
     lines = [f"{p['rounds']} paired rounds of {p['seconds']:g} s, lean generator, {p['processes']} x "
              f"{p['in_flight']} in flight, {p['size']} B single sends"]
+    if mach:
+        lines.append(f"{mach['cpus']} usable cores; load average (1 min) {mach['loadavg_start'][0]:.1f} at the start, "
+                     f"{mach['loadavg_end'][0]:.1f} at the end")
     for flush, m in result["modes"].items():
         per = ", ".join(f"{x:.2f}" for x in m["ratio"]["per_round"])
         lines.append(f"{flush}: SYNC/ASYNC per round: {per}")
@@ -298,6 +306,7 @@ def catchup(plan: Plan, root: Path, progress: Progress, fio: bool = True) -> dic
         # haMasterAddress: the slave connects on boot rather than after its first name-server registration.
         slave = topo.add_slave(master, extra={"haMasterAddress": f"127.0.0.1:{master.ha_port}"})
         t_ready = time.monotonic()
+        cpu0 = cpu_seconds(master.pid), cpu_seconds(slave.pid)
         first: tuple[float, int] | None = None
         while (got := _offset(slave)) < end:
             now = time.monotonic()
@@ -307,6 +316,7 @@ def catchup(plan: Plan, root: Path, progress: Progress, fio: bool = True) -> dic
                 raise RuntimeError(f"the slave stored {got} of {end} bytes after 600 s")
             time.sleep(0.02)
         t_done = time.monotonic()
+        cpu_s = cpu_seconds(master.pid) - cpu0[0], cpu_seconds(slave.pid) - cpu0[1]
         start = end - end % plan.catchup_file_size  # transfer_start_offset's rule: the last file from its start
     finally:
         topo.kill()
@@ -314,6 +324,8 @@ def catchup(plan: Plan, root: Path, progress: Progress, fio: bool = True) -> dic
         "bytes": end - start, "start_offset": start, "end_offset": end, "file_size": plan.catchup_file_size,
         "seconds": t_done - t_ready, "boot_s": t_ready - t0, "mb_s": catchup_rate(start, end, t_done - t_ready),
         "mb_s_from_first_bytes": catchup_rate(first[1], end, t_done - first[0]) if first else 0.0,
+        # CPU over the copy, in cores (seconds of CPU per second): what bounds it beside the disk
+        "master_cpu_cores": cpu_s[0] / (t_done - t_ready), "slave_cpu_cores": cpu_s[1] / (t_done - t_ready),
     }
     if fio:
         progress("fio sequential write on the same filesystem")
@@ -331,11 +343,14 @@ def catchup(plan: Plan, root: Path, progress: Progress, fio: bool = True) -> dic
 def run(plan: Plan, progress: Progress = print, root: Path | None = None, fio: bool = True) -> dict[str, Any]:
     if plan.rounds < 2:
         raise ValueError("at least 2 rounds: a spread needs two ratios")
-    out: dict[str, Any] = {"plan": {**asdict(plan), "catchup_file_size": plan.catchup_file_size}, "modes": {}}
+    out: dict[str, Any] = {"plan": {**asdict(plan), "catchup_file_size": plan.catchup_file_size}, "modes": {},
+                           "machine": {"cpus": len(os.sched_getaffinity(0)), "loadavg_start": os.getloadavg()}}
     with tempfile.TemporaryDirectory(prefix="rmq-lab-ha-bench-", dir=root) as tmp:
         for flush in plan.flush_modes:
             out["modes"][flush] = compare_roles(plan, flush, Path(tmp), progress)
         if plan.catchup_bytes > 0:
             out["catchup"] = catchup(plan, Path(tmp), progress, fio)
+    # Other work shares the machine: its load during the run says how much the figures owe to it.
+    out["machine"]["loadavg_end"] = os.getloadavg()
     out["figures"] = figures(out)
     return out

@@ -81,6 +81,8 @@ def test_cli_tiny_run_reports_consistent_figures(tmp_path: Path) -> None:
     assert c["bytes"] == c["end_offset"] - c["start_offset"]
     assert c["mb_s"] == pytest.approx(c["bytes"] / c["seconds"] / 1e6)
     assert "fio_seq_write_bytes_per_s" not in c
+    assert c["master_cpu_cores"] >= 0 and c["slave_cpu_cores"] > 0
+    assert r["machine"]["cpus"] >= 1 and len(r["machine"]["loadavg_end"]) == 3
     # the printed table carries the same ratio and a verdict
     assert f"{m['ratio']['median']:.2f}" in res.output
     assert "SYNC/ASYNC ASYNC_FLUSH, paired by round" in res.output
