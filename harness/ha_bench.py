@@ -62,6 +62,7 @@ class Plan:
     in_flight: int = 32  # per process: 2 × 32 = 64 in flight
     flush_modes: tuple[str, ...] = ("ASYNC_FLUSH",)
     catchup_bytes: int = 1024 * MIB
+    ha_transfer_batch: int | None = None  # haTransferBatchSize of the catch-up group; None: the default 32 KiB
 
     @classmethod
     def quick(cls) -> Plan:
@@ -139,7 +140,9 @@ def figures(result: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                      "reported", None))
     c = result.get("catchup")
     if c:
-        rows.append((f"slave catch-up, {c['bytes'] / MIB:,.0f} MiB from offset {c['start_offset']}",
+        batch = result["plan"].get("ha_transfer_batch") or 32 * 1024
+        rows.append((f"slave catch-up, {c['bytes'] / MIB:,.0f} MiB from offset {c['start_offset']}, "
+                     f"frames <= {batch // 1024} KiB",
                      f"{c['mb_s']:,.0f} MB/s ({c['seconds']:.2f} s)", f">= {TARGET_CATCHUP_MB_S:g} MB/s",
                      c["mb_s"] >= TARGET_CATCHUP_MB_S))
         rows.append(("... counted from the slave's first stored bytes", f"{c['mb_s_from_first_bytes']:,.0f} MB/s",
@@ -296,8 +299,11 @@ def _fill(topo: Topology, plan: Plan, progress: Progress) -> int:
 
 def catchup(plan: Plan, root: Path, progress: Progress, fio: bool = True) -> dict[str, Any]:
     """An empty slave copying a filled master's commit log (see the module's docstring)."""
-    conf = {"flushDiskType": "ASYNC_FLUSH", "mappedFileSizeCommitLog": plan.catchup_file_size}
-    topo = Topology(root / "catchup", broker_conf=conf).start()
+    conf: dict[str, Any] = {"flushDiskType": "ASYNC_FLUSH", "mappedFileSizeCommitLog": plan.catchup_file_size}
+    if plan.ha_transfer_batch is not None:
+        conf["haTransferBatchSize"] = plan.ha_transfer_batch
+    # A directory of its own: a master or slave store left by an earlier call would make the copy instant.
+    topo = Topology(Path(tempfile.mkdtemp(prefix="catchup-", dir=root)), broker_conf=conf).start()
     try:
         master = topo.brokers[0]
         end = _fill(topo, plan, progress)

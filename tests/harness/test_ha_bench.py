@@ -61,7 +61,7 @@ def test_one_round_is_refused() -> None:
 def test_cli_tiny_run_reports_consistent_figures(tmp_path: Path) -> None:
     out = tmp_path / "ha.json"
     res = CliRunner().invoke(main, ["ha-bench", "--rounds", "2", "--seconds", "0.5", "--catchup-mib", "8",
-                                    "--no-fio", "--json", str(out)])
+                                    "--no-fio", "--ha-transfer-batch-kib", "64", "--json", str(out)])
     assert res.exit_code == 0, res.output
     r = json.loads(out.read_text())
     m = r["modes"]["ASYNC_FLUSH"]
@@ -83,6 +83,7 @@ def test_cli_tiny_run_reports_consistent_figures(tmp_path: Path) -> None:
     assert "fio_seq_write_bytes_per_s" not in c
     assert c["master_cpu_cores"] >= 0 and c["slave_cpu_cores"] > 0
     assert r["machine"]["cpus"] >= 1 and len(r["machine"]["loadavg_end"]) == 3
+    assert r["plan"]["ha_transfer_batch"] == 64 * 1024 and "frames <= 64 KiB" in res.output
     # the printed table carries the same ratio and a verdict
     assert f"{m['ratio']['median']:.2f}" in res.output
     assert "SYNC/ASYNC ASYNC_FLUSH, paired by round" in res.output
