@@ -163,6 +163,44 @@ def ab_bench(old: str, new: str, rounds: int, load: str, mode: str, seconds: flo
     click.echo(json.dumps(result, indent=2) if as_json else format_result(result))
 
 
+@main.command("ha-bench")
+@click.option("--rounds", type=click.IntRange(2, 50), default=None,
+              help="Paired rounds (SYNC_MASTER and ASYNC_MASTER, order swapped each round; default 6, --quick 2).")
+@click.option("--seconds", type=click.FloatRange(0.5, 60), default=None, help="Per run (default 3, --quick 2).")
+@click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH", "both"]), default="ASYNC_FLUSH",
+              show_default=True, help="The groups' flushDiskType.")
+@click.option("--catchup-mib", type=click.IntRange(0), default=None,
+              help="Commit log the empty slave copies (default 1024, --quick 128; 0 skips the catch-up).")
+@click.option("--ha-transfer-batch-kib", type=click.IntRange(1), default=None,
+              help="haTransferBatchSize of the catch-up group (default the broker's 32 KiB).")
+@click.option("--quick", is_flag=True, help="2 rounds of 2 s and a 128 MiB catch-up.")
+@click.option("--no-fio", is_flag=True, help="Skip fio's sequential write beside the catch-up.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write every measurement to this file as JSON.")
+def ha_bench(rounds: int | None, seconds: float | None, flush: str, catchup_mib: int | None,
+             ha_transfer_batch_kib: int | None, quick: bool, no_fio: bool, json_path: Path | None) -> None:
+    """Replication: SYNC_MASTER vs ASYNC_MASTER in paired rounds, the slave's lag under maximum load, and an
+    empty slave's catch-up rate beside fio's sequential write."""
+    import dataclasses
+
+    from harness.ha_bench import MIB, Plan, format_result, run
+    from harness.launcher import LaunchError
+
+    plan = Plan.quick() if quick else Plan()
+    plan = dataclasses.replace(
+        plan, rounds=plan.rounds if rounds is None else rounds, seconds=plan.seconds if seconds is None else seconds,
+        flush_modes=("ASYNC_FLUSH", "SYNC_FLUSH") if flush == "both" else (flush,),
+        catchup_bytes=plan.catchup_bytes if catchup_mib is None else catchup_mib * MIB,
+        ha_transfer_batch=None if ha_transfer_batch_kib is None else ha_transfer_batch_kib * 1024)
+    try:
+        result = run(plan, progress=lambda line: click.echo(f"[ha-bench] {line}", err=True), fio=not no_fio)
+    except LaunchError as exc:
+        raise click.ClickException(str(exc)) from None
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    click.echo(format_result(result))
+
+
 @main.command("vs-rocketmq")
 @click.option("--rounds", type=click.IntRange(1, 20), default=2, show_default=True,
               help="Alternating rounds (reference, then RocketMQ, in each).")
