@@ -22,7 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -395,20 +395,10 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
     params = {"fault": spec.fault.value, "flush": spec.flush.value, "cycles": spec.cycles, "profile": spec.profile,
               "broker_impl": spec.broker_impl,
               "seed": seed, "gap_s": list(spec.gap_s), "load": asdict(spec.load), **fault.params()}
-    record = RunRecord.create(spec.runs_dir, spec.scenario, params,
-                              list(spec.command) if spec.command is not None else list(sys.argv))
+    record, work, client_log = open_cell(spec.scenario, spec.runs_dir, spec.work_dir, params, spec.command,
+                                         ledger)
     result = ExperimentResult(spec, record.run_dir)
-    spec.runs_dir.mkdir(parents=True, exist_ok=True)
-    if spec.work_dir is not None:
-        spec.work_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"rmq-lab-{spec.scenario}-", dir=spec.work_dir))
-    ledger.add(ResourceKind.PATH, work, what="chaos scratch directory")
     workload: Workload | None = None
-    # The client library's warnings (refused connections, failed pulls: expected under faults) go to the run
-    # directory rather than the terminal.
-    client_log = logging.FileHandler(record.run_dir / CLIENT_LOG, encoding="utf-8")
-    client_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("reference_broker").addHandler(client_log)
     try:
         with contextlib.ExitStack() as stack:
             result.sysctl = apply_profile(stack, spec.profile)
@@ -503,6 +493,22 @@ def _unreachable(addr: str, workload: Workload) -> tuple[int, int, list[str]]:
 
 
 KEPT_LOG_BYTES = 16 << 20  # of each RocketMQ log, the last this many bytes
+
+
+def open_cell(scenario: str, runs_dir: Path, work_dir: Path | None, params: dict[str, Any],
+              command: Sequence[str] | None, ledger: Ledger) -> tuple[RunRecord, Path, logging.Handler]:
+    """A cell's start: its run record, its scratch directory (in the ledger) and the handler that sends the
+    client library's warnings (refused connections, failed pulls: expected under faults) to the run directory
+    rather than the terminal; ``close_cell`` undoes it."""
+    record = RunRecord.create(runs_dir, scenario, params, list(command) if command is not None else list(sys.argv))
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"rmq-lab-{scenario}-", dir=work_dir))
+    ledger.add(ResourceKind.PATH, work, what="chaos scratch directory")
+    client_log = logging.FileHandler(record.run_dir / CLIENT_LOG, encoding="utf-8")
+    client_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("reference_broker").addHandler(client_log)
+    return record, work, client_log
 
 
 class _CellResult(Protocol):

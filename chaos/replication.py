@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import logging
 import random
 import shutil
-import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,13 +29,13 @@ from chaos.drain_source import BrokerSource
 from chaos.experiment import (
     BASE_BROKER_CONF,
     CHAOS_FILE,
-    CLIENT_LOG,
     SERVICE_DEADLINE_S,
     CycleRecord,
     FlushMode,
     apply_profile,
     cell_ledger_proc,
     close_cell,
+    open_cell,
     wait_first_ack,
     wait_route,
 )
@@ -303,17 +300,10 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
     params = {"fault": spec.fault.value, "replication": spec.mode.value, "flush": spec.flush.value,
               "cycles": spec.cycles, "profile": spec.profile, "broker_impl": spec.broker_impl, "seed": seed,
               "gap_s": list(spec.gap_s), "load": asdict(spec.load)}
-    record = RunRecord.create(spec.runs_dir, spec.scenario, params,
-                              list(spec.command) if spec.command is not None else list(sys.argv))
+    record, work, client_log = open_cell(spec.scenario, spec.runs_dir, spec.work_dir, params, spec.command,
+                                         ledger)
     result = ReplicationResult(spec, record.run_dir)
-    if spec.work_dir is not None:
-        spec.work_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"rmq-lab-{spec.scenario}-", dir=spec.work_dir))
-    ledger.add(ResourceKind.PATH, work, what="chaos scratch directory")
     workload: Workload | None = None
-    client_log = logging.FileHandler(record.run_dir / CLIENT_LOG, encoding="utf-8")
-    client_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("reference_broker").addHandler(client_log)
     try:
         with contextlib.ExitStack() as stack:
             result.sysctl = apply_profile(stack, spec.profile)
