@@ -127,15 +127,22 @@ def table_cell(v: Any) -> str:
     return str(v)
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The summary table as aligned text, with the violations and skip reasons listed under it."""
-    header = [h for _, h in COLUMNS]
-    body = [[table_cell(row.get(k)) for k, _ in COLUMNS] for row in rows]
+def aligned_table(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]]) -> list[str]:
+    """(key, header) columns of ``rows`` as aligned text lines: a header, a rule, a line per row; the columns
+    after the first four (the cell's name) right-aligned, the last (the verdict) left-aligned."""
+    header = [h for _, h in columns]
+    body = [[table_cell(row.get(k)) for k, _ in columns] for row in rows]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) if i >= 4 and i < len(widths) - 1 else c.ljust(w)
+    lines += ["  ".join(c.rjust(w) if 4 <= i < len(widths) - 1 else c.ljust(w)
                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))) for cells in body]
+    return lines
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The summary table as aligned text, with the violations and skip reasons listed under it."""
+    lines = aligned_table(COLUMNS, rows)
     notes = []
     for row in rows:
         name = f"{row['broker_impl']}/{row['fault']}/{row['flush']}/{row['profile']}"

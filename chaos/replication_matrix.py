@@ -16,7 +16,7 @@ from typing import Any
 
 from chaos.experiment import FlushMode
 from chaos.load import LoadSpec
-from chaos.matrix import cell_gate_failures, table_cell
+from chaos.matrix import aligned_table, cell_gate_failures
 from chaos.replication import ReplicationFault, ReplicationResult, ReplicationSpec, run_replication
 from chaos.replication_verdict import ReplicationMode
 from harness.rocketmq import BrokerImpl
@@ -87,13 +87,7 @@ def summary_rows(results: Iterable[ReplicationResult]) -> list[dict[str, Any]]:
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    header = [h for _, h in COLUMNS]
-    body = [[table_cell(row.get(k)) for k, _ in COLUMNS] for row in rows]
-    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) if 4 <= i < len(widths) - 1 else c.ljust(w)
-                        for i, (c, w) in enumerate(zip(cells, widths, strict=True))) for cells in body]
+    lines = aligned_table(COLUMNS, rows)
     notes = []
     for row in rows:
         name = f"{row['broker_impl']}/{row['fault']}/{row['replication']}"
