@@ -108,14 +108,16 @@ def read_back(namesrv: str, wanted: dict[Position, set[str]], writer: EventWrite
     consumer = PullConsumer(group, namesrv, client_config=ClientConfig(namesrv, instance))
     try:
         consumer.start()
+        routes: dict[str, list[MessageQueue] | None] = {}  # one route look-up per topic, not per queue
         for topic, queue, offsets in _by_queue(wanted):
-            try:
-                mqs = sorted(mq for mq in consumer.fetch_message_queues(topic) if mq.queue_id == queue)
-            except MQClientError as exc:
-                stats.complete = False
-                stats.problems.append(f"{topic}: no route ({exc})")
-                continue
-            for mq in mqs:
+            if topic not in routes:
+                try:
+                    routes[topic] = sorted(consumer.fetch_message_queues(topic))
+                except MQClientError as exc:
+                    routes[topic] = None
+                    stats.complete = False
+                    stats.problems.append(f"{topic}: no route ({exc})")
+            for mq in (mq for mq in routes[topic] or () if mq.queue_id == queue):
                 if time.monotonic() >= deadline:
                     stats.complete = False
                     stats.problems.append(f"stopped after {budget_s:g} s")
