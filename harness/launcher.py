@@ -116,9 +116,22 @@ class Process:
             self._signal(signal.SIGKILL)
             self.proc.wait(10)
 
-    def pause(self) -> None:
-        if self.alive:
-            self._signal(signal.SIGSTOP)
+    def pause(self, timeout_s: float = 5.0) -> None:
+        """SIGSTOP, and return once the process is stopped: the signal is delivered asynchronously, so a
+        caller that acts right after sending it could otherwise race threads that are still running."""
+        if not self.alive:
+            return
+        self._signal(signal.SIGSTOP)
+        stat = Path(f"/proc/{self.pid}/stat")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                state = stat.read_text().rsplit(")", 1)[1].split()[0]  # the field after "(comm)"
+            except (OSError, IndexError):
+                return  # gone, or no procfs: nothing more to wait for
+            if state in ("T", "t"):
+                return
+            time.sleep(0.005)
 
     def resume(self) -> None:
         if self.alive:
