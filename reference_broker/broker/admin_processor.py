@@ -18,6 +18,7 @@ from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response, json_dumps, json_loads
 from reference_broker.remoting.headers import BadRequest, bad_names, field, int_field
 from reference_broker.remoting.server import ConnectionContext
+from reference_broker.store.config import BrokerRole
 
 if TYPE_CHECKING:
     from reference_broker.broker.broker_config import BrokerConfig
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 NOT_SET_REMARK: Final = "not set any response code"
+# AdminBrokerProcessor.validateSlave (4.9.8): a slave's topics and groups are the master's, copied by
+# SlaveSynchronize; an update sent to the slave is refused with SYSTEM_ERROR and this remark (seen on 4.9.8).
+SLAVE_REFUSES: Final = frozenset({RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER,
+                                  RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP})
+SLAVE_REFUSAL_REMARK: Final = ("Can't modify topic or subscription group from slave broker, "
+                               "please execute it from master broker.")
 
 CODES = (
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.GET_ALL_TOPIC_CONFIG,
@@ -83,6 +90,8 @@ class AdminProcessor:
     def process(self, cmd: RemotingCommand) -> RemotingCommand:
         store = self.store
         code = cmd.code
+        if code in SLAVE_REFUSES and store.config.broker_role is BrokerRole.SLAVE:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, SLAVE_REFUSAL_REMARK)
         if code == RequestCode.UPDATE_AND_CREATE_TOPIC:
             return self._update_topic(cmd)
         if code == RequestCode.DELETE_TOPIC_IN_BROKER:

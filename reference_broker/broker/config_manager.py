@@ -118,10 +118,14 @@ class ConfigManager(ABC):
             return False
         return True
 
+    def file_text(self) -> str:
+        """What the file holds: the wire encoding, pretty (a subclass may add state of its own)."""
+        return self.encode(pretty=True)
+
     def persist(self) -> None:
         """Write the current state now, on the calling thread (MixAll.string2File)."""
         with self._write_lock:
-            string_to_file(self.encode(pretty=True), self.config_file_path())
+            string_to_file(self.file_text(), self.config_file_path())
 
     @property
     def persister(self) -> CoalescingPersister:

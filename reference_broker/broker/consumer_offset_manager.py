@@ -7,6 +7,12 @@
 fastjson writes the integer queue ids unquoted (``{0:12}``, not valid JSON); decode accepts
 both, encode writes valid JSON with quoted ids. The broker persists every
 flushConsumerOffsetInterval (5 s); the caller owns that timer.
+
+On a slave the file may also hold ``"slaveCommitTable"`` (this project's own key, same shape as offsetTable):
+offsets clients committed to the slave that the master has not acknowledged yet (slave_synchronize.py, #1094).
+Kept in the same file so that they survive a restart of the slave together with the offsets they belong to;
+4.9.8 reads the file with fastjson, which skips a key it has no field for, and the wire body
+(GET_ALL_CONSUMER_OFFSET) never carries it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from reference_broker.broker.config_manager import ConfigManager, dump_json
 log = logging.getLogger(__name__)
 
 TOPIC_GROUP_SEPARATOR = "@"
+SLAVE_COMMIT_KEY = "slaveCommitTable"  # the project's own key: see the module docstring
 _UNQUOTED_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 
 
@@ -54,6 +61,26 @@ def parse_offset_table(text: str) -> dict[str, dict[int, int]] | None:
     return table
 
 
+def parse_slave_commits(text: str) -> dict[tuple[str, int], int]:
+    """The file's slaveCommitTable as (topic@group, queueId) -> offset; empty when absent; ValueError when
+    malformed (the file then falls back to its .bak, as for a bad offsetTable)."""
+    obj = _loads_fastjson(text)
+    raw = obj.get(SLAVE_COMMIT_KEY) if isinstance(obj, dict) else None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{SLAVE_COMMIT_KEY} must be an object")
+    out: dict[tuple[str, int], int] = {}
+    for key, m in raw.items():
+        if TOPIC_GROUP_SEPARATOR not in key or not isinstance(m, dict):
+            raise ValueError(f"bad {SLAVE_COMMIT_KEY} entry {key!r}")
+        for q, off in m.items():
+            if not isinstance(off, int) or isinstance(off, bool):
+                raise ValueError(f"{SLAVE_COMMIT_KEY} {key}: offset for queue {q} must be an integer, got {off!r}")
+            out[(key, int(q))] = off
+    return out
+
+
 class ConsumerOffsetManager(ConfigManager):
     def __init__(self, store_root: Path | str) -> None:
         super().__init__()
@@ -73,10 +100,24 @@ class ConsumerOffsetManager(ConfigManager):
                  for key, m in list(self.offset_table.items())}
         return dump_json({"offsetTable": table}, pretty)
 
+    def file_text(self) -> str:
+        text = self.encode(pretty=True)
+        commits = dict(self.slave_commits)  # a copy: the writer thread encodes while the loop commits
+        if not commits:
+            return text
+        obj = json.loads(text)
+        table: dict[str, dict[str, int]] = {}
+        for (key, queue_id), offset in sorted(commits.items()):
+            table.setdefault(key, {})[str(queue_id)] = offset
+        obj[SLAVE_COMMIT_KEY] = table
+        return dump_json(obj, True)
+
     def decode(self, text: str) -> None:
         table = parse_offset_table(text)
+        commits = parse_slave_commits(text)
         if table is not None:
             self.offset_table = table
+        self.slave_commits = commits
 
     # ---------------------------------------------------------------- offsets
     def commit_offset(self, client_host: str, group: str, topic: str, queue_id: int, offset: int) -> None:

@@ -19,7 +19,9 @@ offsets (putAll), and the master never learns the newer ones: the group consumes
 Here the slave remembers each offset a client committed to it (``ConsumerOffsetManager.slave_commits``); a
 sync keeps such an offset when the master's is lower and sends it to the master (UPDATE_CONSUMER_OFFSET), and
 forgets it once the master acknowledged it or holds as much. Every other offset is the master's, as in
-4.9.8 — so a deliberate reset on the master still reaches the slave.
+4.9.8 — so a deliberate reset on the master still reaches the slave. The remembered offsets are persisted with
+the others (consumerOffset.json's ``slaveCommitTable``): a slave restarted before the master returned still
+sends them on.
 
 ``plan_offset_sync`` is the rule (no I/O); ``SlaveSynchronizer`` fetches, applies on the broker's loop and
 sends.
@@ -138,6 +140,8 @@ class SlaveSynchronizer:
             for key, offset in acked.items():
                 if self.offsets.slave_commits.get(key) == offset:  # not committed again meanwhile
                     del self.offsets.slave_commits[key]
+            if acked:
+                self.offsets.persist_soon()  # the file's slaveCommitTable forgets them too
         self.last_sync_ok = ok
 
     # ---- on the loop --------------------------------------------------------------------------------------
