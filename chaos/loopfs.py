@@ -67,6 +67,9 @@ class LoopFs:
         self.ledger = ledger
         self.device: str | None = None
         self.generation = 0  # how many crash copies replaced the image
+        # Each crash copy is named from the original image (disk.crash7.img), not from the previous copy: the
+        # name once grew by ".crashN" per crash until cp failed with "File name too long" at crash 33.
+        self._base = self.image
 
     @classmethod
     def create(cls, image: Path, size_bytes: int, mountpoint: Path, ledger: Ledger,
@@ -115,7 +118,7 @@ class LoopFs:
         """The power loss, once the broker is dead: copy the image as the device holds it, then mount the
         copy in place of the original. Call immediately after SIGKILL."""
         t0 = time.monotonic()
-        copy = self.image.with_name(f"{self.image.stem}.crash{self.generation + 1}{self.image.suffix}")
+        copy = self.crash_image_path(self.generation + 1)
         self.ledger.add(ResourceKind.PATH, copy, what="crash image")
         run_cmd(["cp", "--sparse=always", str(self.image), str(copy)], timeout_s=300)
         t1 = time.monotonic()
@@ -129,6 +132,10 @@ class LoopFs:
         t3 = time.monotonic()
         return SwapTiming(copy_s=t1 - t0, unmount_s=t2 - t1, mount_s=t3 - t2,
                           image_bytes_allocated=os.stat(copy).st_blocks * 512)
+
+    def crash_image_path(self, generation: int) -> Path:
+        """The image after crash ``generation``: beside the original, its name fixed in length."""
+        return self._base.with_name(f"{self._base.stem}.crash{generation}{self._base.suffix}")
 
     def close(self) -> None:
         """Unmount, detach, delete the image. Safe to call at any point of create and more than once."""

@@ -98,3 +98,21 @@ def test_cleanup_undoes_a_killed_runs_mount_loop_device_and_image(tmp_path):
         subprocess.run([sys.executable, "-m", "chaos", "cleanup", "--force", "--state-file",
                         str(tmp_path / "state.json")], capture_output=True, timeout=120,
                        cwd=Path(__file__).resolve().parents[2])
+
+
+def test_crash_copies_keep_a_fixed_name_and_only_the_current_image(tmp_path):
+    """Forty crashes (the name once grew by ".crashN" per crash and cp failed at crash 33): each copy is named
+    from the original image, and only the current one is on disk."""
+    ledger = Ledger(tmp_path / "state.json")
+    fs = LoopFs.create(tmp_path / "disk.img", 16 << 20, tmp_path / "mnt", ledger)
+    try:
+        (fs.mountpoint / "marker").write_bytes(b"kept")
+        os.sync()
+        for _ in range(40):
+            fs.crash_swap()
+        assert fs.image == tmp_path / "disk.crash40.img"
+        assert sorted(p.name for p in tmp_path.glob("*.img")) == ["disk.crash40.img"]
+        assert (fs.mountpoint / "marker").read_bytes() == b"kept"
+    finally:
+        fs.close()
+    assert ledger.entries() == [] and not list(tmp_path.glob("*.img"))
