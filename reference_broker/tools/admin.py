@@ -165,7 +165,8 @@ def consumer_progress(namesrv: str, group: str, topic: str | None = None) -> lis
     topics = [topic] if topic else []
     if not topics:
         for addr in master_addrs(namesrv).values():
-            offsets = json_loads(_invoke(addr, RequestCode.GET_ALL_CONSUMER_OFFSET).body).get("offsetTable", {})
+            # fastjson: 4.9.8 writes the queue ids of offsetTable as bare numeric keys
+            offsets = fastjson_loads(_invoke(addr, RequestCode.GET_ALL_CONSUMER_OFFSET).body).get("offsetTable", {})
             topics += [k.split("@", 1)[0] for k in offsets if k.split("@", 1)[1:] == [group]]
         topics = sorted(set(topics))
     rows = []

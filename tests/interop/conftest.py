@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -43,33 +44,51 @@ def cpp_unavailable() -> str | None:
 
 @dataclass
 class Running:
-    """A driver process started in the background; ``result`` waits for it."""
+    """A driver process started in the background, writing its lines to files (no pipe to fill or drain)."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[bytes]
     what: str
+    out: Path
+    err: Path
+
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.out.read_text().splitlines() if line.startswith("{")]
+
+    def wait_started(self, timeout: float = 30) -> None:
+        """Until the driver says its consumer started (``{"started": true}``)."""
+        deadline = time.monotonic() + timeout
+        while not any(line.get("started") for line in self.lines()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the C++ client ({self.what}) did not start:\n{self.err.read_text()[-3000:]}")
+            time.sleep(0.05)
 
     def result(self, timeout: float) -> list[dict[str, Any]]:
         try:
-            out, err = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, err = self.proc.communicate()
+            self.proc.wait()
             pytest.fail(f"the C++ client ({self.what}) did not finish within {timeout} s; it printed:\n"
-                        f"{out[-3000:]}\n{err[-3000:]}")
-        assert self.proc.returncode == 0, f"{self.what} exited with {self.proc.returncode}:\n{err[-3000:]}"
-        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+                        f"{self.out.read_text()[-3000:]}\n{self.err.read_text()[-3000:]}")
+        assert self.proc.returncode == 0, f"{self.what} exited with {self.proc.returncode}:\n" \
+                                          f"{self.err.read_text()[-3000:]}"
+        return [line for line in self.lines() if not line.get("started")]
 
 
 @dataclass
 class Cpp:
     home: Path
+    runs: int = 0
 
     def start(self, action: str, spec: dict[str, Any]) -> Running:
         env = {k: v for k, v in os.environ.items() if k != "ROCKETMQ_HOME"}  # the client reads it too
         env["HOME"] = str(self.home)
-        proc = subprocess.Popen([sys.executable, str(DRIVER), action, json.dumps(spec)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL)
-        return Running(proc, action)
+        self.runs += 1
+        out, err = self.home / f"{self.runs}-{action}.jsonl", self.home / f"{self.runs}-{action}.err"
+        with open(out, "wb") as o, open(err, "wb") as e:
+            proc = subprocess.Popen([sys.executable, str(DRIVER), action, json.dumps(spec)], stdout=o, stderr=e,
+                                    env=env, stdin=subprocess.DEVNULL)
+        return Running(proc, action, out, err)
 
     def __call__(self, action: str, spec: dict[str, Any], timeout: float = 60) -> list[dict[str, Any]]:
         return self.start(action, spec).result(timeout)

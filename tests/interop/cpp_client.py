@@ -12,8 +12,8 @@ Actions (the JSON argument's keys):
   "status", "msgId", "offset"}`` (oneway: ``{"how", "key", "sent": true}``) or ``{"how", "key", "error"}``.
 - ``push``: ``ns``, ``group``, ``topic``, ``expression``, ``orderly``, ``broadcast``, ``expect`` (deliveries to
   wait for), ``timeout``, ``settle`` (seconds to keep consuming after ``expect``, so that extra deliveries show),
-  ``fail`` (``"always"``: every delivery answers RECONSUME_LATER); prints one line per delivery, then ``{"done":
-  true, "received": n}``.
+  ``fail`` (``"always"``: every delivery answers RECONSUME_LATER); prints ``{"started": true}`` once its consumer
+  started, one line per delivery, then ``{"done": true, "received": n}``.
 - ``pull``: ``ns``, ``group``, ``topic``, ``expression``, ``max_num``; prints one line per message, then
   ``{"done": true, "offsets": {"TOPIC@QUEUE": nextBeginOffset}}`` (the binding's own offset table).
 """
@@ -145,6 +145,7 @@ def push(spec: dict[str, Any]) -> None:
     client.ffi_check(dll.Subscribe(consumer._handle, spec["topic"].encode(), spec.get("expression", "*").encode()))
     consumer._register_callback(on_message)  # wraps it in MSG_CALLBACK_FUNC and keeps the reference
     consumer.start()
+    emit({"started": True})
     try:
         enough.wait(float(spec.get("timeout", 60)))
         time.sleep(float(spec.get("settle", 0)))
@@ -160,7 +161,9 @@ def pull(spec: dict[str, Any]) -> None:
     try:
         for msg in consumer.pull(spec["topic"], spec.get("expression", "*"), int(spec.get("max_num", 32))):
             emit(_delivery(msg))
-        emit({"done": True, "offsets": dict(consumer.offset_table)})
+        # the binding keys its table by f"{mq.topic}@{queueId}", with the topic as bytes: b'T'@0
+        emit({"done": True, "offsets": {k.replace("b'", "", 1).replace("'@", "@", 1): v
+                                        for k, v in consumer.offset_table.items()}})
     finally:
         consumer.shutdown()
 

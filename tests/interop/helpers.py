@@ -31,3 +31,19 @@ def wait_stored(ns: str, topic: str, count: int, timeout_s: float = 20.0) -> lis
         if len(msgs) >= count or time.monotonic() > deadline:
             return msgs
         time.sleep(0.2)
+
+
+def create_topic(ns: str, broker_addr: str, topic: str, queues: int, timeout_s: float = 30.0) -> None:
+    """updateTopic on the broker, then wait until the name server routes it: both brokers register the new
+    topic with the name server in the background, and a client that asks first is told there is no route."""
+    admin.update_topic(ns, topic, queues, queues, broker_addr=broker_addr)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if admin.topic_route(ns, topic).get("queueDatas"):
+                return
+        except admin.AdminError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the name server has no route for {topic} after {timeout_s} s")
+        time.sleep(0.1)

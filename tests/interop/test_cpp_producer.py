@@ -15,7 +15,7 @@ import pytest
 
 from reference_broker.tools import admin
 from tests.interop.conftest import Broker, Cpp
-from tests.interop.helpers import wait_stored
+from tests.interop.helpers import create_topic, wait_stored
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +25,7 @@ OWN_PROPS = {"__CRC32#"}
 
 def test_every_send_mode_is_stored_where_the_client_was_told(broker: Broker, cpp: Cpp) -> None:
     topic = "CppSendModes"
-    admin.update_topic(broker.ns, topic, 4, 4, broker_addr=broker.addr)
+    create_topic(broker.ns, broker.addr, topic, 4)
     ops = ([{"how": "sync", "topic": topic, "key": f"s{i}", "tags": "TagA", "props": {"user": f"v{i}"}}
             for i in range(4)]
            + [{"how": "async", "topic": topic, "key": f"a{i}", "tags": "TagB"} for i in range(2)]
@@ -41,9 +41,9 @@ def test_every_send_mode_is_stored_where_the_client_was_told(broker: Broker, cpp
         assert m["topic"] == topic and m["body"] == f"body-{key}"
         assert set(m["properties"]) - OWN_PROPS >= {"KEYS", "UNIQ_KEY", "CLUSTER"}
         assert m["properties"]["CLUSTER"] == "DefaultCluster"
-        # 4.9.8's SendMessageProcessor stores no WAIT ("no need to store WAIT=true"); the delayed one was put
-        # again by the schedule service with WAIT=false (ScheduleMessageService.messageTimeup)
-        assert m["properties"].get("WAIT") == ("false" if key == "d" else None)
+        # 4.9.8's SendMessageProcessor stores no WAIT ("no need to store WAIT=true")
+        if key != "d":
+            assert "WAIT" not in m["properties"]
     answered = [k for k, r in results.items() if "status" in r]
     assert answered and all(results[k]["status"] == "OK" for k in answered)
     # the client's msgId is its own UNIQ_KEY, as stored; its offset the queue offset the broker answered
@@ -56,6 +56,9 @@ def test_every_send_mode_is_stored_where_the_client_was_told(broker: Broker, cpp
     # the delayed one went through SCHEDULE_TOPIC_XXXX and reached its topic after its level's 1 s
     d = msgs["d"]
     assert d["properties"]["REAL_TOPIC"] == topic and d["storeTimestamp"] - d["bornTimestamp"] >= 1000
+    # Known difference (docs/interop.md): 4.9.8's messageTimeup stores the schedule copy's properties text,
+    # WAIT=true (and DELAY) still in it, while its map says WAIT=false; the reference broker stores its map.
+    assert d["properties"]["WAIT"] == {"reference": "false", "rocketmq": "true"}[broker.impl]
 
 
 def _batch_entries(body: bytes) -> list[tuple[bytes, dict[str, str]]]:
@@ -76,7 +79,7 @@ def test_a_batch_is_stored_as_one_message_as_rocketmq_does(broker: Broker, cpp: 
     """The C++ client's SendBatchMessage encodes the batch but sends it as SEND_MESSAGE_V2 without the batch
     flag: 4.9.8 stores the encoded batch as one message's body, and so must the reference broker."""
     topic = "CppBatch"
-    admin.update_topic(broker.ns, topic, 4, 4, broker_addr=broker.addr)
+    create_topic(broker.ns, broker.addr, topic, 4)
     batch = [{"how": "sync", "topic": topic, "key": f"b{i}", "tags": "TagB"} for i in range(3)]
     (res,) = cpp("produce", {"ns": broker.ns, "group": "CPP_PG", "ops": [{"how": "batch", "batch": batch}]})
     assert res["status"] == "OK" and res["msgId"] == ""  # the client builds no id for a batch
