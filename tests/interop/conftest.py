@@ -121,8 +121,9 @@ class Broker:
 @pytest.fixture(scope="module", params=["reference", pytest.param("rocketmq", marks=pytest.mark.slow)])
 def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """One name server and broker-a for the module's tests (each uses its own topics and groups)."""
-    if cpp_unavailable() is not None:
-        pytest.skip(cpp_unavailable())
+    reason = cpp_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
     impl = request.param
     home = request.getfixturevalue("rocketmq_home") if impl == "rocketmq" else None
     topo = Topology(tmp_path_factory.mktemp(f"interop-{impl}"), broker_conf={"messageDelayLevel": DELAY_LEVELS},

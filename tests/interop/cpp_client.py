@@ -26,8 +26,8 @@ import threading
 import time
 from typing import Any
 
-from rocketmq import client
-from rocketmq.ffi import MessageModel, _CConsumeStatus, dll
+from rocketmq import client  # type: ignore[import-untyped]
+from rocketmq.ffi import MessageModel, _CConsumeStatus, dll  # type: ignore[import-untyped]
 
 # Properties a delivery reports (the C++ client has no call that lists them all).
 PROPS = ("RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "UNIQ_KEY", "WAIT", "DELAY", "REAL_TOPIC", "CLUSTER", "user")

@@ -78,8 +78,9 @@ def test_an_orderly_push_consumer_gets_each_queue_in_order(broker: Broker, cpp: 
     topic, group = "CppOrderly", "CPP_ORDERLY"
     create_topic(broker.ns, broker.addr, topic, 4)
     # five orders of four steps, each order on one queue (hashing_queue_selector: order id % 4)
-    ops = [{"how": "orderly", "topic": topic, "key": f"o{order}-{step}", "arg": order, "tags": f"Step{step}"}
-           for step in range(4) for order in range(5)]
+    ops: list[dict[str, Any]] = [
+        {"how": "orderly", "topic": topic, "key": f"o{order}-{step}", "arg": order, "tags": f"Step{step}"}
+        for step in range(4) for order in range(5)]
     msgs = _produce(broker, cpp, ops)
     assert all(msgs[op["key"]]["queueId"] == op["arg"] % 4 for op in ops)
     *got, summary = cpp("push", {"ns": broker.ns, "group": group, "topic": topic, "orderly": True,

@@ -10,6 +10,7 @@ The 0.4.x binding has no transactional producer and no async orderly send (the l
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 
@@ -26,13 +27,14 @@ OWN_PROPS = {"__CRC32#"}
 def test_every_send_mode_is_stored_where_the_client_was_told(broker: Broker, cpp: Cpp) -> None:
     topic = "CppSendModes"
     create_topic(broker.ns, broker.addr, topic, 4)
-    ops = ([{"how": "sync", "topic": topic, "key": f"s{i}", "tags": "TagA", "props": {"user": f"v{i}"}}
-            for i in range(4)]
-           + [{"how": "async", "topic": topic, "key": f"a{i}", "tags": "TagB"} for i in range(2)]
-           + [{"how": "oneway", "topic": topic, "key": f"w{i}"} for i in range(2)]
-           + [{"how": "orderly", "topic": topic, "key": f"o{i}", "arg": i} for i in range(4)]
-           + [{"how": "oneway_orderly", "topic": topic, "key": "wo", "arg": 2},
-              {"how": "sync", "topic": topic, "key": "d", "delay": 2}])
+    ops: list[dict[str, Any]] = (
+        [{"how": "sync", "topic": topic, "key": f"s{i}", "tags": "TagA", "props": {"user": f"v{i}"}}
+         for i in range(4)]
+        + [{"how": "async", "topic": topic, "key": f"a{i}", "tags": "TagB"} for i in range(2)]
+        + [{"how": "oneway", "topic": topic, "key": f"w{i}"} for i in range(2)]
+        + [{"how": "orderly", "topic": topic, "key": f"o{i}", "arg": i} for i in range(4)]
+        + [{"how": "oneway_orderly", "topic": topic, "key": "wo", "arg": 2},
+           {"how": "sync", "topic": topic, "key": "d", "delay": 2}])
     results = {r["key"]: r for r in cpp("produce", {"ns": broker.ns, "group": "CPP_PG", "ops": ops})}
     assert [r.get("error") for r in results.values()] == [None] * len(ops)
     msgs = {m["keys"]: m for m in wait_stored(broker.ns, topic, len(ops))}
@@ -90,4 +92,9 @@ def test_a_batch_is_stored_as_one_message_as_rocketmq_does(broker: Broker, cpp: 
     entries = _batch_entries(body)
     assert [(b, p["KEYS"], p["TAGS"]) for b, p in entries] == [(f"body-b{i}".encode(), f"b{i}", "TagB")
                                                               for i in range(3)]
+    # and a consumer gets that one message (its body, read as a C string, ends at the batch's first NUL)
+    *got, summary = cpp("push", {"ns": broker.ns, "group": "CPP_BATCH", "topic": topic, "expect": 1,
+                                 "timeout": 40, "settle": 1})
+    assert summary == {"done": True, "received": 1}
+    assert [(d["key"], d["queueId"], d["queueOffset"]) for d in got] == [("", m["queueId"], m["queueOffset"])]
 
