@@ -9,7 +9,7 @@ log() { echo "[setup] $*"; }
 
 # ---------------------------------------------------------------- system tools
 # fio (device baselines), fincore (page-cache residency, util-linux), a JDK (Spark; RocketMQ 4.9.8; javac for
-# the Java client driver of tests/java).
+# the Java client driver of tests/java), libstdc++6 (the C++ client's librocketmq.so, tests/interop).
 missing=()
 packages=()
 command -v fio >/dev/null 2>&1 || { missing+=(fio); packages+=(fio); }
@@ -20,6 +20,7 @@ if ! command -v fincore >/dev/null 2>&1; then
 fi
 command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 \
     || { missing+=(javac); packages+=(openjdk-17-jdk-headless); }
+ldconfig -p 2>/dev/null | grep -q 'libstdc++\.so\.6 ' || { missing+=(libstdc++); packages+=(libstdc++6); }
 PY=python3
 command -v python3.11 >/dev/null 2>&1 && PY=python3.11
 # `python3 -m venv` needs ensurepip, which Debian ships separately (python3-venv / python3.11-venv).
@@ -63,9 +64,9 @@ stamp=".venv/.installed-$hash"
 if [[ -f "$stamp" ]]; then
     log ".venv up to date ($stamp)"
 else
-    log "installing project into .venv: pip install -e '.[dev,harness]'"
+    log "installing project into .venv: pip install -e '.[dev,harness,interop]'"
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,harness]'
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,harness,interop]'
     rm -f .venv/.installed-*
     touch "$stamp"
     log "done"

@@ -338,12 +338,19 @@ class SendMessageProcessor:
         # 4.9.8 writes HashMap order.
         keep_text = not props_text or (PROPERTY_CLUSTER not in props and mc.is_canonical(props_text, props))
         props[PROPERTY_CLUSTER] = self.cluster_name
+        # 4.9.8 stores no WAIT ("There is no need to store WAIT=true", SendMessageProcessor.sendMessage): it
+        # stays in the map, which decides whether the put waits, and leaves the stored text.
+        wait = props.get(mc.PROPERTY_WAIT_STORE_MSG_OK)
         if not keep_text:
-            props_b = mc.properties_to_bytes(props)
-        elif props_text:
-            props_b = props_text.encode("utf-8", "replace") + self._cluster_suffix
+            props_b = mc.properties_to_bytes(props if wait is None else
+                                             {k: v for k, v in props.items() if k != mc.PROPERTY_WAIT_STORE_MSG_OK})
         else:
-            props_b = self._cluster_suffix[1:]
+            if wait is not None:
+                props_text = mc.without_pair(props_text, mc.PROPERTY_WAIT_STORE_MSG_OK, wait)
+            if props_text:
+                props_b = props_text.encode("utf-8", "replace") + self._cluster_suffix
+            else:
+                props_b = self._cluster_suffix[1:]
         born_host = self._born_host(peer)
         msg = rec.MessageExtBrokerInner(
             topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag), properties=props,
@@ -464,7 +471,9 @@ class SendMessageProcessor:
                 delay_level = 3 + reconsume
             props[mc.PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
         if mc.PROPERTY_ORIGIN_MESSAGE_ID not in props:
-            props[mc.PROPERTY_ORIGIN_MESSAGE_ID] = origin_msg_id or msg_ext.msg_id
+            # 4.9.8: a blank originMsgId falls back to the looked-up message's getMsgId(), which on the broker
+            # is the offset id (MessageDecoder.decode builds no client id); the C++ client sends none
+            props[mc.PROPERTY_ORIGIN_MESSAGE_ID] = origin_msg_id or msg_ext.offset_msg_id
         del origin_topic  # RocketMQ logs it; the retry topic property already names the origin
         msg = rec.MessageExtBrokerInner(
             topic=new_topic, body=msg_ext.body, queue_id=queue_id, flag=msg_ext.flag, properties=props,

@@ -102,6 +102,20 @@ def is_canonical(text: str, props: dict[str, str]) -> bool:
     return text.count(NAME_VALUE_SEPARATOR) == n and text.count(PROPERTY_SEPARATOR) == n - 1
 
 
+def without_pair(text: str, name: str, value: str) -> str:
+    """A canonical properties text (``is_canonical``) without its ``name``/``value`` pair, the separators kept
+    right: how the send path drops WAIT from what it stores without re-encoding the map."""
+    pair = f"{name}{NAME_VALUE_SEPARATOR}{value}"
+    if text == pair:
+        return ""
+    if text.startswith(pair + PROPERTY_SEPARATOR):
+        return text[len(pair) + 1:]
+    inner = PROPERTY_SEPARATOR + pair
+    if text.endswith(inner):
+        return text[:-len(inner)]
+    return text.replace(inner + PROPERTY_SEPARATOR, PROPERTY_SEPARATOR, 1)
+
+
 def property_keys(name: bytes) -> tuple[bytes, bytes]:
     """``NAME\x01`` and ``\x02NAME\x01``: what ``find_property`` looks for (a hot caller keeps them)."""
     return name + _NV_B, _PS_B + name + _NV_B

@@ -6,6 +6,7 @@ peer, so they work against any broker that speaks RocketMQ 4.x's protocol.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -121,6 +122,23 @@ def update_topic(namesrv: str, topic: str, read_queues_n: int = 8, write_queues_
     return targets
 
 
+def update_subscription_group(namesrv: str, group: str, retry_max_times: int = 16, retry_queue_nums: int = 1,
+                              consume_broadcast_enable: bool = True, cluster: str | None = None,
+                              broker_addr: str | None = None) -> list[str]:
+    """UpdateSubGroupSubCommand: create or update a subscription group on one broker (-b) or every master of a
+    cluster (-c). The body is SubscriptionGroupConfig's JSON with 4.9.8's defaults for the fields not given."""
+    targets = [broker_addr] if broker_addr else list(master_addrs(namesrv, cluster).values())
+    if not targets:
+        raise AdminError("no broker to create the subscription group on (check -c / -b and the name server)")
+    body = json.dumps({"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+                       "consumeBroadcastEnable": consume_broadcast_enable, "retryQueueNums": retry_queue_nums,
+                       "retryMaxTimes": retry_max_times, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+                       "notifyConsumerIdsChangedEnable": True}).encode()
+    for addr in targets:
+        _invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+    return targets
+
+
 def topic_list(namesrv: str) -> list[str]:
     resp = _invoke(_first_namesrv(namesrv), RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
     topics: list[str] = json_loads(resp.body).get("topicList", [])
@@ -147,7 +165,8 @@ def consumer_progress(namesrv: str, group: str, topic: str | None = None) -> lis
     topics = [topic] if topic else []
     if not topics:
         for addr in master_addrs(namesrv).values():
-            offsets = json_loads(_invoke(addr, RequestCode.GET_ALL_CONSUMER_OFFSET).body).get("offsetTable", {})
+            # fastjson: 4.9.8 writes the queue ids of offsetTable as bare numeric keys
+            offsets = fastjson_loads(_invoke(addr, RequestCode.GET_ALL_CONSUMER_OFFSET).body).get("offsetTable", {})
             topics += [k.split("@", 1)[0] for k in offsets if k.split("@", 1)[1:] == [group]]
         topics = sorted(set(topics))
     rows = []
@@ -196,6 +215,11 @@ def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int = 32) -> l
 
 
 def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: int, offset: int) -> dict[str, Any]:
+    return _describe(message_at(namesrv, topic, broker_name, queue_id, offset))
+
+
+def message_at(namesrv: str, topic: str, broker_name: str, queue_id: int, offset: int) -> rec.MessageExt:
+    """The message at one queue offset as the broker stores it (body bytes and all), by a one-message pull."""
     addr = master_addrs(namesrv).get(broker_name)
     if addr is None:
         raise AdminError(f"broker {broker_name!r} is not known to the name server")
@@ -206,7 +230,7 @@ def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: in
                                                         ResponseCode.PULL_OFFSET_MOVED))
     if resp.code != ResponseCode.SUCCESS:
         raise AdminError(f"no message at {topic}/{broker_name}/{queue_id}@{offset} ({resp.remark})", resp.code)
-    return _describe(rec.decode_messages(resp.body)[0])
+    return rec.decode_messages(resp.body)[0]
 
 
 def broker_status(broker_addr: str) -> dict[str, str]:

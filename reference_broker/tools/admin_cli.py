@@ -71,6 +71,24 @@ def update_topic(namesrv_addr: str, topic: str, cluster: str | None, broker_addr
         click.echo(f"create topic to {addr} success.")
 
 
+@admin_cli.command("updateSubGroup")
+@_namesrv
+@click.option("-g", "--group", required=True)
+@click.option("-c", "--cluster", help="Create on every master of this cluster.")
+@click.option("-b", "--broker-addr", help="Create on this broker only (HOST:PORT).")
+@click.option("-r", "--retry-max-times", type=click.IntRange(-1, 2**31 - 1), default=16, show_default=True)
+@click.option("-q", "--retry-queue-nums", type=click.IntRange(0, 1024), default=1, show_default=True)
+@click.option("-d", "--consume-broadcast-enable", type=bool, default=True, show_default=True)
+def update_sub_group(namesrv_addr: str, group: str, cluster: str | None, broker_addr: str | None,
+                     retry_max_times: int, retry_queue_nums: int, consume_broadcast_enable: bool) -> None:
+    """Create or update a subscription group (its retryMaxTimes decides when a failing message goes to the DLQ
+    for a client that sends no maxReconsumeTimes)."""
+    targets = _run(lambda: admin.update_subscription_group(namesrv_addr, group, retry_max_times, retry_queue_nums,
+                                                           consume_broadcast_enable, cluster, broker_addr))
+    for addr in targets:
+        click.echo(f"create subscription group to {addr} success.")
+
+
 @admin_cli.command("topicList")
 @_namesrv
 @_json

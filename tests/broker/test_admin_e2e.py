@@ -31,6 +31,12 @@ def test_admin_subcommands(tmp_path):
         p = admin(topo, "updateTopic", "-t", "AdminT", "-c", "DefaultCluster", "-r", "2", "-w", "2")
         assert p.returncode == 0, p.stderr
         assert f"create topic to {topo.brokers[0].addr} success." in p.stdout
+        p = admin(topo, "updateSubGroup", "-g", "AdminG", "-c", "DefaultCluster", "-r", "3")
+        assert p.returncode == 0, p.stderr
+        assert f"create subscription group to {topo.brokers[0].addr} success." in p.stdout
+        with RemotingClient("127.0.0.1", topo.brokers[0].port) as c:
+            groups = json.loads(c.invoke(create_request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body)
+        assert groups["subscriptionGroupTable"]["AdminG"]["retryMaxTimes"] == 3
         # client ids as a Java producer makes them: 32 hex digits like an offsetMsgId, but the "port" is the
         # pid and half the salt (≥ 65536 for any non-zero pid), so they do not decode as one
         uniq = UniqIdGenerator(pid=0x1092)

@@ -469,6 +469,18 @@ def test_unregister_client_does_not_notify_a_group_with_notification_off(broker)
     assert _notified(a, 0) == []
 
 
+def test_a_send_back_without_origin_msg_id_names_the_offset_id(broker):
+    """4.9.8 falls back to the looked-up message's getMsgId(), on the broker its offset id (not UNIQ_KEY):
+    RocketMQ's C++ client sends no originMsgId (tests/interop)."""
+    back = stored_then_sent_back(broker, "S3", b"p", "U3", "g3", -1)
+    original = broker.store.look_message_by_offset(int(back.ext_fields["offset"]))
+    del back.ext_fields["originMsgId"]
+    assert call(broker, broker.send_processor, back).code == ResponseCode.SUCCESS
+    broker.run(wait_dispatched, broker)
+    (dead,) = decode_messages(b"".join(broker.store.get_message("x", "%DLQ%g3", 0, 0, 10).messages))
+    assert dead.properties[mc.PROPERTY_ORIGIN_MESSAGE_ID] == original.offset_msg_id != "U3"
+
+
 def test_send_back_with_delay_level_minus_one_goes_straight_to_the_dlq(broker):
     r = call(broker, broker.send_processor, stored_then_sent_back(broker, "S2", b"poison", "U2", "g2", -1))
     assert r.code == ResponseCode.SUCCESS

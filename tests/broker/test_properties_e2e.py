@@ -32,6 +32,11 @@ SINGLE = [
     ("\x02", {}),
     ("k\x01v", {"k": "v"}),
     ("CLUSTER\x01mine\x02k\x01v", {"k": "v"}),
+    # WAIT is not stored, whatever its value or place ("no need to store WAIT=true", SendMessageProcessor)
+    ("WAIT\x01true\x02KEYS\x01k1", {"KEYS": "k1"}),
+    ("KEYS\x01k2\x02WAIT\x01false", {"KEYS": "k2"}),
+    ("WAIT\x01true\x02a\x01b\x02a\x01c", {"a": "c"}),
+    ("WAIT\x01true", {}),
 ]
 
 

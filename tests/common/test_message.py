@@ -114,3 +114,15 @@ def test_is_canonical_says_whether_the_text_is_the_maps_encoding(text: str, cano
 def test_invalid_utf8_decodes_to_replacement_characters() -> None:
     assert bytes_to_properties(b"KEYS\x01k\xff\xfe1\x02TAGS\x01t\xc3") == {"KEYS": "k\ufffd\ufffd1",
                                                                           "TAGS": "t\ufffd"}
+
+
+def test_without_pair_drops_one_pair_wherever_it_stands():
+    from reference_broker.common.message import without_pair
+
+    assert without_pair("WAIT\x01true", "WAIT", "true") == ""
+    assert without_pair("WAIT\x01true\x02KEYS\x01k", "WAIT", "true") == "KEYS\x01k"
+    assert without_pair("KEYS\x01k\x02WAIT\x01true", "WAIT", "true") == "KEYS\x01k"
+    assert without_pair("KEYS\x01k\x02WAIT\x01true\x02TAGS\x01t", "WAIT", "true") == "KEYS\x01k\x02TAGS\x01t"
+    # only the whole pair: a value that merely starts with it, or a name that ends with it, stays
+    assert without_pair("KEYS\x01k\x02WAIT\x01truex", "WAIT", "true") == "KEYS\x01k\x02WAIT\x01truex"
+    assert without_pair("XWAIT\x01true\x02KEYS\x01k", "WAIT", "true") == "XWAIT\x01true\x02KEYS\x01k"
