@@ -32,6 +32,7 @@ from reference_broker.broker.broker_stats import DAY_S, BrokerStats, seconds_unt
 from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from reference_broker.broker.client_processor import ClientManageProcessor
 from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
+from reference_broker.broker.end_transaction import EndTransactionProcessor
 from reference_broker.broker.outer_api import BrokerOuterAPI
 from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTERVAL_SHORT_S, PullRequestHoldService
 from reference_broker.broker.pull_processor import PullMessageProcessor
@@ -105,6 +106,7 @@ class BrokerController:
                                                    self.subscription_group_manager, self.consumer_manager,
                                                    self.consumer_offset_manager, broker_config,
                                                    lambda: self.hold_service)
+        self.end_transaction_processor = EndTransactionProcessor(self.store)
         self.admin_processor = AdminProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
             broker_config, config_properties=self.config_properties, runtime_info=self.runtime_info,
@@ -162,6 +164,7 @@ class BrokerController:
                      RequestCode.CONSUMER_SEND_MSG_BACK):
             routes[code] = self.send_processor.handle
         routes[RequestCode.PULL_MESSAGE] = self.pull_processor.handle
+        routes[RequestCode.END_TRANSACTION] = self.end_transaction_processor.handle
         for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                      RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET,
                      RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
