@@ -88,7 +88,8 @@ class EndTransactionProcessor:
         if kind == tx.ROLLBACK:
             self.counts["rollback"] += 1
             self._mark(half.queue_id, half.queue_offset)
-            return create_response(cmd, ResponseCode.SUCCESS)
+            # checkPrepareMessage's response, built by createResponseCommand(null): its default remark.
+            return create_response(cmd, ResponseCode.SUCCESS, "not set any response code")
         try:
             final = txb.end_message(half, commit_log_offset)
         except txb.UnusableHalfError as exc:
