@@ -67,11 +67,11 @@ class EndTransactionProcessor:
             kind = int_field(cmd, "commitOrRollback")
             field(cmd, "msgId")
             from_check = bool_field(cmd, "fromTransactionCheck")
-            if kind not in tx.END_TYPES:  # EndTransactionRequestHeader.checkFields
-                raise BadRequest("commitOrRollback field wrong")
         except BadRequest as exc:
             log.warning("bad END_TRANSACTION from %s: %s", peer, exc)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        if kind not in tx.END_TYPES:  # EndTransactionRequestHeader.checkFields
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, "commitOrRollback field wrong")
         if self.store.config.broker_role is BrokerRole.SLAVE:
             log.warning("Message store is slave mode, so end transaction is forbidden.")
             return create_response(cmd, ResponseCode.SLAVE_NOT_AVAILABLE)

@@ -3,17 +3,25 @@ commit and rollback paths and their refusals (broker/transaction.py, broker/end_
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
+from reference_broker.broker.client_manager import ClientChannelInfo
 from reference_broker.common import message as mc
 from reference_broker.common import transaction as tx
-from reference_broker.common.record import decode_message_id
+from reference_broker.common.record import decode_message_id, decode_messages
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
-from tests.broker.broker_helpers import send_request, wait_dispatched
+from tests.broker.broker_helpers import FakeConn, send_request, wait_dispatched
 from tests.broker.test_processors import broker, call  # noqa: F401 - the fixture
 
 PG = "TX_PG"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _prepare(broker, topic="TxT", body=b"payload", queue_id=2, **props):  # noqa: F811
@@ -26,9 +34,9 @@ def _prepare(broker, topic="TxT", body=b"payload", queue_id=2, **props):  # noqa
 
 def _end(broker, r, kind, group=PG, table_offset=None, commit_log_offset=None, from_check=False):  # noqa: F811
     _ip, _port, offset = decode_message_id(r.ext_fields["msgId"])
-    header = tx.end_transaction_header(group, int(r.ext_fields["queueOffset"]) if table_offset is None else table_offset,
-                                       offset if commit_log_offset is None else commit_log_offset, kind, "U1",
-                                       from_check=from_check)
+    queue_offset = int(r.ext_fields["queueOffset"]) if table_offset is None else table_offset
+    header = tx.end_transaction_header(group, queue_offset, offset if commit_log_offset is None else commit_log_offset,
+                                       kind, "U1", from_check=from_check)
     return call(broker, broker.end_transaction_processor, create_request(RequestCode.END_TRANSACTION, header))
 
 
@@ -37,7 +45,8 @@ def _pull(broker, topic, queue_id):  # noqa: F811
     broker.run(wait_dispatched, broker)
     store = broker.store
     out = []
-    for i in range(max(0, store.get_min_offset_in_queue(topic, queue_id)), store.get_max_offset_in_queue(topic, queue_id)):
+    low, high = max(0, store.get_min_offset_in_queue(topic, queue_id)), store.get_max_offset_in_queue(topic, queue_id)
+    for i in range(low, high):
         out.append(store.look_message_by_offset(store.get_commit_log_offset_in_queue(topic, queue_id, i)))
     return out
 
@@ -124,3 +133,83 @@ def test_a_delay_level_on_a_half_message_is_dropped(broker):  # noqa: F811
     assert "DELAY" not in half.properties
     assert _end(broker, r, tx.COMMIT).code == ResponseCode.SUCCESS
     assert [m.body for m in _pull(broker, "TxT", 2)] == [b"payload"], "delivered at once, not lost in the schedule"
+
+
+# ---- the check service ------------------------------------------------------------------------------------------
+def _producer(broker):  # noqa: F811
+    """A producer connection of the group, as a heartbeat registers it."""
+    conn = FakeConn("127.0.0.1:40001")
+    broker.producer_manager.register(PG, ClientChannelInfo(conn, "client-1", last_update_ms=now_ms()))
+    return conn
+
+
+def _check(broker, conn):  # noqa: F811
+    """One run of the check service, then the loop delivers what it handed over; the checks it sent."""
+    before = len(conn.sent)
+    broker.run(wait_dispatched, broker)
+    broker.transaction_check.check()
+    broker.run(asyncio.sleep, 0.05)
+    return conn.sent[before:]
+
+
+def _offset(broker, topic):  # noqa: F811
+    return broker.consumer_offset_manager.query_offset(tx.CID_RMQ_SYS_TRANS, topic, 0)
+
+
+def test_an_unresolved_half_message_is_appended_again_and_its_producer_asked(broker):  # noqa: F811
+    conn = _producer(broker)
+    broker.transaction_check.timeout_ms = 0
+    r = _prepare(broker)
+    [check] = _check(broker, conn)
+    assert check.code == RequestCode.CHECK_TRANSACTION_STATE and check.is_oneway
+    body = decode_messages(check.body)[0]
+    assert (body.topic, body.queue_id, body.body) == ("TxT", 2, b"payload"), "the real topic and queue"
+    assert body.properties["TRANSACTION_CHECK_TIMES"] == "1" and body.properties["UNIQ_KEY"] == "U1"
+    halves = _pull(broker, tx.HALF_TOPIC, 0)
+    assert len(halves) == 2 and halves[1].properties["TRANSACTION_CHECK_TIMES"] == "1"
+    h = check.ext_fields
+    assert (h["tranStateTableOffset"], h["commitLogOffset"]) == ("1", str(halves[1].commit_log_offset))
+    assert h["msgId"] == h["transactionId"] == "U1"
+    assert _offset(broker, tx.HALF_TOPIC) == 1, "the walk passed the original"
+    # the producer answers from the check: the copy named in the header is committed
+    end = create_request(RequestCode.END_TRANSACTION, tx.end_transaction_header(
+        PG, int(h["tranStateTableOffset"]), int(h["commitLogOffset"]), tx.COMMIT, "U1", from_check=True))
+    assert call(broker, broker.end_transaction_processor, end).code == ResponseCode.SUCCESS
+    assert [m.body for m in _pull(broker, "TxT", 2)] == [b"payload"]
+    assert _check(broker, conn) == [] and _check(broker, conn) == []
+    assert _offset(broker, tx.HALF_TOPIC) == 2 and _offset(broker, tx.OP_TOPIC) == 1
+    assert r.code == ResponseCode.SUCCESS
+
+
+def test_a_resolved_or_young_half_message_is_not_checked(broker):  # noqa: F811
+    conn = _producer(broker)
+    r1 = _prepare(broker)
+    assert _end(broker, r1, tx.ROLLBACK).code == ResponseCode.SUCCESS
+    _prepare(broker)  # younger than transactionTimeOut (6 s): the walk stops at it
+    assert _check(broker, conn) == []
+    assert _offset(broker, tx.HALF_TOPIC) == 1, "past the rolled-back one, not past the young one"
+    broker.transaction_check.timeout_ms = 0
+    assert len(_check(broker, conn)) == 1
+
+
+def test_a_half_message_checked_check_max_times_goes_to_trans_check_max_time_topic(broker):  # noqa: F811
+    conn = _producer(broker)
+    svc = broker.transaction_check
+    svc.timeout_ms, svc.check_max = 0, 3
+    _prepare(broker)
+    sent = []
+    for _ in range(5):
+        sent += _check(broker, conn)
+        time.sleep(0.002)  # each run starts after the copies the last one appended were stored
+    assert [decode_messages(c.body)[0].properties["TRANSACTION_CHECK_TIMES"] for c in sent] == ["1", "2", "3"]
+    [discarded] = _pull(broker, tx.CHECK_MAX_TIME_TOPIC, 0)
+    assert discarded.body == b"payload" and discarded.properties["TRANSACTION_CHECK_TIMES"] == "3"
+    assert svc.stats.discarded == 1
+
+
+def test_no_live_producer_means_no_check_but_the_copy_is_made(broker):  # noqa: F811
+    broker.transaction_check.timeout_ms = 0
+    _prepare(broker)
+    broker.run(wait_dispatched, broker)
+    broker.transaction_check.check()
+    assert broker.transaction_check.stats.checked == 1 and len(_pull(broker, tx.HALF_TOPIC, 0)) == 2

@@ -57,7 +57,8 @@ def _prepare(c: RemotingClient, body: bytes, **props: str) -> tuple[int, int, in
     return int(r.ext_fields["queueOffset"]), decode_message_id(r.ext_fields["msgId"])[2], r.code
 
 
-def _end(c: RemotingClient, queue_offset: int, offset: int, kind: int, group: str = PG) -> tuple[int, str | None] | None:
+def _end(c: RemotingClient, queue_offset: int, offset: int, kind: int,
+         group: str = PG) -> tuple[int, str | None] | None:
     """A two-way END_TRANSACTION: (code, remark), or None when the broker does not answer."""
     cmd = create_request(RequestCode.END_TRANSACTION, tx.end_transaction_header(group, queue_offset, offset, kind, "m"))
     try:
