@@ -20,6 +20,7 @@ import asyncio
 import datetime
 import enum
 import logging
+import threading
 import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -56,6 +57,7 @@ from reference_broker.store.quarantine import QuarantineError
 log = logging.getLogger(__name__)
 
 SCAN_NOT_ACTIVE_CHANNEL_S = 10.0  # ClientHousekeepingService: every 10 s
+PROGRESS_WAIT_S = 5.0  # how long the transaction check waits for its progress to reach consumerOffset.json
 
 
 class BrokerStartError(RuntimeError):
@@ -416,9 +418,22 @@ class _CheckHooks:
     def query_offset(self, topic: str, queue_id: int) -> int:
         return self.controller.consumer_offset_manager.query_offset(tx.CID_RMQ_SYS_TRANS, topic, queue_id)
 
-    def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
-        self._on_loop(self.controller.consumer_offset_manager.commit_offset, self.controller.broker_addr,
-                      tx.CID_RMQ_SYS_TRANS, topic, queue_id, offset)
+    def save_progress(self, offsets: list[tuple[str, int, int]]) -> None:
+        offsets_manager = self.controller.consumer_offset_manager
+        applied = threading.Event()
+        generation = [0]
+
+        def apply() -> None:
+            for topic, queue_id, offset in offsets:
+                offsets_manager.commit_offset(self.controller.broker_addr, tx.CID_RMQ_SYS_TRANS, topic, queue_id,
+                                              offset)
+            generation[0] = offsets_manager.persist_soon()
+            applied.set()
+
+        self._on_loop(apply)
+        if not (applied.wait(PROGRESS_WAIT_S)
+                and offsets_manager.persister.wait_written(generation[0], PROGRESS_WAIT_S)):
+            log.warning("the transaction check's progress is not on disk yet; its checks go out anyway")
 
     def check_producer(self, group: str, header: dict[str, str], body: bytes) -> None:
         self._on_loop(self.controller.check_producer_transaction_state, group, header, body)

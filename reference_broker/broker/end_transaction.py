@@ -105,7 +105,11 @@ class EndTransactionProcessor:
                                queue_offset: int) -> RemotingCommand:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PutMessageResult] = loop.create_future()
-        put.add_done_callback(lambda result: loop.call_soon_threadsafe(_resolve, fut, result))
+
+        def done(result: PutMessageResult) -> None:
+            loop.call_soon_threadsafe(_resolve, fut, result)
+
+        put.add_done_callback(done)
         return self._committed(cmd, await fut, queue_id, queue_offset)
 
     def _committed(self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int,

@@ -149,7 +149,9 @@ class CheckHooks(Protocol):
 
     def query_offset(self, topic: str, queue_id: int) -> int: ...
 
-    def commit_offset(self, topic: str, queue_id: int, offset: int) -> None: ...
+    def save_progress(self, offsets: list[tuple[str, int, int]]) -> None:
+        """Commit (topic, queue id, offset) as CID_RMQ_SYS_TRANS's and return once consumerOffset.json holds
+        them (or a few seconds passed)."""
 
     def check_producer(self, group: str, header: dict[str, str], body: bytes) -> None: ...
 
@@ -206,9 +208,6 @@ class TransactionalMessageCheckService:
             offset = max(0, self.store.get_min_offset_in_queue(topic, queue_id))
         return offset
 
-    def _commit(self, topic: str, queue_id: int, offset: int) -> None:
-        self._offsets[(topic, queue_id)] = offset
-        self.hooks.commit_offset(topic, queue_id, offset)
 
     def _read(self, topic: str, queue_id: int, offset: int) -> rec.MessageExt | None:
         store = self.store
@@ -221,11 +220,23 @@ class TransactionalMessageCheckService:
         return msg
 
     def check(self) -> None:
-        """TransactionalMessageServiceImpl.check: one run over every half queue."""
+        """TransactionalMessageServiceImpl.check: one run over every half queue.
+
+        Unlike 4.9.8, the run's progress is on disk before its checks go out: a producer may commit a copy as
+        soon as it is asked, and a crash that lost the progress would have the next run ask about the
+        original too, and the producer commit it a second time (a duplicate delivery)."""
         self.stats.runs += 1
         self.stats.last_run_ms = self.now_ms()
+        progress: list[tuple[str, int, int]] = []
+        asks: list[tuple[str, dict[str, str], bytes]] = []
         for queue_id in self.hooks.half_queue_ids():
-            self._check_queue(queue_id)
+            self._check_queue(queue_id, progress, asks)
+        if progress:
+            for topic, queue_id, offset in progress:
+                self._offsets[(topic, queue_id)] = offset
+            self.hooks.save_progress(progress)
+        for group, header, body in asks:
+            self.hooks.check_producer(group, header, body)
 
     def _scan_ops(self, queue_id: int, op_offset: int, half_offset: int, start: float) -> OpScan:
         scan = OpScan(half_offset)
@@ -240,7 +251,8 @@ class TransactionalMessageCheckService:
             offset += 1
         return scan
 
-    def _check_queue(self, queue_id: int) -> None:
+    def _check_queue(self, queue_id: int, progress: list[tuple[str, int, int]],
+                     asks: list[tuple[str, dict[str, str], bytes]]) -> None:
         start = time.monotonic()
         start_ms = self.now_ms()
         half_offset = self._fetch(tx.HALF_TOPIC, queue_id)
@@ -281,13 +293,15 @@ class TransactionalMessageCheckService:
                 copy = self._put_back(txb.renew_half(msg))
                 if copy is None:
                     break
-                self._ask(msg, *copy)
+                ask = self._ask(msg, *copy)
+                if ask is not None:
+                    asks.append(ask)
             i += 1
         if i != half_offset:
-            self._commit(tx.HALF_TOPIC, queue_id, i)
+            progress.append((tx.HALF_TOPIC, queue_id, i))
         new_op = next_op_offset(scan.done, op_offset)
         if new_op != op_offset:
-            self._commit(tx.OP_TOPIC, queue_id, new_op)
+            progress.append((tx.OP_TOPIC, queue_id, new_op))
 
     def _put_back(self, inner: rec.MessageExtBrokerInner) -> tuple[int, int, str] | None:
         """putBackHalfMsgQueue: (queue offset, commit-log offset, offsetMsgId) of the new copy, None if refused."""
@@ -299,22 +313,22 @@ class TransactionalMessageCheckService:
         self.stats.reappended += 1
         return a.logics_offset, a.wrote_offset, a.msg_id
 
-    def _ask(self, msg: rec.MessageExt, queue_offset: int, commit_log_offset: int, offset_msg_id: str) -> None:
-        """AbstractTransactionalMessageCheckListener.sendCheckMessage for the new copy: the header names it, the
-        body is the message with its real topic and queue."""
+    def _ask(self, msg: rec.MessageExt, queue_offset: int, commit_log_offset: int,
+             offset_msg_id: str) -> tuple[str, dict[str, str], bytes] | None:
+        """AbstractTransactionalMessageCheckListener.sendCheckMessage for the new copy: (group, header, body); the
+        header names the copy, the body is the message with its real topic and queue."""
         group = msg.properties.get(mc.PROPERTY_PRODUCER_GROUP)
         try:
             topic, real_qid = txb.real_target(msg)
         except txb.UnusableHalfError as exc:
             log.error("cannot check: %s", exc)
-            return
+            return None
         uniq = msg.properties.get(mc.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         header = tx.check_state_header(queue_offset, commit_log_offset, uniq, offset_msg_id)
         msg.topic, msg.queue_id = topic, real_qid
         msg.queue_offset, msg.commit_log_offset = queue_offset, commit_log_offset
         self.stats.checked += 1
-        if group:
-            self.hooks.check_producer(group, header, tx.encode_message(msg))
+        return (group, header, tx.encode_message(msg)) if group else None
 
     def _discard(self, msg: rec.MessageExt) -> None:
         """DefaultTransactionalMessageCheckListener.resolveDiscardMsg."""

@@ -4,6 +4,7 @@ commit and rollback paths and their refusals (broker/transaction.py, broker/end_
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -147,7 +148,7 @@ def _check(broker, conn):  # noqa: F811
     """One run of the check service, then the loop delivers what it handed over; the checks it sent."""
     before = len(conn.sent)
     broker.run(wait_dispatched, broker)
-    broker.transaction_check.check()
+    broker.run(asyncio.to_thread, broker.transaction_check.check)  # its thread, while the loop runs
     broker.run(asyncio.sleep, 0.05)
     return conn.sent[before:]
 
@@ -171,6 +172,8 @@ def test_an_unresolved_half_message_is_appended_again_and_its_producer_asked(bro
     assert (h["tranStateTableOffset"], h["commitLogOffset"]) == ("1", str(halves[1].commit_log_offset))
     assert h["msgId"] == h["transactionId"] == "U1"
     assert _offset(broker, tx.HALF_TOPIC) == 1, "the walk passed the original"
+    on_disk = json.loads(broker.consumer_offset_manager.config_file_path().read_text())["offsetTable"]
+    assert on_disk[f"{tx.HALF_TOPIC}@{tx.CID_RMQ_SYS_TRANS}"] == {"0": 1}, "persisted before the check went out"
     # the producer answers from the check: the copy named in the header is committed
     end = create_request(RequestCode.END_TRANSACTION, tx.end_transaction_header(
         PG, int(h["tranStateTableOffset"]), int(h["commitLogOffset"]), tx.COMMIT, "U1", from_check=True))
@@ -211,5 +214,5 @@ def test_no_live_producer_means_no_check_but_the_copy_is_made(broker):  # noqa: 
     broker.transaction_check.timeout_ms = 0
     _prepare(broker)
     broker.run(wait_dispatched, broker)
-    broker.transaction_check.check()
+    broker.run(asyncio.to_thread, broker.transaction_check.check)
     assert broker.transaction_check.stats.checked == 1 and len(_pull(broker, tx.HALF_TOPIC, 0)) == 2
