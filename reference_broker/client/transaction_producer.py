@@ -82,6 +82,7 @@ class TransactionProducer(Producer):
         super().__init__(group, namesrv_addr, **kwargs)
         self.listener = listener
         self._check_executor = ThreadPoolExecutor(max_workers=check_threads, thread_name_prefix=f"check-{group}")
+        self._announced: set[str] = set()  # brokers this producer sent a heartbeat to since it learned of them
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -94,6 +95,7 @@ class TransactionProducer(Producer):
         msg.properties[mc.PROPERTY_TRANSACTION_PREPARED] = "true"
         msg.properties[mc.PROPERTY_PRODUCER_GROUP] = self.group
         result = self.send(msg)
+        self._announce(result.message_queue.broker_name)
         state = LocalTransactionState.UNKNOW
         error: BaseException | None = None
         if result.send_status is SendStatus.SEND_OK:
@@ -112,6 +114,17 @@ class TransactionProducer(Producer):
             # 4.9.8 logs it: the broker's check-back resolves the half message
             log.warning("local transaction %s of %s: END_TRANSACTION failed: %s", state.name, msg.uniq_key, exc)
         return TransactionSendResult(result, state, msg.transaction_id)
+
+    def _announce(self, broker_name: str) -> None:
+        """A heartbeat to a broker this producer has just learned of, before it can ask about the half message.
+
+        Deliberate difference: the Java producer's first heartbeat to a broker it did not know at start waits
+        for the 30 s heartbeat task, and until then the broker finds no channel for the group and its checks
+        of the group's half messages are lost (each still counts towards transactionCheckMax)."""
+        if broker_name in self._announced:
+            return
+        self._announced.add(broker_name)
+        self._running().send_heartbeat_to_all_brokers()
 
     def _end_transaction(self, result: SendResult, state: LocalTransactionState, error: BaseException | None) -> None:
         """DefaultMQProducerImpl.endTransaction: oneway to the master of the broker that stored the half message."""
