@@ -1,0 +1,117 @@
+"""The client's TransactionProducer against both brokers — the reference broker and Apache RocketMQ 4.9.8 (the
+distribution's) — with the same listener: commits, rollbacks, and UNKNOW answered twice on check-back before a
+commit. What each broker asks (the checks' TRANSACTION_CHECK_TIMES, their real topic) and what a consumer then
+receives (bodies, the properties a committed message keeps) must be the same. Skipped, with the reason, without
+the distribution or java."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.launcher import Topology
+from reference_broker.client import (
+    ClientConfig,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    LocalTransactionState,
+    Message,
+    MessageExt,
+    PushConsumer,
+    TransactionProducer,
+)
+from reference_broker.tools import admin
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+
+TOPIC = "TxClientDiff"
+CONF = {"transactionCheckInterval": 1000, "transactionTimeOut": 1000, "transactionCheckMax": 15}
+VOLATILE = {"UNIQ_KEY", "__CRC32#", "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME"}
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.checks: dict[str, list[tuple[str, str, int]]] = {}
+
+    def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+        return {"c": LocalTransactionState.COMMIT_MESSAGE, "r": LocalTransactionState.ROLLBACK_MESSAGE}.get(
+            (msg.keys or "?")[0], LocalTransactionState.UNKNOW)
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        with self.lock:
+            seen = self.checks.setdefault(msg.keys, [])
+            seen.append((msg.properties.get("TRANSACTION_CHECK_TIMES", ""), msg.topic, msg.queue_id))
+            n = len(seen)
+        return LocalTransactionState.COMMIT_MESSAGE if n >= 3 else LocalTransactionState.UNKNOW
+
+
+def _wait(done: Callable[[], bool], timeout_s: float = 90.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _run(impl: str, root: Path, rocketmq_home: Path | None) -> dict[str, Any]:
+    kw: dict[str, Any] = {"impl": impl}
+    if rocketmq_home is not None:
+        kw["rocketmq_home"] = rocketmq_home
+    with Topology(root, broker_conf=CONF, **kw) as topo:
+        try:
+            admin.update_topic(topo.namesrv_addr, TOPIC, 1, 1, broker_addr=topo.brokers[0].addr)
+            cfg = {"poll_name_server_interval_s": 1.0, "rebalance_interval_s": 1.0, "heartbeat_broker_interval_s": 2.0}
+            listener = Listener()
+            got: list[MessageExt] = []
+            lock = threading.Lock()
+
+            def consume(msgs: list[MessageExt], _ctx: object) -> ConsumeConcurrentlyStatus:
+                with lock:
+                    got.extend(msgs)
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+            consumer = PushConsumer("TX_DIFF_CG", topo.namesrv_addr, client_config=ClientConfig(
+                topo.namesrv_addr, f"c-{impl}", **cfg), consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+            consumer.subscribe(TOPIC, "*")
+            consumer.register_message_listener(consume)
+            consumer.start()
+            producer = TransactionProducer("TX_DIFF_PG", topo.namesrv_addr, listener,
+                                           client_config=ClientConfig(topo.namesrv_addr, f"p-{impl}", **cfg))
+            producer.start()
+            try:
+                states = [producer.send_message_in_transaction(Message(TOPIC, k.encode(), tags="T", keys=k)
+                                                               ).local_transaction_state.name
+                          for k in ("c1", "r1", "u1", "c2", "u2")]
+                assert _wait(lambda: {m.keys for m in got} >= {"c1", "c2", "u1", "u2"}), [m.keys for m in got]
+                time.sleep(3.0)  # more check runs: nothing else may come
+            finally:
+                producer.shutdown()
+                consumer.shutdown()
+            by_key = {m.keys: m for m in got}
+            return {
+                "states": states,
+                "received": sorted(Counter(m.keys for m in got).items()),
+                "checks": {k: v for k, v in sorted(listener.checks.items())},
+                "committed_props": {k: sorted(set(m.properties) - VOLATILE) for k, m in sorted(by_key.items())},
+                "check_times_kept": by_key["u1"].properties.get("TRANSACTION_CHECK_TIMES"),
+                "bodies": sorted(m.body for m in got),
+            }
+        finally:
+            topo.kill()
+
+
+def test_our_transaction_producer_behaves_the_same_against_both_brokers(tmp_path: Path, rocketmq_home: Path) -> None:
+    theirs = _run("rocketmq", tmp_path / "rmq", rocketmq_home)
+    ours = _run("reference", tmp_path / "ref", None)
+    print(theirs)
+    assert theirs["received"] == [("c1", 1), ("c2", 1), ("u1", 1), ("u2", 1)], "4.9.8 served our client"
+    assert theirs["checks"]["u1"] == [("1", TOPIC, 0), ("2", TOPIC, 0), ("3", TOPIC, 0)]
+    assert ours == theirs
