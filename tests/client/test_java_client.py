@@ -94,6 +94,7 @@ def test_a_java_consumers_retry_goes_through_the_reference_broker(tmp_path: Path
         assert sorted((r["key"], r["reconsumeTimes"]) for r in received) == [("k0", 1), ("k1", 1)]
 
 
+@pytest.mark.slow
 def test_the_java_transaction_producer_commits_rolls_back_and_answers_checks_through_the_reference_broker(
         tmp_path: Path, java: Driver) -> None:
     """4.9.8's TransactionMQProducer: its half messages, its oneway END_TRANSACTION, and its answers to our
