@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
 from reference_broker.tools import admin
+from tests.client.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -95,14 +96,6 @@ def _cfg(topo: Topology, name: str) -> ClientConfig:
                         heartbeat_broker_interval_s=1.0)
 
 
-def _wait(done: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
 
 def _consumer(topo: Topology, topic: str, received: Received) -> PushConsumer:
     c = PushConsumer(f"CG_{topic}", topo.namesrv_addr, client_config=_cfg(topo, f"c-{topic}"),
@@ -137,9 +130,9 @@ def test_committed_delivered_rolled_back_never_unknown_resolved_by_check_back(to
         assert states["commit-0"] is LocalTransactionState.COMMIT_MESSAGE
         assert states["raise-0"] is LocalTransactionState.UNKNOW, "a failed local transaction is UNKNOW"
         want = {f"{p}{i}" for p in ("commit-", "unknown-commit-") for i in range(5)}
-        assert _wait(lambda: set(received.keys) >= want), f"delivered: {sorted(received.keys)}"
+        wait_for(lambda: set(received.keys) >= want, 30, "every committed message delivered")
         # the open ones: checked transactionCheckMax (4) times, then discarded; never delivered
-        assert _wait(lambda: all(listener.checked[f"open-{i}"] >= 4 for i in range(5))), listener.checked
+        wait_for(lambda: all(listener.checked[f"open-{i}"] >= 4 for i in range(5)), 30, "4 checks of each open one")
         time.sleep(1.5)  # a few more check runs: nothing else may arrive
     finally:
         producer.shutdown()
@@ -164,12 +157,12 @@ def test_half_messages_are_never_visible_on_the_real_topic(topo: Topology) -> No
     try:
         for i in range(10):
             producer.send_message_in_transaction(Message(topic, b"x", keys=f"open-{i}"))
-        assert _wait(lambda: _half_count(topo.brokers[0]) >= 10)
+        wait_for(lambda: _half_count(topo.brokers[0]) >= 10, 30, "10 half messages stored")
         # checks come and go (each appends a copy to the half queue); the consumer is on both queues by then
-        assert _wait(lambda: all(listener.checked[f"open-{i}"] >= 3 for i in range(10)))
+        wait_for(lambda: all(listener.checked[f"open-{i}"] >= 3 for i in range(10)), 30, "3 checks of each")
         assert received.keys == Counter()
         listener.open_answer = LocalTransactionState.COMMIT_MESSAGE
-        assert _wait(lambda: len(received.keys) == 10)
+        wait_for(lambda: len(received.keys) == 10, 30, "the 10 committed on check-back delivered")
     finally:
         producer.shutdown()
         consumer.shutdown()
@@ -192,8 +185,8 @@ def test_a_broker_restart_neither_redelivers_committed_nor_forgets_open_transact
             producer.send_message_in_transaction(Message(topic, b"u", keys=f"unknown-commit-{i}"))
             producer.send_message_in_transaction(Message(topic, b"o", keys=f"open-{i}"))
         want_before = {f"{p}{i}" for p in ("commit-", "unknown-commit-") for i in range(5)}
-        assert _wait(lambda: set(received.keys) >= want_before)
-        assert _wait(lambda: all(listener.checked[f"open-{i}"] >= 1 for i in range(5)))
+        wait_for(lambda: set(received.keys) >= want_before, 30, "the committed ones delivered")
+        wait_for(lambda: all(listener.checked[f"open-{i}"] >= 1 for i in range(5)), 30, "a check of each open one")
         if how == "kill9":
             broker.kill()
             broker.start()
@@ -201,11 +194,11 @@ def test_a_broker_restart_neither_redelivers_committed_nor_forgets_open_transact
             broker.restart()
         checked_at_restart = Counter(listener.checked)
         # the open ones are asked about again after the restart; now they commit
-        assert _wait(lambda: all(listener.checked[f"open-{i}"] > checked_at_restart[f"open-{i}"]
-                                 for i in range(5)), 40), "open transactions forgotten by the restart"
+        wait_for(lambda: all(listener.checked[f"open-{i}"] > checked_at_restart[f"open-{i}"] for i in range(5)),
+                 40, "a check of each open transaction after the restart")
         listener.open_answer = LocalTransactionState.COMMIT_MESSAGE
         want = want_before | {f"open-{i}" for i in range(5)}
-        assert _wait(lambda: set(received.keys) >= want, 40), f"delivered: {sorted(received.keys)}"
+        wait_for(lambda: set(received.keys) >= want, 40, "every committed message delivered")
         time.sleep(2.0)  # more check runs: nothing resolved comes back
     finally:
         producer.shutdown()

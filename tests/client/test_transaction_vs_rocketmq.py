@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from reference_broker.client import (
     TransactionProducer,
 )
 from reference_broker.tools import admin
+from tests.client.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -51,14 +51,6 @@ class Listener:
             n = len(seen)
         return LocalTransactionState.COMMIT_MESSAGE if n >= 3 else LocalTransactionState.UNKNOW
 
-
-def _wait(done: Callable[[], bool], timeout_s: float = 90.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def _run(impl: str, root: Path, rocketmq_home: Path | None) -> dict[str, Any]:
@@ -90,7 +82,7 @@ def _run(impl: str, root: Path, rocketmq_home: Path | None) -> dict[str, Any]:
                 states = [producer.send_message_in_transaction(Message(TOPIC, k.encode(), tags="T", keys=k)
                                                                ).local_transaction_state.name
                           for k in ("c1", "r1", "u1", "c2", "u2")]
-                assert _wait(lambda: {m.keys for m in got} >= {"c1", "c2", "u1", "u2"}), [m.keys for m in got]
+                wait_for(lambda: {m.keys for m in got} >= {"c1", "c2", "u1", "u2"}, 90, "the four committed")
                 time.sleep(3.0)  # more check runs: nothing else may come
             finally:
                 producer.shutdown()
