@@ -111,19 +111,17 @@ def op_message(half_queue_id: int, half_queue_offset: int, store_host: tuple[str
 
 def renew_half(half: rec.MessageExt) -> rec.MessageExtBrokerInner:
     """TransactionalMessageBridge.renewHalfMessageInner: the same half message, appended again to the half
-    queue before it is checked (its properties carry the incremented TRANSACTION_CHECK_TIMES). Put without
-    waiting for the disk; the stored properties are the half's as they were (4.9.8 sets WAIT=false after
-    encoding them).
+    queue before it is checked (its properties carry the incremented TRANSACTION_CHECK_TIMES); the stored
+    properties are the half's.
 
-    Deliberate difference: the user flag and reconsume times are kept; 4.9.8 leaves them 0 in the new copy, so
-    a message committed after a check-back lost its flag there."""
-    props = dict(half.properties)
-    props_b = mc.properties_to_bytes(props)
-    props[mc.PROPERTY_WAIT_STORE_MSG_OK] = "false"
+    Deliberate differences: the put waits as the half message's own did (its WAIT; 4.9.8 puts the copy without
+    waiting), so under SYNC_FLUSH (and SYNC_MASTER) the copy is durable before the check's progress passes
+    the original (transaction_check.py); and the user flag and reconsume times are kept (4.9.8 leaves them 0
+    in the copy, so a message committed after a check-back lost its flag there)."""
     return rec.MessageExtBrokerInner(
-        topic=half.topic, body=half.body, queue_id=half.queue_id, flag=half.flag, properties=props,
+        topic=half.topic, body=half.body, queue_id=half.queue_id, flag=half.flag, properties=dict(half.properties),
         sys_flag=half.sys_flag, born_timestamp=half.born_timestamp, born_host=half.born_host,
-        reconsume_times=half.reconsume_times, properties_bytes=props_b)
+        reconsume_times=half.reconsume_times)
 
 
 def discard_message(half: rec.MessageExt) -> rec.MessageExtBrokerInner:

@@ -15,7 +15,8 @@ from reference_broker.common import transaction as tx
 from reference_broker.common.record import decode_message_id, decode_messages
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
-from tests.broker.broker_helpers import FakeConn, send_request, wait_dispatched
+from reference_broker.store.config import FlushDiskType
+from tests.broker.broker_helpers import FakeConn, make_controller, send_request, wait_dispatched
 from tests.broker.test_processors import broker, call  # noqa: F401 - the fixture
 
 PG = "TX_PG"
@@ -216,3 +217,22 @@ def test_no_live_producer_means_no_check_but_the_copy_is_made(broker):  # noqa: 
     broker.run(wait_dispatched, broker)
     broker.run(asyncio.to_thread, broker.transaction_check.check)
     assert broker.transaction_check.stats.checked == 1 and len(_pull(broker, tx.HALF_TOPIC, 0)) == 2
+
+
+def test_under_sync_flush_the_copies_are_on_disk_when_the_progress_is(tmp_path):
+    loop = asyncio.new_event_loop()
+    controller = make_controller(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    controller.run = lambda fn, *args: loop.run_until_complete(asyncio.wait_for(fn(*args), 20))
+    loop.run_until_complete(controller.start(listen=False))
+    try:
+        controller.transaction_check.timeout_ms = 0
+        _prepare(controller)
+        end_before = controller.store.get_max_phy_offset()
+        controller.run(wait_dispatched, controller)
+        controller.run(asyncio.to_thread, controller.transaction_check.check)
+        assert controller.store.get_max_phy_offset() > end_before, "a copy was appended"
+        assert controller.store.commit_log.flushed_where == controller.store.get_max_phy_offset()
+        assert _offset(controller, tx.HALF_TOPIC) == 1
+    finally:
+        loop.run_until_complete(controller.shutdown())
+        loop.close()
