@@ -441,4 +441,5 @@ class _CheckHooks:
     def half_queue_ids(self) -> list[int]:
         """The half topic's queues that exist in the store. (4.9.8 reads the topic table, adding the half topic
         to it with one queue when absent; here the topic table is left as the operator made it.)"""
-        return sorted(self.controller.store.consume_queue_table.get(tx.HALF_TOPIC, {}))
+        # a C-level copy: the dispatch thread may be adding a queue meanwhile
+        return sorted(self.controller.store.consume_queue_table.get(tx.HALF_TOPIC, {}).copy())

@@ -28,7 +28,8 @@ Deliberate differences from 4.9.8, each a fix of a way it gets stuck:
 - an op message with another tag than ``d`` or an unreadable body counts as done (4.9.8 logs it and its op
   offset never passes it again);
 - a half message exactly ``transactionTimeOut`` old is checked (4.9.8 loops on it until the 60 s limit);
-- a failed re-append ends the run (4.9.8 retries it in a loop until the 60 s limit).
+- a failed re-append ends the run (4.9.8 retries it in a loop until the 60 s limit), and so does a failed put
+  to TRANS_CHECK_MAX_TIME_TOPIC (4.9.8 moves past the message, which is then nowhere).
 """
 
 from __future__ import annotations
@@ -208,7 +209,6 @@ class TransactionalMessageCheckService:
             offset = max(0, self.store.get_min_offset_in_queue(topic, queue_id))
         return offset
 
-
     def _read(self, topic: str, queue_id: int, offset: int) -> rec.MessageExt | None:
         store = self.store
         if offset >= store.get_max_offset_in_queue(topic, queue_id):
@@ -285,7 +285,8 @@ class TransactionalMessageCheckService:
             if j.verdict is Verdict.DONE_IMMUNE:
                 scan.done.append(j.op_offset)
             elif j.verdict is Verdict.DISCARD:
-                self._discard(msg)
+                if not self._discard(msg):
+                    break  # kept for the next run (4.9.8 moves past it, and the message is gone)
             elif j.verdict is Verdict.REAPPEND_IMMUNE:
                 renewed = txb.renew_half(msg)
                 if mc.PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET not in renewed.properties:
@@ -334,12 +335,13 @@ class TransactionalMessageCheckService:
         self.stats.checked += 1
         return (group, header, tx.encode_message(msg)) if group else None
 
-    def _discard(self, msg: rec.MessageExt) -> None:
-        """DefaultTransactionalMessageCheckListener.resolveDiscardMsg."""
+    def _discard(self, msg: rec.MessageExt) -> bool:
+        """DefaultTransactionalMessageCheckListener.resolveDiscardMsg; False when the store refused the put."""
         log.error("half message %s has been checked too many times (or is too old): moved to %s", msg.msg_id,
                   tx.CHECK_MAX_TIME_TOPIC)
         result = self.store.put_message(txb.discard_message(msg))
-        if result.status.is_stored:
-            self.stats.discarded += 1
-        else:
+        if not result.status.is_stored:
             log.error("put of a discarded half message to %s failed: %s", tx.CHECK_MAX_TIME_TOPIC, result.status.name)
+            return False
+        self.stats.discarded += 1
+        return True
