@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +44,15 @@ class Listener:
             (msg.keys or "?")[0], LocalTransactionState.UNKNOW)
 
     def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        """The truth of the "database": c committed, r rolled back, u undecided until its third check. (A loaded
+        broker may check a c or r too, when its END_TRANSACTION came later than transactionTimeOut.)"""
         with self.lock:
             seen = self.checks.setdefault(msg.keys, [])
             seen.append((msg.properties.get("TRANSACTION_CHECK_TIMES", ""), msg.topic, msg.queue_id))
             n = len(seen)
-        return LocalTransactionState.COMMIT_MESSAGE if n >= 3 else LocalTransactionState.UNKNOW
+        if msg.keys.startswith("u"):
+            return LocalTransactionState.COMMIT_MESSAGE if n >= 3 else LocalTransactionState.UNKNOW
+        return self.execute_local_transaction(Message(msg.topic, keys=msg.keys), None)
 
 
 
@@ -87,14 +90,16 @@ def _run(impl: str, root: Path, rocketmq_home: Path | None) -> dict[str, Any]:
             finally:
                 producer.shutdown()
                 consumer.shutdown()
-            by_key = {m.keys: m for m in got}
+            first: dict[str, MessageExt] = {}
+            for m in got:
+                first.setdefault(m.keys, m)  # a late END_TRANSACTION can make a second copy (at-least-once)
             return {
                 "states": states,
-                "received": sorted(Counter(m.keys for m in got).items()),
-                "checks": {k: v for k, v in sorted(listener.checks.items())},
-                "committed_props": {k: sorted(set(m.properties) - VOLATILE) for k, m in sorted(by_key.items())},
-                "check_times_kept": by_key["u1"].properties.get("TRANSACTION_CHECK_TIMES"),
-                "bodies": sorted(m.body for m in got),
+                "received": sorted(first),
+                "checks": {k: v for k, v in sorted(listener.checks.items()) if k.startswith("u")},
+                "committed_props": {k: sorted(set(m.properties) - VOLATILE) for k, m in sorted(first.items())},
+                "check_times_kept": first["u1"].properties.get("TRANSACTION_CHECK_TIMES"),
+                "bodies": sorted(m.body for m in first.values()),
             }
         finally:
             topo.kill()
@@ -104,6 +109,6 @@ def test_our_transaction_producer_behaves_the_same_against_both_brokers(tmp_path
     theirs = _run("rocketmq", tmp_path / "rmq", rocketmq_home)
     ours = _run("reference", tmp_path / "ref", None)
     print(theirs)
-    assert theirs["received"] == [("c1", 1), ("c2", 1), ("u1", 1), ("u2", 1)], "4.9.8 served our client"
+    assert theirs["received"] == ["c1", "c2", "u1", "u2"], "4.9.8 served our client"
     assert theirs["checks"]["u1"] == [("1", TOPIC, 0), ("2", TOPIC, 0), ("3", TOPIC, 0)]
     assert ours == theirs
