@@ -15,7 +15,7 @@ from reference_broker.common import transaction as tx
 from reference_broker.common.record import decode_message_id, decode_messages
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
-from reference_broker.store.config import FlushDiskType
+from reference_broker.store.config import BrokerRole, FlushDiskType
 from tests.broker.broker_helpers import FakeConn, make_controller, send_request, wait_dispatched
 from tests.broker.test_processors import broker, call  # noqa: F401 - the fixture
 
@@ -242,6 +242,20 @@ def test_under_sync_flush_the_copies_are_on_disk_when_the_progress_is(tmp_path):
         controller.run(asyncio.to_thread, controller.transaction_check.check)
         assert len(copies) == 1 and copies[0][1] >= copies[0][0], "the copy's put returned once it was flushed"
         assert _offset(controller, tx.HALF_TOPIC) == 1
+    finally:
+        loop.run_until_complete(controller.shutdown())
+        loop.close()
+
+
+def test_a_slave_refuses_end_transaction_and_runs_no_check(tmp_path):
+    loop = asyncio.new_event_loop()
+    controller = make_controller(tmp_path, broker_role=BrokerRole.SLAVE)
+    loop.run_until_complete(controller.start(listen=False))
+    try:
+        end = create_request(RequestCode.END_TRANSACTION, tx.end_transaction_header(PG, 0, 0, tx.COMMIT, "m"))
+        answer = controller.end_transaction_processor.handle(FakeConn(), end)
+        assert answer.code == ResponseCode.SLAVE_NOT_AVAILABLE
+        assert controller.transaction_check is None, "only a master checks (startProcessorByHa)"
     finally:
         loop.run_until_complete(controller.shutdown())
         loop.close()
