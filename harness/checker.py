@@ -30,6 +30,20 @@ duplicated          received more often than it could have been stored: more tha
                     row). Duplicates do not invalidate a run (at-least-once delivery).
 ==================  =====================================================================================
 
+Transactional messages (keys with "tx" rows: the local decisions, op "tx", outcome ok = COMMIT_MESSAGE, fail
+= ROLLBACK_MESSAGE, unknown = UNKNOW; the send row is the half message). A key is *committed* once any of its
+decisions is a commit, *rolled back* when one is a rollback and none a commit, *unresolved* when every decision
+was UNKNOW. The atomicity rule: only a committed transaction may be delivered.
+
+==================  =====================================================================================
+tx_committed        a transactional key committed; its acknowledged half message is "acknowledged" above, so a
+                    committed message never received nor read is lost (at-least-once delivery holds for it)
+tx_rolled_back      rolled back; like tx_unresolved, not acknowledged: it may never be delivered, and its
+                    absence is no loss
+tx_unresolved       every decision UNKNOW (never resolved by a check-back)
+tx_leaked           received or read, and not committed: the atomicity rule broken             -> invalid
+==================  =====================================================================================
+
 Departures from Jepsen ``total-queue`` (checker.clj), deliberate:
 
 - Copies allowed per key: Jepsen counts deliveries beyond the number of attempted enqueues as duplicates; here
@@ -108,6 +122,7 @@ class Category(StrEnum):
     ORDER = "order"
     ACKED_MASTER_ONLY = "acked_master_only"
     LOST_PROMISED = "lost_promised"
+    TX_LEAKED = "tx_leaked"
 
 
 class InvalidRunError(RunRecordError):
@@ -144,6 +159,10 @@ class CheckResult:
     reads: int = 0
     acked_master_only: int = 0
     lost_promised: int = 0
+    tx_committed: int = 0
+    tx_rolled_back: int = 0
+    tx_unresolved: int = 0
+    tx_leaked: int = 0
 
     @property
     def order_violation_count(self) -> int:
@@ -151,7 +170,7 @@ class CheckResult:
 
     @property
     def valid(self) -> bool:
-        return ((self.lost == 0 or self.allow_loss) and self.unexpected == 0
+        return ((self.lost == 0 or self.allow_loss) and self.unexpected == 0 and self.tx_leaked == 0
                 and not (self.ordered and self.order_violation_count))
 
     def to_json(self) -> dict[str, Any]:
@@ -291,6 +310,10 @@ def check_events(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mappi
     ok, fail = _is(table["outcome"], "ok"), _is(table["outcome"], "fail")
     accepted, read = receive & ok, _is(table["op"], Op.READ) & ok
     key, keys = _codes(table["key"])
+    t = _transactions(key, len(keys), _is(table["op"], Op.TX), ok, fail, accepted | read)
+    if t is not None:  # the rows of transactions not committed are judged by the atomicity rule only
+        kept = ~t.uncommitted[key]
+        send, accepted, read = send & kept, accepted & kept, read & kept
     f = _fates(key, len(keys), send, send & ok, send & fail, accepted, read, _np(table["bytes"]),
                _np(table["code"]).astype(np.int64))
     order_violations, late_keys = _order(table, key, len(keys), send & ok, accepted)
@@ -302,10 +325,12 @@ def check_events(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mappi
              Category.DUPLICATED: f.duplicated, Category.RECOVERED: f.recovered,
              Category.RECOVERED_FAILED: f.recovered_failed, Category.FAILED: f.failed, Category.UNKNOWN: f.unknown,
              Category.ACKED_MASTER_ONLY: f.acked_master_only, Category.LOST_PROMISED: f.lost_promised}
+    if t is not None:
+        named[Category.TX_LEAKED] = t.leaked
     samples = {str(c): sample(np.flatnonzero(m)) for c, m in named.items() if m.any()}
     if len(late_keys):
         samples[Category.ORDER] = sample(late_keys)
-    return CheckResult(
+    result = CheckResult(
         attempted=int(f.attempted.sum()), acknowledged=int(f.acknowledged.sum()), failed=int(f.failed.sum()),
         unknown=int(f.unknown.sum()), lost=int(f.lost.sum()), lost_bytes=f.lost_bytes,
         unexpected=int(f.unexpected.sum()), duplicated=int(f.duplicated.sum()), recovered=int(f.recovered.sum()),
@@ -314,6 +339,37 @@ def check_events(events: pa.Table | Mapping[str, Sequence[Any]] | Sequence[Mappi
         sends=int(send.sum()), receives=int(accepted.sum()), declined_receives=int((receive & ~ok).sum()),
         ordered=ordered, unread=int(f.unread.sum()), reads=int(read.sum()),
         acked_master_only=int(f.acked_master_only.sum()), lost_promised=int(f.lost_promised.sum()))
+    if t is None:
+        return result
+    return replace(result, tx_committed=int(t.committed.sum()), tx_rolled_back=int(t.rolled_back.sum()),
+                   tx_unresolved=int(t.unresolved.sum()), tx_leaked=int(t.leaked.sum()))
+
+
+@dataclass(frozen=True)
+class _Transactions:
+    """Per key code, the transactional sets of the module docstring."""
+
+    committed: Bool
+    rolled_back: Bool
+    unresolved: Bool
+    leaked: Bool
+
+    @property
+    def uncommitted(self) -> Bool:
+        return self.rolled_back | self.unresolved
+
+
+def _transactions(key: I64, n_keys: int, tx: Bool, ok: Bool, fail: Bool, delivered: Bool) -> _Transactions | None:
+    """The atomicity rule's sets, or None for a history without transactions."""
+    if not tx.any():
+        return None
+    transactional = np.bincount(key[tx], minlength=n_keys) > 0
+    commit = np.bincount(key[tx & ok], minlength=n_keys) > 0
+    rollback = np.bincount(key[tx & fail], minlength=n_keys) > 0
+    stored = np.bincount(key[delivered], minlength=n_keys) > 0
+    uncommitted = transactional & ~commit
+    return _Transactions(committed=transactional & commit, rolled_back=uncommitted & rollback,
+                         unresolved=uncommitted & ~rollback, leaked=uncommitted & stored)
 
 
 def _order_summary(late: Bool, rx: Receives, first: FirstAcks, topics: list[str]) -> tuple[dict[str, int], I64]:

@@ -37,10 +37,10 @@ SERVED_CODES: Final[tuple[int, ...]] = (
     RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET, RequestCode.GET_EARLIEST_MSG_STORETIME,
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_BROKER_RUNTIME_INFO,
     RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.QUERY_MESSAGE,
-    RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.GET_BROKER_CONFIG,
+    RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.GET_BROKER_CONFIG, RequestCode.END_TRANSACTION,
 )
 UNSERVED_CODES: Final[tuple[int, ...]] = (
-    RequestCode.END_TRANSACTION, RequestCode.QUERY_BROKER_OFFSET, RequestCode.REGISTER_BROKER, 0, -1, 32767, 9999)
+    RequestCode.QUERY_BROKER_OFFSET, RequestCode.REGISTER_BROKER, 0, -1, 32767, 9999)
 
 # The probe's topic; fuzzed deletes and admin changes stay away from it so the probe measures the broker,
 # not a topic the fuzzer removed on purpose.
@@ -325,6 +325,10 @@ _SIMPLE: Final[dict[int, Callable[[random.Random], _Req]]] = {
                                        frozenset({"maxNum", "beginTimestamp", "endTimestamp"})),
     RequestCode.VIEW_MESSAGE_BY_ID: _simple({"offset": "0"}, frozenset({"offset"})),
     RequestCode.GET_BROKER_CONFIG: _simple({}, frozenset()),
+    RequestCode.END_TRANSACTION: _simple({"producerGroup": "FuzzProducer", "tranStateTableOffset": "0",
+                                          "commitLogOffset": "0", "commitOrRollback": "12",
+                                          "fromTransactionCheck": "false", "msgId": "m"},
+                                         frozenset({"tranStateTableOffset", "commitLogOffset", "commitOrRollback"})),
 }
 
 
@@ -346,11 +350,21 @@ def request(rng: random.Random, code: int, skip_known: bool = False, small: bool
         req = _SIMPLE[code](rng)
     else:
         req = _Req(_mutate_ext(rng, {"topic": "FuzzTopic"}, frozenset()), fv.message_body(rng)[:100])
+    if code == RequestCode.END_TRANSACTION and _is_zero(req.ext.get("commitOrRollback")):
+        # UNKNOW (0) is not answered, by 4.9.8 nor by the reference broker: a request that owes no answer
+        req.ext["commitOrRollback"] = "12"
     if code == RequestCode.DELETE_TOPIC_IN_BROKER and req.ext.get("topic") == PROBE_TOPIC:
         req.ext["topic"] = "FuzzTopic3"  # deleting the probe's topic is a legitimate act, not a defect
     if code == RequestCode.UPDATE_AND_CREATE_TOPIC and req.ext.get("topic") == PROBE_TOPIC:
         req.ext["topic"] = "FuzzTopic3"  # so is making it unwritable
     return req
+
+
+def _is_zero(value: str | None) -> bool:
+    try:
+        return value is not None and int(value) == 0
+    except ValueError:
+        return False
 
 
 # ---- cases -----------------------------------------------------------------------------------------------

@@ -177,6 +177,14 @@ def script() -> list[Case]:
             "group": GROUP, "offset": "0", "delayLevel": "0", "originTopic": TOPIC, "maxReconsumeTimes": "16"}),
         Case("send back an offset past the end", RequestCode.CONSUMER_SEND_MSG_BACK, {
             "group": GROUP, "offset": "99999999", "delayLevel": "0", "originTopic": TOPIC}, remark=False),
+        _send("send a half message (TRAN_MSG)", keys="tx1", TRAN_MSG="true", PGROUP=PRODUCER_GROUP),
+        Case("end a transaction where no half message is", RequestCode.END_TRANSACTION, {
+            "producerGroup": PRODUCER_GROUP, "tranStateTableOffset": "0", "commitLogOffset": "99999999",
+            "commitOrRollback": "8", "fromTransactionCheck": "false", "msgId": "m"}),
+        Case("end a transaction with a bad commitOrRollback", RequestCode.END_TRANSACTION, {
+            "producerGroup": PRODUCER_GROUP, "tranStateTableOffset": "0", "commitLogOffset": "0",
+            "commitOrRollback": "5", "fromTransactionCheck": "false", "msgId": "m"},
+             remark=False),  # 4.9.8: the RemotingCommandException's class, message and a stack frame
         Case("lock a queue", RequestCode.LOCK_BATCH_MQ, body=json.dumps(mq_set).encode()),
         Case("lock a queue for another client", RequestCode.LOCK_BATCH_MQ,
              body=json.dumps({**mq_set, "clientId": "127.0.0.1@other"}).encode()),

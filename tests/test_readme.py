@@ -42,3 +42,14 @@ def test_readme_client_example_runs(tmp_path: Path) -> None:
         finally:
             consumer.shutdown()  # type: ignore[attr-defined]
             producer.shutdown()  # type: ignore[attr-defined]
+
+
+def test_readme_transaction_example_runs(tmp_path: Path, capsys: object) -> None:
+    from harness.launcher import Topology
+
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    example = next(b for b in blocks if "TransactionProducer(" in b)
+    with Topology(tmp_path / "topo") as topo:
+        scope: dict[str, object] = {}
+        exec(compile(example.replace('"127.0.0.1:9876"', repr(topo.namesrv_addr)), str(README), "exec"), scope)
+    assert "COMMIT_MESSAGE" in capsys.readouterr().out  # type: ignore[attr-defined]

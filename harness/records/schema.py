@@ -22,7 +22,10 @@ Events (one row per client operation)::
     op            string  "send", "receive" (a delivery to a consumer), "ack" (offset commit; optional), "read"
                           (OPTIONAL, added in v1: the harness's final read of an acknowledged message no consumer
                           received, pulled back from the broker by its position after the run; harness.final_read.
-                          A reader that ignores these rows judges the run as before they existed)
+                          A reader that ignores these rows judges the run as before they existed), "tx"
+                          (OPTIONAL, added in v1: a transactional message's local decision, one row per decision
+                          — the local transaction's, then each check-back answer; outcome "ok" = COMMIT_MESSAGE,
+                          "fail" = ROLLBACK_MESSAGE, "unknown" = UNKNOW; the key's send row is its half message)
     key           string  unique message key chosen by the workload (e.g. "w0-000001"); the checker's identity
     topic         string
     queue_id      int32   -1 when unknown
@@ -112,6 +115,7 @@ class Op(StrEnum):
     RECEIVE = "receive"
     ACK = "ack"
     READ = "read"
+    TX = "tx"  # a transactional message's local decision (see the events table above)
 
 
 class Outcome(StrEnum):

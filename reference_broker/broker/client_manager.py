@@ -10,7 +10,7 @@ NOTIFY_CONSUMER_IDS_CHANGED requests this module asks for.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -189,6 +189,7 @@ class ConsumerManager:
 class ProducerManager:
     def __init__(self, channel_expired_ms: int = CHANNEL_EXPIRED_TIMEOUT_MS) -> None:
         self.table: dict[str, dict[Hashable, ClientChannelInfo]] = {}
+        self._turn = 0  # positiveAtomicCounter
         self.channel_expired_ms = channel_expired_ms
 
     def register(self, group: str, info: ClientChannelInfo) -> None:
@@ -219,6 +220,19 @@ class ProducerManager:
     def any_channel(self, group: str) -> Hashable | None:
         channels = self.table.get(group)
         return next(iter(channels), None) if channels else None
+
+    def available_channel(self, group: str, is_live: Callable[[Hashable], bool]) -> Hashable | None:
+        """getAvailableChannel: the group's channels in turn (a counter shared by all groups), the first live
+        one from there; None when the group has none live (4.9.8 would return the last active one)."""
+        channels = list(self.table.get(group, {}))
+        if not channels:
+            return None
+        self._turn += 1
+        for k in range(len(channels)):
+            channel = channels[(self._turn + k) % len(channels)]
+            if is_live(channel):
+                return channel
+        return None
 
 
 @dataclass(frozen=True, order=True)

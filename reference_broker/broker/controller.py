@@ -20,6 +20,7 @@ import asyncio
 import datetime
 import enum
 import logging
+import threading
 import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from reference_broker.broker.broker_stats import DAY_S, BrokerStats, seconds_unt
 from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from reference_broker.broker.client_processor import ClientManageProcessor
 from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
+from reference_broker.broker.end_transaction import EndTransactionProcessor
 from reference_broker.broker.outer_api import BrokerOuterAPI
 from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTERVAL_SHORT_S, PullRequestHoldService
 from reference_broker.broker.pull_processor import PullMessageProcessor
@@ -40,10 +42,12 @@ from reference_broker.broker.send_processor import SendMessageProcessor
 from reference_broker.broker.slave_synchronize import SYNC_INITIAL_DELAY_S, SYNC_PERIOD_S, SlaveSynchronizer
 from reference_broker.broker.subscription_group import SubscriptionGroupManager
 from reference_broker.broker.topic_config import TopicConfigManager
+from reference_broker.broker.transaction_check import TransactionalMessageCheckService
+from reference_broker.common import transaction as tx
 from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.ha import HAClient, HAService, attach_ha
-from reference_broker.remoting.codes import RequestCode
-from reference_broker.remoting.command import RemotingCommand
+from reference_broker.remoting.codes import FLAG_ONEWAY, RequestCode
+from reference_broker.remoting.command import RemotingCommand, create_request
 from reference_broker.remoting.server import ConnectionContext, Handler, RemotingServer
 from reference_broker.store.clean import disk_partition_space_used_percent
 from reference_broker.store.config import ROCKETMQ_KEYS, BrokerRole, MessageStoreConfig
@@ -53,6 +57,7 @@ from reference_broker.store.quarantine import QuarantineError
 log = logging.getLogger(__name__)
 
 SCAN_NOT_ACTIVE_CHANNEL_S = 10.0  # ClientHousekeepingService: every 10 s
+PROGRESS_WAIT_S = 5.0  # how long the transaction check waits for its progress to reach consumerOffset.json
 
 
 class BrokerStartError(RuntimeError):
@@ -105,6 +110,8 @@ class BrokerController:
                                                    self.subscription_group_manager, self.consumer_manager,
                                                    self.consumer_offset_manager, broker_config,
                                                    lambda: self.hold_service)
+        self.end_transaction_processor = EndTransactionProcessor(self.store)
+        self.transaction_check: TransactionalMessageCheckService | None = None
         self.admin_processor = AdminProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
             broker_config, config_properties=self.config_properties, runtime_info=self.runtime_info,
@@ -162,6 +169,7 @@ class BrokerController:
                      RequestCode.CONSUMER_SEND_MSG_BACK):
             routes[code] = self.send_processor.handle
         routes[RequestCode.PULL_MESSAGE] = self.pull_processor.handle
+        routes[RequestCode.END_TRANSACTION] = self.end_transaction_processor.handle
         for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                      RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET,
                      RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
@@ -175,9 +183,15 @@ class BrokerController:
         self.topic_config_manager.on_change = self.register_to_namesrv_soon
         if listen:
             await server.start(self.host, bc.listen_port)
-        # Delivery puts messages, which a slave refuses: only a master runs the delay timers.
+        # Delivery puts messages, which a slave refuses: only a master runs the delay timers and the transaction
+        # check (BrokerController.startProcessorByHa).
         if self.schedule_service is not None and self.message_store_config.broker_role is not BrokerRole.SLAVE:
             self.schedule_service.start()
+        if self.message_store_config.broker_role is not BrokerRole.SLAVE:
+            self.transaction_check = TransactionalMessageCheckService(
+                self.store, _CheckHooks(self), bc.transaction_check_interval_ms, bc.transaction_timeout_ms,
+                bc.transaction_check_max)
+            self.transaction_check.start()
         self.boot_timestamp_ms = time.time_ns() // 1_000_000
         if listen and bc.namesrv_addr:
             await loop.run_in_executor(None, self.register_all)
@@ -208,6 +222,8 @@ class BrokerController:
         await asyncio.gather(*pending, return_exceptions=True)
         if self.schedule_service is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.schedule_service.shutdown)
+        if self.transaction_check is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.transaction_check.shutdown)
         if self.listening and self.broker_config.namesrv_addr:
             await asyncio.get_running_loop().run_in_executor(None, self.unregister_all)
         self.outer_api.close()
@@ -296,6 +312,17 @@ class BrokerController:
 
         loop.call_soon_threadsafe(lambda: self.spawn(later()))
 
+    def check_producer_transaction_state(self, group: str, header: dict[str, str], body: bytes) -> None:
+        """Broker2Client.checkProducerTransactionState (on the loop): CHECK_TRANSACTION_STATE, oneway, to one
+        live connection of the producer group (ProducerManager.getAvailableChannel)."""
+        channel = self.producer_manager.available_channel(group, _is_live)
+        if channel is None:
+            log.warning("Check transaction failed, channel is null. groupId=%s", group)
+            return
+        req = create_request(RequestCode.CHECK_TRANSACTION_STATE, header, body)
+        req.flag |= FLAG_ONEWAY
+        self.spawn(channel.send(req))  # type: ignore[attr-defined]
+
     # ---- name server ------------------------------------------------------------------------------------
     def _namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in (self.broker_config.namesrv_addr or "").split(";") if a.strip()]
@@ -370,3 +397,49 @@ class BrokerController:
         if self.ha is not None:
             info.update(self.ha.runtime_info())
         return info
+
+
+def _is_live(channel: object) -> bool:
+    return not getattr(channel, "closed", True)
+
+
+class _CheckHooks:
+    """The transaction check service's view of the broker (transaction_check.CheckHooks). Called on the
+    service's thread: whatever changes the broker's tables is handed to the loop."""
+
+    def __init__(self, controller: BrokerController) -> None:
+        self.controller = controller
+
+    def _on_loop(self, fn: Any, *args: Any) -> None:
+        loop = self.controller.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(fn, *args)
+
+    def query_offset(self, topic: str, queue_id: int) -> int:
+        return self.controller.consumer_offset_manager.query_offset(tx.CID_RMQ_SYS_TRANS, topic, queue_id)
+
+    def save_progress(self, offsets: list[tuple[str, int, int]]) -> None:
+        offsets_manager = self.controller.consumer_offset_manager
+        applied = threading.Event()
+        generation = [0]
+
+        def apply() -> None:
+            for topic, queue_id, offset in offsets:
+                offsets_manager.commit_offset(self.controller.broker_addr, tx.CID_RMQ_SYS_TRANS, topic, queue_id,
+                                              offset)
+            generation[0] = offsets_manager.persist_soon()
+            applied.set()
+
+        self._on_loop(apply)
+        if not (applied.wait(PROGRESS_WAIT_S)
+                and offsets_manager.persister.wait_written(generation[0], PROGRESS_WAIT_S)):
+            log.warning("the transaction check's progress is not on disk yet; its checks go out anyway")
+
+    def check_producer(self, group: str, header: dict[str, str], body: bytes) -> None:
+        self._on_loop(self.controller.check_producer_transaction_state, group, header, body)
+
+    def half_queue_ids(self) -> list[int]:
+        """The half topic's queues that exist in the store. (4.9.8 reads the topic table, adding the half topic
+        to it with one queue when absent; here the topic table is left as the operator made it.)"""
+        # a C-level copy: the dispatch thread may be adding a queue meanwhile
+        return sorted(self.controller.store.consume_queue_table.get(tx.HALF_TOPIC, {}).copy())

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from reference_broker.broker import topic_config as tcm
 from reference_broker.broker.persisted_reply import reply_when_persisted
+from reference_broker.broker.transaction import half_message
 from reference_broker.common import message as mc
 from reference_broker.common import names
 from reference_broker.common import record as rec
@@ -323,14 +324,10 @@ class SendMessageProcessor:
                 return create_response(cmd, redirected.code, redirected.remark)
             if redirected is not None:
                 topic, queue_id = redirected, 0
-        if props.get(mc.PROPERTY_TRANSACTION_PREPARED) == "true":
-            if self.config.reject_transaction_message:
-                return create_response(cmd, ResponseCode.NO_PERMISSION,
-                                       f"the broker[{self.config.broker_ip1}] sending transaction "
-                                       "message is forbidden")
-            # Deliberate gap: half messages and check-back are on the roadmap (docs/design.md, Roadmap), not built yet.
+        half = props.get(mc.PROPERTY_TRANSACTION_PREPARED) == "true"  # Boolean.parseBoolean
+        if half and self.config.reject_transaction_message:
             return create_response(cmd, ResponseCode.NO_PERMISSION,
-                                   "transactional messages are not supported by this broker yet")
+                                   f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden")
         # 4.9.8 parses the header's properties and re-encodes the map with CLUSTER added. A text that is
         # already what that encoding writes (every client's) is stored as it came, CLUSTER appended; anything
         # else (empty names or values, a name twice, CLUSTER itself, stray separators) is re-encoded from the
@@ -356,6 +353,8 @@ class SendMessageProcessor:
             topic=topic, body=cmd.body, queue_id=queue_id, flag=int_of(f, k.flag), properties=props,
             sys_flag=sys_flag, born_timestamp=int_of(f, k.born_timestamp), born_host=born_host,
             reconsume_times=reconsume_times, properties_bytes=props_b)
+        if half:  # TransactionalMessageServiceImpl.prepareMessage: stored as a half message (transaction.py)
+            half_message(msg)
         # The answer names the queue the request did (after randomQueueId and a DLQ redirect), not where the
         # store put it: a delayed message goes to SCHEDULE_TOPIC_XXXX's queue delayLevel - 1 (4.9.8's
         # responseHeader.setQueueId(queueIdInt)).

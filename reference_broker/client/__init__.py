@@ -43,6 +43,12 @@ from reference_broker.client.message import (
 from reference_broker.client.producer import Producer, select_by_hash, select_by_random
 from reference_broker.client.pull_consumer import PullConsumer
 from reference_broker.client.push_consumer import PushConsumer
+from reference_broker.client.transaction_producer import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "AllocateAveragely",
@@ -57,6 +63,7 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeOrderlyContext",
     "ConsumeOrderlyStatus",
+    "LocalTransactionState",
     "MQBrokerError",
     "MQClientError",
     "Message",
@@ -70,6 +77,9 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "select_by_hash",
     "select_by_random",
 ]

@@ -14,6 +14,7 @@ consumer is. Transport errors leave here as ``MQClientError`` (see ``errors``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -33,6 +34,8 @@ from reference_broker.client.route import (
 )
 from reference_broker.client.scheduler import Scheduler, Worker
 from reference_broker.client.subscription import SubscriptionData
+from reference_broker.common import message as mc
+from reference_broker.common.record import RecordError, decode_message
 from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.client import RemotingClient, ResponseCallback
 from reference_broker.remoting.codes import RequestCode, ResponseCode
@@ -177,7 +180,8 @@ class MQClientInstance:
                 if client is None:
                     if self._stopped:
                         raise MQClientError(ClientErrorCode.CLIENT_STATE_EXCEPTION, "client instance is shut down")
-                    client = RemotingClient.from_addr(addr, self.config.request_timeout_s, self._handle_request,
+                    client = RemotingClient.from_addr(addr, self.config.request_timeout_s,
+                                                      functools.partial(self._handle_request, addr=addr),
                                                       self.config.queued_writes)
                     self._clients[addr] = client
         return client
@@ -220,14 +224,34 @@ class MQClientInstance:
         assert last is not None
         raise last
 
-    def _handle_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
-        """ClientRemotingProcessor: NOTIFY_CONSUMER_IDS_CHANGED triggers a rebalance now."""
+    def _handle_request(self, cmd: RemotingCommand, addr: str = "") -> RemotingCommand | None:
+        """ClientRemotingProcessor, on the connection's reader thread: NOTIFY_CONSUMER_IDS_CHANGED triggers a
+        rebalance now; CHECK_TRANSACTION_STATE goes to the producer of the message's group (``addr``: the
+        broker that asked, where the answer goes)."""
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             log.info("receive broker's notification, the consumer group: %s changed, rebalance immediately",
                      cmd.ext_fields.get("consumerGroup"))
             self.rebalance_immediately()
             return None
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            self._check_transaction_state(cmd, addr)
+            return None
         return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+
+    def _check_transaction_state(self, cmd: RemotingCommand, addr: str) -> None:
+        """ClientRemotingProcessor.checkTransactionState: decode the message, find its group's producer."""
+        try:
+            msg = decode_message(cmd.body)
+        except RecordError as exc:
+            log.warning("CHECK_TRANSACTION_STATE from %s with an undecodable message: %s", addr, exc)
+            return
+        group = msg.properties.get(mc.PROPERTY_PRODUCER_GROUP)
+        producer = self.producers.get(group) if group else None
+        check = getattr(producer, "check_transaction_state", None)
+        if check is None:
+            log.debug("checkTransactionState, pick producer by group[%s] failed", group)
+            return
+        check(addr, msg, dict(cmd.ext_fields))
 
     # ---- routes -----------------------------------------------------------------------------
 

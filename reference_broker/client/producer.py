@@ -21,7 +21,8 @@ Sending modes:
 The message id returned is the client UNIQ_KEY (``message_id``); the broker's offset id is
 ``SendResult.offset_msg_id``. Not implemented: body compression (compressMsgBodyOverHowmuch; bodies go as
 they are, so sysFlag never has COMPRESSED), the send-latency fault strategy (sendLatencyFaultEnable,
-off by default in RocketMQ too), transactions, request-reply, namespaces and message traces.
+off by default in RocketMQ too), request-reply, namespaces and message traces. Transactions:
+``TransactionProducer`` (transaction_producer.py).
 """
 
 from __future__ import annotations
@@ -201,9 +202,11 @@ class Producer:
         if mq.topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):
             raw = msg.properties.get(mc.PROPERTY_MAX_RECONSUME_TIMES)
             max_reconsume = int(raw) if raw else None
+        # sendKernelImpl: a half message (TRAN_MSG=true) says so in its sysFlag too.
+        sys_flag = mc.TRANSACTION_PREPARED_TYPE if msg.properties.get(mc.PROPERTY_TRANSACTION_PREPARED) == "true" else 0
         return protocol.send_request(
             self.group, mq.topic, mq.queue_id, msg.body, protocol.encode_properties(msg.properties), msg.flag,
-            born_timestamp=int(time.time() * 1000), max_reconsume_times=max_reconsume,
+            sys_flag=sys_flag, born_timestamp=int(time.time() * 1000), max_reconsume_times=max_reconsume,
         )
 
     def broker_addr(self, mq: MessageQueue) -> str:

@@ -115,9 +115,10 @@ def test_oversized_body_is_message_illegal(broker):
     assert r.code == ResponseCode.MESSAGE_ILLEGAL
 
 
-def test_transactional_prepare_is_refused_clearly(broker):
+def test_transactional_prepare_is_refused_when_reject_transaction_message_is_set(broker):
+    broker.broker_config.reject_transaction_message = True
     r = call(broker, broker.send_processor, send_request("T", b"x", props={"TRAN_MSG": "true"}))
-    assert r.code == ResponseCode.NO_PERMISSION and "transactional" in r.remark
+    assert r.code == ResponseCode.NO_PERMISSION and "sending transaction message is forbidden" in r.remark
 
 
 def test_put_status_mapping_matches_handle_put_message_result():

@@ -92,3 +92,25 @@ def test_a_java_consumers_retry_goes_through_the_reference_broker(tmp_path: Path
         # RECONSUME_LATER sent each back (CONSUMER_SEND_MSG_BACK); the broker redelivered it through
         # %RETRY%JAVA_RETRY_CG with its reconsume count raised
         assert sorted((r["key"], r["reconsumeTimes"]) for r in received) == [("k0", 1), ("k1", 1)]
+
+
+@pytest.mark.slow
+def test_the_java_transaction_producer_commits_rolls_back_and_answers_checks_through_the_reference_broker(
+        tmp_path: Path, java: Driver) -> None:
+    """4.9.8's TransactionMQProducer: its half messages, its oneway END_TRANSACTION, and its answers to our
+    CHECK_TRANSACTION_STATE (whose body it decodes with MessageDecoder.decode)."""
+    conf = {"transactionCheckInterval": 500, "transactionTimeOut": 1000}
+    with Topology(tmp_path / "t", broker_conf=conf) as topo:
+        admin.update_topic(topo.namesrv_addr, TOPIC, 2, 2, broker_addr=topo.brokers[0].addr)
+        out = java("transaction", topo.namesrv_addr, TOPIC, "3", "60")
+        sent = [o for o in out if "status" in o]
+        checks = [o for o in out if "checked" in o]
+        assert [s["key"] for s in sent] == [f"{p}{i}" for i in range(3) for p in ("tc", "tr", "tu")]
+        assert {s["status"] for s in sent} == {"SEND_OK"} and out[-1] == {"allChecked": True}
+        # only the UNKNOW ones are asked about, once each, as messages of the real topic
+        assert sorted(c["checked"] for c in checks) == ["tu0", "tu1", "tu2"]
+        assert all(c["checkTimes"] == "1" and c["topic"] == TOPIC for c in checks)
+        *received, summary = java("consume", topo.namesrv_addr, TOPIC, "JAVA_TX_CG", "7", "8")
+        assert summary == {"done": False, "received": 6}, "nothing beyond the six committed in 8 s"
+        assert sorted(r["key"] for r in received) == ["tc0", "tc1", "tc2", "tu0", "tu1", "tu2"]
+        assert all(r["body"] == f"body-{r['key']}" and r["driver"] == "java" for r in received)

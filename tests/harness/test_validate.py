@@ -118,7 +118,7 @@ def test_unknown_op_and_outcome_values(run: Path) -> None:
     replace_part(run, t)
     assert validate_run(run) == [
         "events/part-w0-000000.parquet: column 'op' has values ['poll'], expected one of ['ack', 'read', 'receive', "
-        "'send']",
+        "'send', 'tx']",
         "events/part-w0-000000.parquet: column 'outcome' has values ['timeout'], expected one of "
         "['fail', 'ok', 'unknown']",
     ]

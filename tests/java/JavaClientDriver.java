@@ -7,6 +7,9 @@
 //       batch:N         one batch of N messages, keys b0..b(N-1)
 //       orderly:N       sync sends to the queue chosen by key % queues (MessageQueueSelector)
 //       delay:N:LEVEL   sync sends with delayTimeLevel LEVEL
+//   transaction N SECONDS  a TransactionMQProducer sends N half messages each of keys tc<i> (committed at once),
+//                   tr<i> (rolled back) and tu<i> (UNKNOW; the check-back commits it), then waits until every tu
+//                   was checked or time ran out; one line per check: {"checked": key, "checkTimes": ...}
 //   consume GROUP N SECONDS [retry]   push consumer from the first offset until N keys arrived or time ran out;
 //                   with "retry", the first delivery of each message answers RECONSUME_LATER
 import java.nio.charset.StandardCharsets;
@@ -20,7 +23,10 @@ import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
@@ -32,7 +38,7 @@ public class JavaClientDriver {
 
     static void print(SendResult r, String key) {
         System.out.println("{\"key\":" + quote(key) + ",\"status\":" + quote(r.getSendStatus().name())
-            + ",\"msgId\":" + quote(r.getMsgId()) + ",\"offsetMsgId\":" + quote(r.getOffsetMsgId())
+            + ",\"msgId\":" + quote(r.getMsgId()) + ",\"offsetMsgId\":" + quote(String.valueOf(r.getOffsetMsgId()))
             + ",\"queueId\":" + r.getMessageQueue().getQueueId() + ",\"queueOffset\":" + r.getQueueOffset()
             + ",\"broker\":" + quote(r.getMessageQueue().getBrokerName()) + "}");
     }
@@ -48,6 +54,10 @@ public class JavaClientDriver {
         if (command.equals("consume")) {
             consume(namesrv, topic, args[3], Integer.parseInt(args[4]), Integer.parseInt(args[5]),
                 args.length > 6 && args[6].equals("retry"));
+            return;
+        }
+        if (command.equals("transaction")) {
+            transaction(namesrv, topic, Integer.parseInt(args[3]), Integer.parseInt(args[4]));
             return;
         }
         if (!command.equals("produce")) throw new IllegalArgumentException("unknown command " + command);
@@ -89,6 +99,45 @@ public class JavaClientDriver {
                 break;
             default:
                 throw new IllegalArgumentException("unknown step " + step[0]);
+        }
+    }
+
+    static void transaction(String namesrv, String topic, int n, int seconds) throws Exception {
+        CountDownLatch checked = new CountDownLatch(n);
+        TransactionMQProducer p = new TransactionMQProducer("JAVA_TX_PG");
+        p.setNamesrvAddr(namesrv);
+        p.setSendMsgTimeout(10000);
+        p.setHeartbeatBrokerInterval(1000);  // the broker finds this producer's channel for its checks soon
+        p.setTransactionListener(new TransactionListener() {
+            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                String k = msg.getKeys();
+                return k.startsWith("tc") ? LocalTransactionState.COMMIT_MESSAGE
+                    : k.startsWith("tr") ? LocalTransactionState.ROLLBACK_MESSAGE : LocalTransactionState.UNKNOW;
+            }
+
+            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                System.out.println("{\"checked\":" + quote(msg.getKeys()) + ",\"checkTimes\":"
+                    + quote(String.valueOf(msg.getProperty("TRANSACTION_CHECK_TIMES"))) + ",\"topic\":"
+                    + quote(msg.getTopic()) + "}");
+                if (msg.getKeys().startsWith("tu")) checked.countDown();
+                return msg.getKeys().startsWith("tu") ? LocalTransactionState.COMMIT_MESSAGE
+                    : LocalTransactionState.ROLLBACK_MESSAGE;
+            }
+        });
+        p.start();
+        try {
+            for (int i = 0; i < n; i++) {
+                for (String prefix : new String[] {"tc", "tr", "tu"}) {
+                    String key = prefix + i;
+                    SendResult r = p.sendMessageInTransaction(message(topic, key), null);
+                    print(r, key);
+                }
+            }
+            boolean all = checked.await(seconds, TimeUnit.SECONDS);
+            Thread.sleep(500);  // the last answers (oneway END_TRANSACTION) leave before the shutdown
+            System.out.println("{\"allChecked\":" + all + "}");
+        } finally {
+            p.shutdown();
         }
     }
 
