@@ -24,7 +24,7 @@ POWER_LOSS_TORN: Final = "power_loss_torn"  # a power loss that also tears a pag
 POWER_LOSSES: Final = frozenset({POWER_LOSS, POWER_LOSS_TORN})
 DISK_FILL: Final = "disk_fill"
 # The faults that end a broker group's master (harness FaultKind): the run is then read from the slave.
-MASTER_FAULTS: Final = frozenset({"master_kill9", "master_disk_destroyed"})
+MASTER_FAULTS: Final = frozenset({"master_kill9", "master_disk_destroyed", "master_power_loss"})
 SYNC_FLUSH: Final = "SYNC_FLUSH"
 ASYNC_FLUSH: Final = "ASYNC_FLUSH"
 CRASHES: Final = (KILL9, POWER_LOSS, POWER_LOSS_TORN)  # the "abnormal shutdowns" of the seed's flush-mode claims
