@@ -75,8 +75,8 @@ SLAVE_SETTLE_S: Final = 1.0  # the slave's end unchanged this long (and its disp
 REPLICATING_TIMEOUT_S: Final = 60.0  # RocketMQ's slave reports its first offset 5 s after connecting
 MASTER_IMAGE_BYTES: Final = 768 << 20  # master_power_loss: the master's loop image (as chaos.power_loss's)
 SLAVE_DOWN_S: Final = (0.5, 1.5)  # slave_kill9: how long the slave stays dead before its restart
-# slave_paused: longer than slaveTimeout (3 s, 4.9.8 MessageStoreConfig.syncFlushTimeout's sibling used by
-# CommitLog.submitReplicaRequest) so that a SYNC_MASTER's waits for it time out.
+# slave_paused: longer than slaveTimeout (3 s, how long 4.9.8's CommitLog.submitReplicaRequest waits for the
+# slave's report), so a SYNC_MASTER's waits time out with FLUSH_SLAVE_TIMEOUT.
 SLAVE_PAUSE_S: Final = 4.0
 
 
