@@ -259,10 +259,11 @@ def _master_faults(text: str) -> list[ReplicationFault]:
 @click.option("--replication", "replication", default="sync,async", show_default=True,
               help="brokerRole of the master, comma-separated: sync (SYNC_MASTER), async (ASYNC_MASTER).")
 @click.option("--faults", default="master_kill9,master_disk_destroyed", show_default=True,
-              help="Master faults, comma-separated.")
-@click.option("--flush", default="async", show_default=True, help="sync or async (flushDiskType), every cell.")
+              help="Faults, comma-separated: " + ", ".join(f.value for f in ReplicationFault) + ".")
+@click.option("--flush", default="async", show_default=True,
+              help="flushDiskType of both brokers, comma-separated: sync, async (each a set of cells).")
 @click.option("--cycles", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Master kill -9 cycles; all but the last restart the master, the last is the fault.")
+              help="Fault cycles; for a master fault all but the last restart the master, the last is the fault.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 @click.option("--work-dir", type=click.Path(path_type=Path), default=None, help="Scratch space (default: $TMPDIR).")
 @click.option("--seed", type=int, default=None, help="Random seed (the fault moments).")
@@ -279,11 +280,13 @@ def _master_faults(text: str) -> list[ReplicationFault]:
 def replication(replication: str, faults: str, flush: str, cycles: int, runs_dir: Path, work_dir: Path | None,
                 seed: int | None, gap: str, msg_size: int, in_flight: int, as_json: bool, gate: bool,
                 require_all: bool, broker_impl: str, rocketmq_home: Path | None) -> None:
-    """A master and its slave under load; the master is killed (master_kill9) or killed and its store deleted
-    (master_disk_destroyed); the topic is drained from the slave. SYNC_MASTER must keep every SEND_OK;
-    ASYNC_MASTER's loss is reported with the replication lag at the crash."""
+    """A master and its slave under load. Master faults: the master is killed (master_kill9), killed and its
+    store deleted (master_disk_destroyed) or its loop image crashed (master_power_loss, root + loop devices);
+    the topic is drained from the slave. SYNC_MASTER must keep every SEND_OK; ASYNC_MASTER's loss is reported
+    with the replication lag at the crash. Slave faults (slave_kill9, slave_paused): the slave must catch up,
+    both stores pass checkStore, and the master keeps every acknowledged send."""
     spec = replication_matrix.ReplicationMatrixSpec(
-        modes=_modes(replication), faults=_master_faults(faults), flush=_flushes(flush)[0], cycles=cycles,
+        modes=_modes(replication), faults=_master_faults(faults), flushes=_flushes(flush), cycles=cycles,
         runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
         load=LoadSpec(msg_size=msg_size, in_flight=in_flight), command=tuple(sys.argv), impls=_impls(broker_impl),
         rocketmq_home=rocketmq_home)

@@ -21,7 +21,7 @@ import bisect
 import itertools
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -112,6 +112,7 @@ class Workload:
         self.sent_unknown = 0
         self.deliveries = 0
         self._ok_end_ns: list[int] = []
+        self._send_ok_end_ns: list[int] = []  # answers with a plain SEND_OK (a SYNC_MASTER's slave has it too)
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(spec.in_flight)
         self._in_flight = 0
@@ -221,6 +222,19 @@ class Workload:
         i = bisect.bisect_right(ends, ns)
         return ends[i] if i < len(ends) else None
 
+    def first_send_ok_after(self, ns: int) -> int | None:
+        """End time of the first send answered with a plain SEND_OK that ended after ``ns``: unlike
+        ``first_ok_after``, a SYNC_MASTER's FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE answers do not count."""
+        with self._lock:
+            ends = sorted(self._send_ok_end_ns)
+        i = bisect.bisect_right(ends, ns)
+        return ends[i] if i < len(ends) else None
+
+    def answers_between(self, from_ns: int, to_ns: int) -> dict[str, int]:
+        """The acknowledged sends that ended in (from_ns, to_ns], counted by SendStatus name."""
+        with self._lock:
+            return dict(Counter(a.status.name for a in self.acks.values() if from_ns < a.end_ns <= to_ns))
+
     def record_size(self) -> int:
         """The stored size of one of this workload's records (all are alike: one topic, one key length, one
         body size): the smallest gap between the commit-log offsets of acknowledged sends; 0 until known."""
@@ -302,6 +316,8 @@ class Workload:
                 with self._lock:
                     self.acks.setdefault(key, Ack(phys, end, result.send_status, result.msg_id))
                     self._ok_end_ns.append(end)
+                    if result.send_status is SendStatus.SEND_OK:
+                        self._send_ok_end_ns.append(end)
                     self.sent_ok += 1
                 return
             assert error is not None

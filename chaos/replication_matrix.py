@@ -1,4 +1,4 @@
-"""This module owns the replication matrix: broker x replication mode x master fault, each cell a fresh group (a
+"""This module owns the replication matrix: broker x flush mode x replication mode x fault, each cell a fresh group (a
 master and a slave) with its own run record (chaos.replication), and the summary table and gate over them.
 
 The gate fails on a reference-broker cell whose verdict failed (a SYNC_MASTER that lost a SEND_OK, a slave
@@ -26,7 +26,7 @@ from harness.rocketmq import BrokerImpl
 class ReplicationMatrixSpec:
     modes: Sequence[ReplicationMode] = (ReplicationMode.SYNC, ReplicationMode.ASYNC)
     faults: Sequence[ReplicationFault] = tuple(ReplicationFault)
-    flush: FlushMode = FlushMode.ASYNC
+    flushes: Sequence[FlushMode] = (FlushMode.ASYNC,)
     cycles: int = 3
     runs_dir: Path = Path("runs")
     work_dir: Path | None = None
@@ -42,14 +42,15 @@ class ReplicationMatrixSpec:
         out = []
         for impl in self.impls:
             n = 0
-            for fault in self.faults:
-                for mode in self.modes:
-                    seed = None if self.seed is None else self.seed + n
-                    n += 1
-                    out.append(ReplicationSpec(fault=fault, mode=mode, flush=self.flush, cycles=self.cycles,
-                                               runs_dir=self.runs_dir, work_dir=self.work_dir, seed=seed,
-                                               gap_s=self.gap_s, load=self.load, command=self.command,
-                                               broker_impl=impl, rocketmq_home=self.rocketmq_home))
+            for flush in self.flushes:
+                for fault in self.faults:
+                    for mode in self.modes:
+                        seed = None if self.seed is None else self.seed + n
+                        n += 1
+                        out.append(ReplicationSpec(fault=fault, mode=mode, flush=flush, cycles=self.cycles,
+                                                   runs_dir=self.runs_dir, work_dir=self.work_dir, seed=seed,
+                                                   gap_s=self.gap_s, load=self.load, command=self.command,
+                                                   broker_impl=impl, rocketmq_home=self.rocketmq_home))
         return out
 
 
@@ -58,7 +59,7 @@ def run_cells(spec: ReplicationMatrixSpec, log: Callable[[str], None] | None = N
     results = []
     cells = spec.cells()
     for i, cell in enumerate(cells):
-        say(f"[{i + 1}/{len(cells)}] {cell.broker_impl} {cell.fault.value} {cell.mode.value}")
+        say(f"[{i + 1}/{len(cells)}] {cell.broker_impl} {cell.fault.value} {cell.mode.value} {cell.flush.value}")
         t0 = time.monotonic()
         r = run_replication(cell, log=log)
         status = (f"SKIPPED ({r.skipped})" if r.skipped is not None
@@ -73,7 +74,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("cycles", "cycles"), ("acknowledged", "acked"), ("acked_master_only", "master-only"),
     ("lost", "lost"), ("lost_promised", "lost promised"), ("absent", "absent on slave"),
     ("absent_promised", "absent promised"), ("lost_share", "lost share"), ("lag_bytes", "lag B (final)"),
-    ("lag_bytes_max", "lag B (max)"), ("unreplicated_bytes", "unreplicated B"), ("verdict", "verdict"),
+    ("lag_bytes_max", "lag B (max)"), ("unreplicated_bytes", "unreplicated B"),
+    ("promised_final_window", "SEND_OK (final window)"), ("diverged_cycles", "diverged"), ("verdict", "verdict"),
 )
 
 
@@ -90,15 +92,16 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = aligned_table(COLUMNS, rows)
     notes = []
     for row in rows:
-        name = f"{row['broker_impl']}/{row['fault']}/{row['replication']}"
+        name = f"{row['broker_impl']}/{row['fault']}/{row['replication']}/{row['flush']}"
         if row.get("skipped"):
             notes.append(f"  {name}: skipped: {row['skipped']}")
         notes += [f"  {name}: {v}" for v in row.get("violations") or []]
+        notes += [f"  {name}: finding: {f}" for f in row.get("findings") or []]
         if row.get("run_dir"):
             notes.append(f"  {name}: {row['run_dir']}")
     return "\n".join(lines + (["", "notes and run records:", *notes] if notes else []))
 
 
 def gate_failures(results: Iterable[ReplicationResult], require_all: bool = False) -> list[str]:
-    return cell_gate_failures(((f"{r.spec.broker_impl}/{r.spec.fault.value}/{r.spec.mode.short}", r.spec.broker_impl, r)
-                               for r in results), require_all)
+    return cell_gate_failures(((f"{r.spec.broker_impl}/{r.spec.fault.value}/{r.spec.mode.short}/{r.spec.flush.short}",
+                                r.spec.broker_impl, r) for r in results), require_all)

@@ -34,6 +34,8 @@ class Verdict(StrEnum):
     HELD = "held"
     NOT_HELD = "not held"
     NOT_MEASURED = "not measured yet"
+    # Measured, but the runs hold too little of what the claim is about to judge it (e.g. too few promised sends).
+    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)

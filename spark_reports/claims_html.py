@@ -1,9 +1,9 @@
 """The seed's claims and the reports' findings as HTML: the front page's claims table and each report's
 "claims judged here" section.
 
-Verdicts are coloured (held green, not held red, not measured yet amber) with inline styles, so the page
-needs no stylesheet beyond the one ``html_report.Page`` writes. Every value is escaped here; the parts are
-appended to a ``Page`` as ready HTML.
+Verdicts are coloured (held green, not held red, not measured yet amber, inconclusive grey) with inline styles,
+so the page needs no stylesheet beyond the one ``html_report.Page`` writes. Every value is escaped here; the
+parts are appended to a ``Page`` as ready HTML.
 """
 
 import html
@@ -18,6 +18,7 @@ VERDICT_STYLE: Final = {
     Verdict.HELD: "background:#d8f0d8;color:#14501e;font-weight:bold",
     Verdict.NOT_HELD: "background:#f6d5d5;color:#7a1010;font-weight:bold",
     Verdict.NOT_MEASURED: "background:#fdf0c8;color:#5c4a00",
+    Verdict.INCONCLUSIVE: "background:#e4e4ec;color:#303048",
 }
 _LEFT: Final = "text-align:left;vertical-align:top"
 MAX_RUNS_LISTED: Final = 50  # a claim judged on more runs lists the first ones and counts the rest
@@ -84,12 +85,15 @@ def claims_table(findings: Sequence[Finding], out_dir: Path) -> str:
 
 def claim_verdict(findings: Sequence[Finding], claim: ClaimId) -> Verdict:
     """One claim's verdict: not held if any finding says so, else held if any finding holds it (a report that
-    could not judge it takes nothing away), else not measured yet."""
+    could not judge it takes nothing away), else inconclusive if one measured it without enough evidence, else
+    not measured yet."""
     verdicts = {f.verdict for f in findings if f.claim == claim}
     if Verdict.NOT_HELD in verdicts:
         return Verdict.NOT_HELD
     if Verdict.HELD in verdicts:
         return Verdict.HELD
+    if Verdict.INCONCLUSIVE in verdicts:
+        return Verdict.INCONCLUSIVE
     return Verdict.NOT_MEASURED
 
 

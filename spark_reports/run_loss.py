@@ -24,7 +24,7 @@ POWER_LOSS_TORN: Final = "power_loss_torn"  # a power loss that also tears a pag
 POWER_LOSSES: Final = frozenset({POWER_LOSS, POWER_LOSS_TORN})
 DISK_FILL: Final = "disk_fill"
 # The faults that end a broker group's master (harness FaultKind): the run is then read from the slave.
-MASTER_FAULTS: Final = frozenset({"master_kill9", "master_disk_destroyed"})
+MASTER_FAULTS: Final = frozenset({"master_kill9", "master_disk_destroyed", "master_power_loss"})
 SYNC_FLUSH: Final = "SYNC_FLUSH"
 ASYNC_FLUSH: Final = "ASYNC_FLUSH"
 CRASHES: Final = (KILL9, POWER_LOSS, POWER_LOSS_TORN)  # the "abnormal shutdowns" of the seed's flush-mode claims
@@ -53,6 +53,9 @@ class RunLoss:
     acked_master_only: int = 0  # acknowledged only with FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE
     lost_promised: int = 0  # lost keys that had a plain SEND_OK
     replication_lag_bytes: int | None = None  # master − slave commit-log end just before the master was lost
+    # Sends answered a plain SEND_OK in the final cycle's window (from the last restart's first SEND_OK to the
+    # master fault that ended the run): what a SYNC_MASTER promised just before it was lost. None: not recorded.
+    promised_final_window: int | None = None
 
 
 _SCHEMA = StructType([
@@ -69,6 +72,7 @@ _SCHEMA = StructType([
     StructField("acked_master_only", LongType(), False),
     StructField("lost_promised", LongType(), False),
     StructField("replication_lag_bytes", LongType(), True),
+    StructField("promised_final_window", LongType(), True),
 ])
 
 
@@ -114,6 +118,13 @@ def replication_lag(faults: list[dict[str, Any]]) -> int | None:
     return lags[-1] if lags and lags[-1] >= 0 else None
 
 
+def promised_final_window(faults: list[dict[str, Any]]) -> int | None:
+    """``promised_in_window`` of the master fault that ended the run (chaos/replication.py); None without one."""
+    counts = [int(f["params"]["promised_in_window"]) for f in faults
+              if f.get("kind") in MASTER_FAULTS and "promised_in_window" in (f.get("params") or {})]
+    return counts[-1] if counts else None
+
+
 def lost_master(loss: RunLoss) -> bool:
     """Whether the run ended with its group's master lost (so it was read from the slave)."""
     return bool(set(loss.fault.split("+")) & MASTER_FAULTS)
@@ -145,6 +156,7 @@ def run_loss(run: RunInfo) -> RunLoss | None:
         recovered=count("recovered"), unexpected=count("unexpected"), valid=bool(check.get("valid", False)),
         unread=count("unread"), replication=run.replication_mode, acked_master_only=count("acked_master_only"),
         lost_promised=count("lost_promised"), replication_lag_bytes=replication_lag(faults),
+        promised_final_window=promised_final_window(faults),
     )
 
 

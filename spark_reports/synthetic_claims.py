@@ -336,6 +336,7 @@ class MasterLossSpec:
     lag_bytes: int = 40_000
     fault: str = "master_disk_destroyed"
     kill9_cycles: int = 1
+    promised_window: int | None = 1000  # SEND_OK answers in the final cycle's window (None: not recorded)
 
 
 def write_master_loss_run(out_dir: Path, index: int, spec: MasterLossSpec) -> str:
@@ -351,7 +352,9 @@ def write_master_loss_run(out_dir: Path, index: int, spec: MasterLossSpec) -> st
         faults.append({"ts_ns": at + 500_000_000, "kind": "restart", "target": "broker-a", "params": {}})
     end = t0 + (spec.kill9_cycles + 1) * 2_000_000_000
     faults.append({"ts_ns": end, "kind": spec.fault, "target": "broker-a",
-                   "params": {"lag_bytes": spec.lag_bytes, "final": True}})
+                   "params": {"lag_bytes": spec.lag_bytes, "final": True,
+                              **({} if spec.promised_window is None
+                                 else {"promised_in_window": spec.promised_window})}})
     meta = _meta(run_id, scenario, "ASYNC_FLUSH", {"fault": spec.fault, "replication": spec.role}, t0,
                  end + 10**9, "default")
     meta["broker"]["brokerRole"] = spec.role

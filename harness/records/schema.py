@@ -140,6 +140,10 @@ class FaultKind(StrEnum):
     # is what remains. Their params carry the replication lag sampled just before.
     MASTER_KILL9 = "master_kill9"
     MASTER_DISK_DESTROYED = "master_disk_destroyed"
+    MASTER_POWER_LOSS = "master_power_loss"  # the master's loop image crashed (chaos/replication.py)
+    # The slave killed -9 (then restarted) or SIGSTOPped (then resumed) while the master lives on.
+    SLAVE_KILL9 = "slave_kill9"
+    SLAVE_PAUSED = "slave_paused"
 
 
 class MetricName(StrEnum):

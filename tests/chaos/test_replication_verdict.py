@@ -70,3 +70,29 @@ def test_an_incomplete_drain_unexpected_keys_corruption_and_errors_fail() -> Non
               cycle_errors=["cycle 0: no restart"], error="boom")
     assert not v.ok and len(v.violations) == 5
     assert judge(ReplicationMode.SYNC, None, {}, set(), 0, -1, -1).violations == ["no check result"]
+
+
+def test_with_the_master_alive_every_acknowledged_key_must_be_drained_whatever_its_answer() -> None:
+    # slave_kill9 / slave_paused: the drain reads the master, which stored c and d too (FLUSH_SLAVE_TIMEOUT and
+    # SLAVE_NOT_AVAILABLE still mean "stored on the master").
+    v = judge(ReplicationMode.SYNC, Check(), ACKS, {"a", "b", "c", "d"}, slave_end=400, lag_bytes=0,
+              unreplicated_bytes=0, master_alive=True)
+    assert v.ok, v.violations
+    v = judge(ReplicationMode.ASYNC, Check(), ACKS, {"a", "b", "c"}, slave_end=400, lag_bytes=0,
+              unreplicated_bytes=0, master_alive=True)
+    assert not v.ok and any("absent from the master" in s and "d" in s for s in v.violations)
+
+
+def test_loss_after_diverged_logs_is_a_finding_but_structural_failures_stay_violations() -> None:
+    # b (SEND_OK) is missing below the slave's end: a violation normally, a finding once a power-lost master
+    # recovered behind its slave (the logs diverged there).
+    plain = judge(ReplicationMode.SYNC, Check(lost=1, lost_promised=1), ACKS, {"a", "c", "d"}, slave_end=400,
+                  lag_bytes=0, unreplicated_bytes=0)
+    assert not plain.ok and plain.findings == []
+    diverged = judge(ReplicationMode.SYNC, Check(lost=1, lost_promised=1), ACKS, {"a", "c", "d"}, slave_end=400,
+                     lag_bytes=0, unreplicated_bytes=0, diverged=1)
+    assert diverged.ok and diverged.violations == [] and diverged.diverged == 1
+    assert "diverged" in diverged.findings[0] and len(diverged.findings) == len(plain.violations) + 1
+    broken = judge(ReplicationMode.SYNC, Check(), ACKS, {"a", "b", "c", "d"}, slave_end=400, lag_bytes=0,
+                   unreplicated_bytes=0, corrupted=2, diverged=1)
+    assert not broken.ok and any("corrupted" in s for s in broken.violations)

@@ -83,7 +83,7 @@ def test_one_row_per_claim_each_finding_shown_with_verdict_runs_and_evidence(tmp
     unjudged = [r for r in rows if len(r) == 7 and r[4][1] == "not measured yet" and r[6][1] == "–"]
     assert len(unjudged) == len(CLAIMS) - 2
     assert set(local_references(page)) == {"loss/index.html", "findings.html"}  # only pages that exist are linked
-    assert f"1 held, 1 not held, {len(CLAIMS) - 2} not measured yet" in page
+    assert f"1 held, 1 not held, 0 inconclusive, {len(CLAIMS) - 2} not measured yet" in page
 
 
 def test_a_claim_is_not_held_if_any_finding_says_so():
@@ -94,6 +94,11 @@ def test_a_claim_is_not_held_if_any_finding_says_so():
     assert verdict_counts([held, unjudged])[Verdict.HELD] == 1  # a report that could not judge takes nothing away
     counts = verdict_counts([held, not_held])
     assert (counts[Verdict.HELD], counts[Verdict.NOT_HELD], counts[Verdict.NOT_MEASURED]) == (0, 1, len(CLAIMS) - 1)
+    # Measured without enough evidence ranks above not measured, below a report that held or broke the claim.
+    inconclusive = Finding(ClaimId.QUEUES_10K, Verdict.INCONCLUSIVE, "w", "queues")
+    assert verdict_counts([unjudged, inconclusive])[Verdict.INCONCLUSIVE] == 1
+    assert verdict_counts([inconclusive, held])[Verdict.HELD] == 1
+    assert Verdict.INCONCLUSIVE in VERDICT_STYLE
 
 
 def test_empty_output_directory_lists_every_claim_as_not_measured(tmp_path):

@@ -52,3 +52,23 @@ def test_not_measured_without_either_mode_and_a_killed_master_keeps_its_disk(tmp
                                       MasterLossSpec(ASYNC, 1000, lost=500, fault="master_kill9")])
     assert f.verdict is Verdict.NOT_MEASURED and f.runs == ()
     assert replication_master_loss([], "loss").measured == "no SYNC_MASTER or ASYNC_MASTER run"
+
+
+def test_too_few_promised_sends_in_the_final_windows_is_inconclusive_not_held(tmp_path):
+    # No loss, but the SYNC_MASTER runs promised only 120 + 300 sends just before the master was lost: too few
+    # to say the promise held. The figure is shown; a run without it (an older record) adds nothing.
+    f, _ = _judge(tmp_path / "few", [MasterLossSpec(SYNC, 1000, promised_window=120),
+                                     MasterLossSpec(SYNC, 1000, promised_window=300),
+                                     MasterLossSpec(SYNC, 1000, promised_window=None),
+                                     MasterLossSpec(ASYNC, 1000)])
+    assert f.verdict is Verdict.INCONCLUSIVE
+    assert "420 promised in the final cycles' windows" in f.measured and "Inconclusive: fewer than 500" in f.measured
+    assert f.figures["sync_promised_final_window"] == 420
+    f, _ = _judge(tmp_path / "enough", [MasterLossSpec(SYNC, 1000, promised_window=200),
+                                        MasterLossSpec(SYNC, 1000, promised_window=300),
+                                        MasterLossSpec(ASYNC, 1000)])
+    assert f.verdict is Verdict.HELD and "500 promised in the final cycles' windows" in f.measured
+    # A lost promise is not held whatever the count.
+    f, _ = _judge(tmp_path / "lost", [MasterLossSpec(SYNC, 1000, lost=1, lost_promised=1, promised_window=10),
+                                      MasterLossSpec(ASYNC, 1000)])
+    assert f.verdict is Verdict.NOT_HELD
