@@ -1,0 +1,568 @@
+"""This module owns RocketMQ's SQL92 message selector: tokenizer, parser and evaluator, sans-IO
+(filter/.../parser/SelectorParser.jj and filter/.../expression/*.java, 4.9.8 — itself ActiveMQ's JMS selector
+without LIKE, arithmetic and hex/octal literals).
+
+Grammar (lowest precedence first; keywords and the exponent letter ignore case)::
+
+    selector   := or                                  (must yield a boolean, or be a bare property)
+    or         := and ("OR" and)*
+    and        := equality ("AND" equality)*
+    equality   := comparison ("=" comparison | "<>" comparison | "IS" "NULL" | "IS" "NOT" "NULL")*
+    comparison := unary (("<" | "<=" | ">" | ">=") unary
+                         | ["NOT"] "BETWEEN" unary "AND" unary
+                         | ["NOT"] "IN" "(" string ("," string)* ")")*
+    unary      := "+" unary | "-" unary | "NOT" unary | primary
+    primary    := literal | identifier | "(" or ")"
+    literal    := 'string' ('' escapes ') | decimal (long, optional L) | float (double) | TRUE | FALSE | NULL
+    identifier := [A-Za-z_$][A-Za-z0-9_$]*
+
+Like 4.9.8's JavaCC parser, parsing stops at the first token that cannot continue the expression: whatever
+follows is ignored (``a = 1 b`` is ``a = 1``); only the one token the parser looked at must lex.
+
+Values are Java's: property values are strings (or missing → null); literals are long, double, string or
+boolean. Evaluation yields True, False or None (unknown); a selector matches only on True. Where 4.9.8 throws
+during evaluation (a string that does not parse as the number it is compared with, a boolean compared with a
+string on the right) :class:`SelectorEvalError` is raised, and the broker treats the message as not matching
+(ExpressionMessageFilter.isMatchedByCommitLog logs and returns false). The asymmetries are 4.9.8's, kept on
+purpose: ``a = 'x'`` with ``a`` missing is null but ``'x' = a`` is false; ``a > 5`` reads ``a`` as a long
+(``'5.5'`` is an error) while ``a > 5.0`` reads it as a double; two properties compared with ``<``/``>`` are
+read as doubles, with ``=`` as strings.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+Value = str | int | float | bool | None
+Context = Mapping[str, str]
+Evaluator = Callable[[Context], Value]
+
+KEYWORDS: Final = frozenset({"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS"})
+_WHITESPACE: Final = " \t\n\r\f"  # SelectorParser.jj SPECIAL_TOKEN
+_OPERATORS: Final = ("<>", "<=", ">=", "=", "<", ">", "(", ")", ",", "+", "-")
+_FLOAT: Final = re.compile(r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+")
+_DECIMAL: Final = re.compile(r"0|[1-9][0-9]*[lL]?")
+_STRING: Final = re.compile(r"'(?:''|[^'])*'")
+_ID: Final = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+_LINE_COMMENT: Final = re.compile(r"--[^\n\r]*(?:\n|\r\n?)")
+_BLOCK_COMMENT: Final = re.compile(r"/\*.*?\*/", re.DOTALL)
+LONG_MIN: Final = -(1 << 63)
+LONG_MAX: Final = (1 << 63) - 1
+DOUBLE_MIN_VALUE: Final = 5e-324  # Double.MIN_VALUE, the smallest positive double
+
+
+class SelectorParseError(ValueError):
+    """A malformed selector: ``position`` is the 0-based offset of the offending token."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(f"{message} at column {position + 1}")
+        self.position = position
+
+
+class SelectorEvalError(ValueError):
+    """4.9.8 throws while evaluating (NumberFormatException, ClassCastException): the message does not match."""
+
+
+# ---- Java value semantics --------------------------------------------------------------------------------
+
+_JAVA_LONG: Final = re.compile(r"[+-]?\d+")  # Long.valueOf: Character.digit accepts any Unicode decimal digit
+_JAVA_DOUBLE: Final = re.compile(
+    r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
+_JAVA_HEX_DOUBLE: Final = re.compile(
+    r"([+-]?0[xX](?:[0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?[0-9]+)[fFdD]?")
+
+
+def java_long(text: str) -> int:
+    """Long.valueOf(String): no surrounding blanks, no underscores, within the signed 64-bit range."""
+    if _JAVA_LONG.fullmatch(text) is None:
+        raise SelectorEvalError(f"For input string: {text!r}")
+    value = int(text)
+    if not LONG_MIN <= value <= LONG_MAX:
+        raise SelectorEvalError(f"For input string: {text!r}")
+    return value
+
+
+def java_double(text: str) -> float:
+    """Double.valueOf(String): String.trim() first (every char <= U+0020), then Java's float syntax
+    (NaN, Infinity, a d/f suffix, hexadecimal with a binary exponent)."""
+    i, j = 0, len(text)
+    while i < j and text[i] <= " ":
+        i += 1
+    while j > i and text[j - 1] <= " ":
+        j -= 1
+    s = text[i:j]
+    if _JAVA_DOUBLE.fullmatch(s):
+        body = s[:-1] if s[-1] in "fFdD" else s
+        return float(body.replace("Infinity", "inf").replace("NaN", "nan"))
+    hexa = _JAVA_HEX_DOUBLE.fullmatch(s)
+    if hexa:
+        return float.fromhex(hexa.group(1))
+    raise SelectorEvalError(f"For input string: {text!r}")
+
+
+def _double_key(x: float) -> tuple[int, float]:
+    """Double.compareTo's order: -0.0 < 0.0, and NaN above everything, equal to itself."""
+    if math.isnan(x):
+        return (2, 0.0)
+    if x == 0.0:
+        return (1, 0.0) if math.copysign(1.0, x) > 0 else (0, 0.0)
+    return (1 if x > 0 else 0, x)
+
+
+def _cmp(a: object, b: object) -> int:
+    return int((a > b) - (a < b))  # type: ignore[operator]
+
+
+def java_compare(lv: Value, rv: Value) -> int:
+    """ComparisonExpression.__compare with convertStringExpressions on (SelectorParser sets it): unlike types
+    are converted up (long → double, a string to the other side's type); pairs it cannot convert answer -1."""
+    lt, rt = _java_type(lv), _java_type(rv)
+    if lt != rt:
+        if lt == "bool":
+            if rt == "str":  # 4.9.8 casts the Boolean to String here: ClassCastException
+                raise SelectorEvalError("class java.lang.Boolean cannot be cast to class java.lang.String")
+            return -1
+        if lt == "long":
+            if rt == "double":
+                lv, lt = float(lv), "double"  # type: ignore[arg-type]
+            elif rt == "str":
+                rv, rt = java_long(rv), "long"  # type: ignore[arg-type]
+            else:
+                return -1
+        elif lt == "double":
+            if rt == "long":
+                rv, rt = float(rv), "double"  # type: ignore[arg-type]
+            elif rt == "str":
+                rv, rt = java_double(rv), "double"  # type: ignore[arg-type]
+            else:
+                return -1
+        else:  # str
+            if rt == "bool":
+                lv, lt = lv.lower() == "true", "bool"  # type: ignore[union-attr]  # Boolean.valueOf
+            elif rt == "long":
+                lv, lt = java_long(lv), "long"  # type: ignore[arg-type]
+            else:
+                lv, lt = java_double(lv), "double"  # type: ignore[arg-type]
+    if lt == "double":
+        return _cmp(_double_key(lv), _double_key(rv))  # type: ignore[arg-type]
+    if lt == "str":  # String.compareTo: UTF-16 code units
+        return _cmp(lv.encode("utf-16-be"), rv.encode("utf-16-be"))  # type: ignore[union-attr]
+    return _cmp(lv, rv)
+
+
+def _java_type(v: Value) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "long"
+    if isinstance(v, float):
+        return "double"
+    return "str"
+
+
+# ---- expression tree -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Node:
+    """``kind`` is the 4.9.8 class family the parser's checks look at: "const" (ConstantExpression),
+    "bool_const" (TRUE / FALSE / NULL: both constant and boolean), "bool" (BooleanExpression), "prop"
+    (PropertyExpression), "other" (a negation)."""
+
+    kind: str
+    evaluate: Evaluator
+    value: Value = None
+    text: str = ""
+
+
+def _const(value: Value, text: str) -> Node:
+    return Node("bool_const" if value is None or isinstance(value, bool) else "const", lambda ctx: value, value, text)
+
+
+def _is_const(n: Node) -> bool:
+    return n.kind in ("const", "bool_const")
+
+
+def _is_bool(n: Node) -> bool:
+    return n.kind in ("bool", "bool_const")
+
+
+def _negate(n: Node) -> Node:
+    """UnaryExpression.createNegate: never folded into a constant; a non-number (a property's string
+    included) negates to null."""
+    inner = n.evaluate
+
+    def ev(ctx: Context) -> Value:
+        v = inner(ctx)
+        if v is None or isinstance(v, (bool, str)):
+            return None
+        return -v if isinstance(v, float) or v != LONG_MIN else LONG_MIN  # Java long negation wraps
+    return Node("other", ev, text="-" + n.text)
+
+
+def _not(n: Node) -> Node:
+    inner = n.evaluate
+
+    def ev(ctx: Context) -> Value:
+        v = inner(ctx)
+        return None if v is None else not v
+    return Node("bool", ev, text="NOT " + n.text)
+
+
+def _boolean_cast(n: Node) -> Node:
+    """UnaryExpression.createBooleanCast: a bare property is true only if it holds a Boolean — a property
+    value is always a string, so a present property is false and a missing one null."""
+    inner = n.evaluate
+
+    def ev(ctx: Context) -> Value:
+        v = inner(ctx)
+        return None if v is None else (v if isinstance(v, bool) else False)
+    return Node("bool", ev, text=n.text)
+
+
+def _and(a: Node, b: Node) -> Node:
+    la, lb = a.evaluate, b.evaluate
+
+    def ev(ctx: Context) -> Value:  # LogicExpression.createAND: left first, short-circuits on false
+        lv = la(ctx)
+        if lv is False:
+            return False
+        rv = lb(ctx)
+        if rv is False:
+            return False
+        return None if lv is None or rv is None else True
+    return Node("bool", ev, text=f"({a.text}) AND ({b.text})")
+
+
+def _or(a: Node, b: Node) -> Node:
+    la, lb = a.evaluate, b.evaluate
+
+    def ev(ctx: Context) -> Value:  # LogicExpression.createOR: left first, short-circuits on true
+        lv = la(ctx)
+        if lv is True:
+            return True
+        rv = lb(ctx)
+        if rv is True:
+            return True
+        return None if lv is None or rv is None else False
+    return Node("bool", ev, text=f"({a.text}) OR ({b.text})")
+
+
+def _equal(a: Node, b: Node) -> Node:
+    la, lb = a.evaluate, b.evaluate
+
+    def ev(ctx: Context) -> Value:  # ComparisonExpression.doCreateEqual: both sides are evaluated
+        lv, rv = la(ctx), lb(ctx)
+        if (lv is None) != (rv is None):
+            return None if lv is None else False
+        if lv is None:
+            return True
+        return java_compare(lv, rv) == 0
+    return Node("bool", ev, text=f"{a.text} = {b.text}")
+
+
+_ORDER: Final[dict[str, Callable[[int], bool]]] = {
+    ">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
+
+
+def _order(op: str, a: Node, b: Node) -> Node:
+    la, lb, test = a.evaluate, b.evaluate, _ORDER[op]
+
+    def ev(ctx: Context) -> Value:  # ComparisonExpression.evaluate: a null left skips the right side
+        lv = la(ctx)
+        if lv is None:
+            return None
+        rv = lb(ctx)
+        if rv is None:
+            return None
+        if isinstance(lv, str) and isinstance(rv, str):  # two strings are compared as doubles
+            return test(java_compare(java_double(lv), java_double(rv)))
+        return test(java_compare(lv, rv))
+    return Node("bool", ev, text=f"{a.text} {op} {b.text}")
+
+
+def _in(prop: Node, values: frozenset[str], negated: bool) -> Node:
+    inner = prop.evaluate
+
+    def ev(ctx: Context) -> Value:  # UnaryInExpression: only a string can be in the list
+        v = inner(ctx)
+        if not isinstance(v, str):
+            return None
+        return (v not in values) if negated else (v in values)
+    return Node("bool", ev, text=f"{prop.text} {'NOT ' if negated else ''}IN (...)")
+
+
+# ---- tokenizer -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # a keyword (upper case), an operator, "DECIMAL", "FLOAT", "STRING", "ID" or "EOF"
+    text: str
+    position: int
+
+
+class Lexer:
+    """Lazy, as JavaCC's token manager is: a lexical error is raised only for a token the parser asks for."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def next(self) -> Token:
+        text, pos = self.text, self.pos
+        while True:
+            while pos < len(text) and text[pos] in _WHITESPACE:
+                pos += 1
+            comment = _LINE_COMMENT.match(text, pos) or _BLOCK_COMMENT.match(text, pos)
+            if comment is None:
+                break
+            pos = comment.end()
+        if pos >= len(text):
+            self.pos = pos
+            return Token("EOF", "", pos)
+        # Longest match wins; on a tie the earlier kind (keywords before identifiers).
+        best: tuple[int, str] | None = None
+        for kind, rx in (("FLOAT", _FLOAT), ("DECIMAL", _DECIMAL), ("STRING", _STRING), ("ID", _ID)):
+            m = rx.match(text, pos)
+            if m and (best is None or m.end() > best[0]):
+                best = (m.end(), kind)
+        for op in _OPERATORS:
+            if text.startswith(op, pos) and (best is None or pos + len(op) > best[0]):
+                best = (pos + len(op), op)
+                break
+        if best is None:
+            raise SelectorParseError(f"Lexical error: unexpected character {text[pos]!r}", pos)
+        end, kind = best
+        word = text[pos:end]
+        if kind == "ID" and word.upper() in KEYWORDS:
+            kind = word.upper()
+        self.pos = end
+        return Token(kind, word, pos)
+
+
+# ---- parser ----------------------------------------------------------------------------------------------
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.lexer = Lexer(text)
+        self.tokens: list[Token] = []
+
+    def peek(self, k: int = 0) -> Token:
+        while len(self.tokens) <= k:
+            if self.tokens and self.tokens[-1].kind == "EOF":
+                return self.tokens[-1]
+            self.tokens.append(self.lexer.next())
+        return self.tokens[k]
+
+    def take(self, kind: str) -> Token:
+        tok = self.peek()
+        if tok.kind != kind:
+            raise SelectorParseError(f"Encountered {tok.text or '<EOF>'!r}, was expecting {kind}", tok.position)
+        self.tokens.pop(0)
+        return tok
+
+    def accept(self, *kinds: str) -> Token | None:
+        if self.peek().kind in kinds:
+            return self.tokens.pop(0)
+        return None
+
+    def as_boolean(self, n: Node, at: int) -> Node:
+        if _is_bool(n):
+            return n
+        if n.kind == "prop":
+            return _boolean_cast(n)
+        raise SelectorParseError(f"Expression will not result in a boolean value: {n.text}", at)
+
+    def selector(self) -> Node:
+        start = self.peek().position
+        return self.as_boolean(self.or_expr(), start)
+
+    def or_expr(self) -> Node:
+        start = self.peek().position
+        left = self.and_expr()
+        while self.accept("OR") is not None:
+            right_at = self.peek().position
+            left = _or(self.as_boolean(left, start), self.as_boolean(self.and_expr(), right_at))
+        return left
+
+    def and_expr(self) -> Node:
+        start = self.peek().position
+        left = self.equality()
+        while self.accept("AND") is not None:
+            right_at = self.peek().position
+            left = _and(self.as_boolean(left, start), self.as_boolean(self.equality(), right_at))
+        return left
+
+    def equality(self) -> Node:
+        left = self.comparison()
+        while True:
+            tok = self.peek()
+            if tok.kind in ("=", "<>"):
+                self.tokens.pop(0)
+                right = self.comparison()
+                _check_equal_operands(left, right, tok.position)
+                left = _equal(left, right) if tok.kind == "=" else _not(_equal(left, right))
+            elif tok.kind == "IS" and self.peek(1).kind == "NULL":
+                del self.tokens[:2]
+                left = _equal(left, _const(None, "NULL"))
+            elif tok.kind == "IS":
+                self.tokens.pop(0)
+                self.take("NOT")
+                self.take("NULL")
+                left = _not(_equal(left, _const(None, "NULL")))
+            else:
+                return left
+
+    def comparison(self) -> Node:
+        left = self.unary()
+        while True:
+            tok = self.peek()
+            if tok.kind in _ORDER:
+                self.tokens.pop(0)
+                right = self.unary()
+                _check_orderable(left, tok.position)
+                _check_orderable(right, tok.position)
+                left = _order(tok.kind, left, right)
+            elif tok.kind == "BETWEEN" or (tok.kind == "NOT" and self.peek(1).kind == "BETWEEN"):
+                negated = tok.kind == "NOT"
+                del self.tokens[:2 if negated else 1]
+                low = self.unary()
+                self.take("AND")
+                high = self.unary()
+                left = _between(left, low, high, negated, tok.position)
+            elif tok.kind == "IN" or (tok.kind == "NOT" and self.peek(1).kind == "IN"):
+                negated = tok.kind == "NOT"
+                del self.tokens[:2 if negated else 1]
+                self.take("(")
+                values = [_string_value(self.take("STRING"))]
+                while self.accept(","):
+                    values.append(_string_value(self.take("STRING")))
+                self.take(")")
+                if left.kind != "prop":
+                    raise SelectorParseError(f"Expected a property for In expression, got: {left.text}", tok.position)
+                left = _in(left, frozenset(values), negated)
+            else:
+                return left
+
+    def unary(self) -> Node:
+        tok = self.peek()
+        if tok.kind == "+":
+            self.tokens.pop(0)
+            return self.unary()
+        if tok.kind == "-":
+            self.tokens.pop(0)
+            return _negate(self.unary())
+        if tok.kind == "NOT":
+            self.tokens.pop(0)
+            at = self.peek().position
+            return _not(self.as_boolean(self.unary(), at))
+        return self.primary()
+
+    def primary(self) -> Node:
+        tok = self.peek()
+        kind = tok.kind
+        if kind == "(":
+            self.tokens.pop(0)
+            inner = self.or_expr()
+            self.take(")")
+            return inner
+        if kind == "ID":
+            self.tokens.pop(0)
+            name = tok.text
+            return Node("prop", lambda ctx: ctx.get(name), text=name)
+        if kind in ("STRING", "DECIMAL", "FLOAT", "TRUE", "FALSE", "NULL"):
+            self.tokens.pop(0)
+            return _literal(tok)
+        raise SelectorParseError(f"Encountered {tok.text or '<EOF>'!r}, was expecting a literal, a property, "
+                                 f"'(', '+', '-' or NOT", tok.position)
+
+
+def _string_value(tok: Token) -> str:
+    return tok.text[1:-1].replace("''", "'")
+
+
+def _literal(tok: Token) -> Node:
+    kind, text = tok.kind, tok.text
+    if kind == "STRING":
+        return _const(_string_value(tok), text)
+    if kind == "DECIMAL":  # ConstantExpression.createFromDecimal: a long only
+        value = int(text.rstrip("lL"))
+        if value > LONG_MAX:
+            raise SelectorParseError(f"{text} is out of the range of a long", tok.position)
+        return _const(value, text)
+    if kind == "FLOAT":  # ConstantExpression.createFloat: rejects above MAX_VALUE and below MIN_VALUE (0.0 too)
+        d = float(text)
+        if d > 1.7976931348623157e308 or d < DOUBLE_MIN_VALUE:
+            raise SelectorParseError(f"{text} is out of the range of a double (0.0 included)", tok.position)
+        return _const(d, text)
+    return _const({"TRUE": True, "FALSE": False, "NULL": None}[kind], kind)
+
+
+def _check_equal_operands(left: Node, right: Node, at: int) -> None:
+    """checkEqualOperand and checkEqualOperandCompatability (4.9.8)."""
+    for n in (left, right):
+        if _is_const(n) and n.value is None:
+            raise SelectorParseError(f"'{n.text}' cannot be compared", at)
+    if _is_const(left) and _is_const(right) and _is_bool(left) and not _is_bool(right):
+        raise SelectorParseError(f"'{left.text}' cannot be compared with '{right.text}'", at)
+
+
+def _check_orderable(n: Node, at: int) -> None:
+    """checkLessThanOperand: only numbers (or what may evaluate to one) go into <, <=, >, >=."""
+    if _is_const(n):
+        if isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
+            return
+        raise SelectorParseError(f"Value '{n.text}' cannot be compared", at)
+    if _is_bool(n):
+        raise SelectorParseError(f"Value '{n.text}' cannot be compared", at)
+
+
+def _between(value: Node, low: Node, high: Node, negated: bool, at: int) -> Node:
+    if negated:  # createNotBetween: value < low OR value > high, no check of the bounds' order
+        for n in (value, low, value, high):
+            _check_orderable(n, at)
+        return _or(_order("<", value, low), _order(">", value, high))
+    if _is_const(low) and _is_const(high):  # createBetween checks constant bounds first
+        if low.value is None or high.value is None:
+            raise SelectorParseError("Illegal values of between, values can not be null!", at)
+        try:
+            wrong = java_compare(high.value, low.value) < 0
+        except SelectorEvalError as exc:
+            raise SelectorParseError(f"Illegal values of between: {exc}", at) from None
+        if wrong:
+            raise SelectorParseError(f"Illegal values of between, left value({low.text}) must less than or equal "
+                                     f"to right value({high.text})", at)
+    for n in (value, low, value, high):
+        _check_orderable(n, at)
+    return _and(_order(">=", value, low), _order("<=", value, high))
+
+
+# ---- the API ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Selector:
+    """A compiled selector: ``evaluate`` gives 4.9.8's three-valued answer (or raises SelectorEvalError);
+    ``matches`` is the broker's decision — True only, errors count as no match."""
+
+    expression: str
+    root: Node
+
+    def evaluate(self, properties: Context) -> Value:
+        return self.root.evaluate(properties)
+
+    def matches(self, properties: Context) -> bool:
+        try:
+            return self.root.evaluate(properties) is True
+        except (SelectorEvalError, ArithmeticError):
+            return False
+
+
+@functools.lru_cache(maxsize=100)  # SelectorParser.PARSE_CACHE: 100 entries
+def compile_selector(expression: str) -> Selector:
+    """Parse ``expression``; SelectorParseError (with the offending position) if it is malformed."""
+    parser = _Parser(expression)
+    return Selector(expression, parser.selector())
