@@ -593,6 +593,18 @@ def decode_message(buf: memoryview | bytes, pos: int = 0, limit: int | None = No
                       mc.bytes_to_properties(buf[ps : ps + pl]), f[0], f[2])
 
 
+def record_properties(raw: bytes | memoryview) -> dict[str, str]:
+    """MessageDecoder.decodeProperties: one record's properties, nothing else decoded (the SQL92 filter reads
+    them for each message it looks at); RecordError when the bytes are not a record."""
+    try:
+        _f, _bs, _bl, _ts, _tl, ps, pl = _parse(raw, 0, len(raw), False)
+    except EOFError:
+        raise RecordError("blank (end of file) record") from None
+    except (IndexError, struct.error) as e:
+        raise RecordError(str(e)) from None
+    return mc.bytes_to_properties(raw[ps : ps + pl])
+
+
 def decode_messages(buf: bytes | memoryview) -> list[MessageExt]:
     """Decode a run of records (a pull response body)."""
     out: list[MessageExt] = []

@@ -36,6 +36,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Final
 
 Value = str | int | float | bool | None
@@ -54,18 +55,26 @@ _BLOCK_COMMENT: Final = re.compile(r"/\*.*?\*/", re.DOTALL)
 LONG_MIN: Final = -(1 << 63)
 LONG_MAX: Final = (1 << 63) - 1
 DOUBLE_MIN_VALUE: Final = 5e-324  # Double.MIN_VALUE, the smallest positive double
+DOUBLE_MAX_VALUE: Final = 1.7976931348623157e308
 
 
 class SelectorParseError(ValueError):
-    """A malformed selector: ``position`` is the 0-based offset of the offending token."""
+    """A malformed selector: ``position`` is the 0-based offset of the offending token; ``java`` is what
+    4.9.8 says of it (the exception's class and message, as CHECK_CLIENT_CONFIG's remark carries it)."""
 
-    def __init__(self, message: str, position: int) -> None:
+    def __init__(self, message: str, position: int, java: str) -> None:
         super().__init__(f"{message} at column {position + 1}")
         self.position = position
+        self.java = java
 
 
 class SelectorEvalError(ValueError):
-    """4.9.8 throws while evaluating (NumberFormatException, ClassCastException): the message does not match."""
+    """4.9.8 throws while evaluating (NumberFormatException, ClassCastException): the message does not match.
+    ``java_class`` names the Java exception (the parser reports it when comparing BETWEEN's constant bounds)."""
+
+    def __init__(self, message: str, java_class: str = "java.lang.NumberFormatException") -> None:
+        super().__init__(message)
+        self.java_class = java_class
 
 
 # ---- Java value semantics --------------------------------------------------------------------------------
@@ -80,10 +89,10 @@ _JAVA_HEX_DOUBLE: Final = re.compile(
 def java_long(text: str) -> int:
     """Long.valueOf(String): no surrounding blanks, no underscores, within the signed 64-bit range."""
     if _JAVA_LONG.fullmatch(text) is None:
-        raise SelectorEvalError(f"For input string: {text!r}")
+        raise SelectorEvalError(f'For input string: "{text}"')
     value = int(text)
     if not LONG_MIN <= value <= LONG_MAX:
-        raise SelectorEvalError(f"For input string: {text!r}")
+        raise SelectorEvalError(f'For input string: "{text}"')
     return value
 
 
@@ -102,7 +111,7 @@ def java_double(text: str) -> float:
     hexa = _JAVA_HEX_DOUBLE.fullmatch(s)
     if hexa:
         return float.fromhex(hexa.group(1))
-    raise SelectorEvalError(f"For input string: {text!r}")
+    raise SelectorEvalError(f'For input string: "{s}"' if s else "empty String")
 
 
 def _double_key(x: float) -> tuple[int, float]:
@@ -124,8 +133,10 @@ def java_compare(lv: Value, rv: Value) -> int:
     lt, rt = _java_type(lv), _java_type(rv)
     if lt != rt:
         if lt == "bool":
-            if rt == "str":  # 4.9.8 casts the Boolean to String here: ClassCastException
-                raise SelectorEvalError("class java.lang.Boolean cannot be cast to class java.lang.String")
+            if rt == "str":  # 4.9.8 casts the Boolean to String here: ClassCastException (JDK 17's text)
+                raise SelectorEvalError("class java.lang.Boolean cannot be cast to class java.lang.String "
+                                        "(java.lang.Boolean and java.lang.String are in module java.base of loader "
+                                        "'bootstrap')", "java.lang.ClassCastException")
             return -1
         if lt == "long":
             if rt == "double":
@@ -165,13 +176,65 @@ def _java_type(v: Value) -> str:
     return "str"
 
 
+# ---- Java's text for values and expressions (the parser's error messages quote them) --------------------------
+
+def java_double_str(d: float) -> str:
+    """Double.toString: plain between 10^-3 and 10^7, else computerized scientific notation (1.0E10)."""
+    if math.isnan(d):
+        return "NaN"
+    if math.isinf(d):
+        return "Infinity" if d > 0 else "-Infinity"
+    if d == 0.0:
+        return "0.0" if math.copysign(1.0, d) > 0 else "-0.0"
+    sign = "-" if d < 0 else ""
+    digits, exp = _shortest_digits(abs(d))  # value = 0.digits × 10^exp
+    if 1e-3 <= abs(d) < 1e7:
+        if exp <= 0:
+            return f"{sign}0.{'0' * -exp}{digits}"
+        whole, frac = digits[:exp].ljust(exp, "0"), digits[exp:]
+        return f"{sign}{whole}.{frac or '0'}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exp - 1}"
+
+
+def _shortest_digits(x: float) -> tuple[str, int]:
+    """The shortest digits that read back as ``x`` (repr's), and where the point goes: x = 0.DIGITS × 10^n."""
+    _sign, digits, exp = Decimal(repr(x)).normalize().as_tuple()
+    assert isinstance(exp, int)
+    text = "".join(map(str, digits))
+    return text, len(text) + exp
+
+
+def java_object_str(v: Value) -> str:
+    """String.valueOf(Object) of a value: what String.format's %s writes."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return java_double_str(v)
+    return str(v)
+
+
+def java_value_str(v: Value) -> str:
+    """ConstantExpression.toString (and String.valueOf of a value): NULL, TRUE / FALSE, 'quoted', numbers."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    if isinstance(v, float):
+        return java_double_str(v)
+    return str(v)
+
+
 # ---- expression tree -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Node:
     """``kind`` is the 4.9.8 class family the parser's checks look at: "const" (ConstantExpression),
     "bool_const" (TRUE / FALSE / NULL: both constant and boolean), "bool" (BooleanExpression), "prop"
-    (PropertyExpression), "other" (a negation)."""
+    (PropertyExpression), "other" (a negation). ``text`` is the expression's Java toString."""
 
     kind: str
     evaluate: Evaluator
@@ -179,8 +242,9 @@ class Node:
     text: str = ""
 
 
-def _const(value: Value, text: str) -> Node:
-    return Node("bool_const" if value is None or isinstance(value, bool) else "const", lambda ctx: value, value, text)
+def _const(value: Value) -> Node:
+    kind = "bool_const" if value is None or isinstance(value, bool) else "const"
+    return Node(kind, lambda ctx: value, value, java_value_str(value))
 
 
 def _is_const(n: Node) -> bool:
@@ -201,7 +265,7 @@ def _negate(n: Node) -> Node:
         if v is None or isinstance(v, (bool, str)):
             return None
         return -v if isinstance(v, float) or v != LONG_MIN else LONG_MIN  # Java long negation wraps
-    return Node("other", ev, text="-" + n.text)
+    return Node("other", ev, text=f"(- {n.text})")
 
 
 def _not(n: Node) -> Node:
@@ -210,7 +274,7 @@ def _not(n: Node) -> Node:
     def ev(ctx: Context) -> Value:
         v = inner(ctx)
         return None if v is None else not v
-    return Node("bool", ev, text="NOT " + n.text)
+    return Node("bool", ev, text=f"(NOT {n.text})")
 
 
 def _boolean_cast(n: Node) -> Node:
@@ -235,7 +299,7 @@ def _and(a: Node, b: Node) -> Node:
         if rv is False:
             return False
         return None if lv is None or rv is None else True
-    return Node("bool", ev, text=f"({a.text}) AND ({b.text})")
+    return Node("bool", ev, text=f"({a.text} AND {b.text})")
 
 
 def _or(a: Node, b: Node) -> Node:
@@ -249,7 +313,7 @@ def _or(a: Node, b: Node) -> Node:
         if rv is True:
             return True
         return None if lv is None or rv is None else False
-    return Node("bool", ev, text=f"({a.text}) OR ({b.text})")
+    return Node("bool", ev, text=f"({a.text} OR {b.text})")
 
 
 def _equal(a: Node, b: Node) -> Node:
@@ -262,7 +326,7 @@ def _equal(a: Node, b: Node) -> Node:
         if lv is None:
             return True
         return java_compare(lv, rv) == 0
-    return Node("bool", ev, text=f"{a.text} = {b.text}")
+    return Node("bool", ev, text=f"({a.text} == {b.text})")
 
 
 _ORDER: Final[dict[str, Callable[[int], bool]]] = {
@@ -282,25 +346,93 @@ def _order(op: str, a: Node, b: Node) -> Node:
         if isinstance(lv, str) and isinstance(rv, str):  # two strings are compared as doubles
             return test(java_compare(java_double(lv), java_double(rv)))
         return test(java_compare(lv, rv))
-    return Node("bool", ev, text=f"{a.text} {op} {b.text}")
+    return Node("bool", ev, text=f"({a.text} {op} {b.text})")
 
 
-def _in(prop: Node, values: frozenset[str], negated: bool) -> Node:
+def _in(prop: Node, values: list[str], negated: bool) -> Node:
     inner = prop.evaluate
+    members = frozenset(values)
 
     def ev(ctx: Context) -> Value:  # UnaryInExpression: only a string can be in the list
         v = inner(ctx)
         if not isinstance(v, str):
             return None
-        return (v not in values) if negated else (v in values)
-    return Node("bool", ev, text=f"{prop.text} {'NOT ' if negated else ''}IN (...)")
+        return (v not in members) if negated else (v in members)
+    listed = ", ".join(java_value_str(v) for v in values)
+    return Node("bool", ev, text=f"{prop.text} {'NOT IN' if negated else 'IN'} ( {listed} )")
 
 
 # ---- tokenizer -------------------------------------------------------------------------------------------
 
+# SelectorParserConstants.tokenImage (4.9.8): a token kind's number orders JavaCC's "Was expecting" list.
+TOKEN_KINDS: Final = ("EOF", "NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "DECIMAL", "FLOAT",
+                      "STRING", "ID", "=", "<>", ">", ">=", "<", "<=", "(", ",", ")", "+", "-")
+_KIND_NUMBER: Final = {k: i for i, k in enumerate(
+    ("EOF", "", "", "", "", "", "", "", "NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS",
+     "DECIMAL", "FLOAT", "", "STRING", "ID", "=", "<>", ">", ">=", "<", "<=", "(", ",", ")", "+", "-")) if k}
+_KIND_IMAGE: Final = {"EOF": "<EOF>", "DECIMAL": "<DECIMAL_LITERAL>", "FLOAT": "<FLOATING_POINT_LITERAL>",
+                      "STRING": "<STRING_LITERAL>", "ID": "<ID>"}
+_UNARY_FIRST: Final = ("-", "NOT", "TRUE", "FALSE", "NULL", "DECIMAL", "FLOAT", "STRING", "ID", "(")  # not "+"
+_COMPARISON_LOOP: Final = ("NOT", "BETWEEN", "IN", ">", ">=", "<", "<=")
+
+
+def _image(kind: str) -> str:
+    return _KIND_IMAGE.get(kind, f'"{kind}"')
+
+
+def _java_escape(text: str) -> str:
+    """JavaCC's add_escapes."""
+    out = []
+    for ch in text:
+        esc = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "'": "\\'",
+               "\\": "\\\\"}.get(ch)
+        if esc is not None:
+            out.append(esc)
+        elif ord(ch) < 0x20 or ord(ch) > 0x7E:
+            out.append("".join(f"\\u{u:04x}" for u in _utf16(ch)))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _utf16(ch: str) -> list[int]:
+    b = ch.encode("utf-16-be", "surrogatepass")
+    return [int.from_bytes(b[i:i + 2], "big") for i in range(0, len(b), 2)]
+
+
+def line_column(text: str, index: int) -> tuple[int, int]:
+    """SimpleCharStream's line and column of the char at ``index`` (1-based; a tab moves to the next multiple
+    of 8, CR LF is one line break); (0, 0) before the first char."""
+    line, column = 1, 0
+    prev_cr = prev_lf = False
+    if index < 0:
+        return 0, 0
+    for ch in text[:index + 1]:
+        column += 1
+        if prev_lf:
+            prev_lf = False
+            line += 1
+            column = 1
+        elif prev_cr:
+            prev_cr = False
+            if ch == "\n":
+                prev_lf = True
+            else:
+                line += 1
+                column = 1
+        if ch == "\r":
+            prev_cr = True
+        elif ch == "\n":
+            prev_lf = True
+        elif ch == "\t":
+            column -= 1
+            column += 8 - (column % 8)
+    return line, column
+
+
 @dataclass(frozen=True)
 class Token:
-    kind: str  # a keyword (upper case), an operator, "DECIMAL", "FLOAT", "STRING", "ID" or "EOF"
+    kind: str  # one of TOKEN_KINDS
     text: str
     position: int
 
@@ -335,7 +467,7 @@ class Lexer:
                 best = (pos + len(op), op)
                 break
         if best is None:
-            raise SelectorParseError(f"Lexical error: unexpected character {text[pos]!r}", pos)
+            raise self._lexical_error(pos)
         end, kind = best
         word = text[pos:end]
         if kind == "ID" and word.upper() in KEYWORDS:
@@ -343,13 +475,47 @@ class Lexer:
         self.pos = end
         return Token(kind, word, pos)
 
+    def _lexical_error(self, pos: int) -> SelectorParseError:
+        """TokenMgrError's text (4.9.8's JavaCC token manager): the char that failed with what had been read of
+        the token before it, or <EOF> when the input ended first (an open 'string or /* comment)."""
+        text = self.text
+        if text[pos] == "'" or text.startswith("/*", pos):
+            read = len(text) - pos  # still a prefix of a token when the input ends
+        elif text[pos] == "/":
+            read = 1
+        else:
+            read = 0
+        fail = pos + read
+        if fail < len(text) and fail + 1 < len(text):
+            failed = text[fail]
+            line, column = line_column(text, fail)
+            encountered = f'"{_java_escape(failed)}" ({ord(failed)}), '
+            after = text[pos:fail]
+        else:  # the token manager read on and met the end of the input
+            last = min(fail, len(text) - 1)
+            line, column = line_column(text, last)
+            if text[last] in "\r\n":
+                line, column = line + 1, 0
+            else:
+                column += 1
+            encountered = "<EOF> "
+            after = text[pos:last + 1] if last + 1 - pos > 1 else ""
+        java = (f"org.apache.rocketmq.filter.parser.TokenMgrError: Lexical error at line {line}, column {column}.  "
+                f'Encountered: {encountered}after : "{_java_escape(after)}"')
+        return SelectorParseError(f"Lexical error: unexpected character {text[pos]!r}", pos, java)
+
 
 # ---- parser ----------------------------------------------------------------------------------------------
 
 class _Parser:
+    """Recursive descent over 4.9.8's grammar. ``expected`` collects the token kinds each choice point the
+    parser looked at since the last consumed token would have taken — what JavaCC lists as "Was expecting"."""
+
     def __init__(self, text: str) -> None:
+        self.text = text
         self.lexer = Lexer(text)
         self.tokens: list[Token] = []
+        self.expected: set[str] = set()
 
     def peek(self, k: int = 0) -> Token:
         while len(self.tokens) <= k:
@@ -358,24 +524,48 @@ class _Parser:
             self.tokens.append(self.lexer.next())
         return self.tokens[k]
 
-    def take(self, kind: str) -> Token:
+    def consume(self) -> Token:
         tok = self.peek()
-        if tok.kind != kind:
-            raise SelectorParseError(f"Encountered {tok.text or '<EOF>'!r}, was expecting {kind}", tok.position)
         self.tokens.pop(0)
+        self.expected = set()
         return tok
 
-    def accept(self, *kinds: str) -> Token | None:
+    def at(self, *kinds: str) -> bool:
+        """A choice point: the current token starts one of ``kinds``; if not, they are expected."""
         if self.peek().kind in kinds:
-            return self.tokens.pop(0)
-        return None
+            return True
+        self.expected.update(kinds)
+        return False
+
+    def take(self, kind: str) -> Token:
+        if self.peek().kind != kind:
+            self.expected.add(kind)
+            raise self.syntax_error()
+        return self.consume()
+
+    def syntax_error(self) -> SelectorParseError:
+        """ParseException's text for the current token and what was expected."""
+        tok = self.peek()
+        if tok.kind == "EOF":
+            line, column = line_column(self.text, len(self.text) - 1)
+            encountered = "<EOF>"
+        else:
+            line, column = line_column(self.text, tok.position)
+            encountered = f' {_image(tok.kind)} "{_java_escape(tok.text)} "'
+        kinds = sorted(self.expected, key=_KIND_NUMBER.__getitem__)
+        listed = "".join(f"{_image(k)} ...\n    " for k in kinds)
+        java = (f"org.apache.rocketmq.filter.parser.ParseException: Encountered \"{encountered}\" at line {line}, "
+                f"column {column}.\nWas expecting{':' if len(kinds) == 1 else ' one of:'}\n    {listed}")
+        what = tok.text or "the end"
+        return SelectorParseError(f"unexpected {what!r}, expected one of {', '.join(kinds)}", tok.position, java)
 
     def as_boolean(self, n: Node, at: int) -> Node:
         if _is_bool(n):
             return n
         if n.kind == "prop":
             return _boolean_cast(n)
-        raise SelectorParseError(f"Expression will not result in a boolean value: {n.text}", at)
+        java = "org.apache.rocketmq.filter.parser.ParseException: Expression will not result in a boolean value: "
+        raise SelectorParseError(f"{n.text} is not a boolean expression", at, java + n.text)
 
     def selector(self) -> Node:
         start = self.peek().position
@@ -384,101 +574,105 @@ class _Parser:
     def or_expr(self) -> Node:
         start = self.peek().position
         left = self.and_expr()
-        while self.accept("OR") is not None:
+        while self.at("OR"):
+            self.consume()
             right_at = self.peek().position
-            left = _or(self.as_boolean(left, start), self.as_boolean(self.and_expr(), right_at))
+            right = self.and_expr()  # the action runs once both operands are parsed: the right's errors first
+            left = _or(self.as_boolean(left, start), self.as_boolean(right, right_at))
         return left
 
     def and_expr(self) -> Node:
         start = self.peek().position
         left = self.equality()
-        while self.accept("AND") is not None:
+        while self.at("AND"):
+            self.consume()
             right_at = self.peek().position
-            left = _and(self.as_boolean(left, start), self.as_boolean(self.equality(), right_at))
+            right = self.equality()
+            left = _and(self.as_boolean(left, start), self.as_boolean(right, right_at))
         return left
 
     def equality(self) -> Node:
         left = self.comparison()
-        while True:
-            tok = self.peek()
+        while self.at("IS", "=", "<>"):
+            tok = self.consume()
             if tok.kind in ("=", "<>"):
-                self.tokens.pop(0)
                 right = self.comparison()
                 _check_equal_operands(left, right, tok.position)
                 left = _equal(left, right) if tok.kind == "=" else _not(_equal(left, right))
-            elif tok.kind == "IS" and self.peek(1).kind == "NULL":
-                del self.tokens[:2]
-                left = _equal(left, _const(None, "NULL"))
-            elif tok.kind == "IS":
-                self.tokens.pop(0)
+            elif self.peek().kind == "NULL":
+                self.consume()
+                left = _equal(left, _const(None))
+            else:
                 self.take("NOT")
                 self.take("NULL")
-                left = _not(_equal(left, _const(None, "NULL")))
-            else:
-                return left
+                left = _not(_equal(left, _const(None)))
+        return left
 
     def comparison(self) -> Node:
         left = self.unary()
-        while True:
+        while self.at(*_COMPARISON_LOOP):
             tok = self.peek()
+            negated = tok.kind == "NOT"
+            if negated and self.peek(1).kind not in ("BETWEEN", "IN"):
+                self.expected.update(("BETWEEN", ">", ">=", "<", "<=", "IN"))  # NOT BETWEEN / NOT IN
+                raise self.syntax_error()
+            self.consume()
+            if negated:
+                tok = self.consume()
             if tok.kind in _ORDER:
-                self.tokens.pop(0)
                 right = self.unary()
                 _check_orderable(left, tok.position)
                 _check_orderable(right, tok.position)
                 left = _order(tok.kind, left, right)
-            elif tok.kind == "BETWEEN" or (tok.kind == "NOT" and self.peek(1).kind == "BETWEEN"):
-                negated = tok.kind == "NOT"
-                del self.tokens[:2 if negated else 1]
+            elif tok.kind == "BETWEEN":
                 low = self.unary()
                 self.take("AND")
                 high = self.unary()
                 left = _between(left, low, high, negated, tok.position)
-            elif tok.kind == "IN" or (tok.kind == "NOT" and self.peek(1).kind == "IN"):
-                negated = tok.kind == "NOT"
-                del self.tokens[:2 if negated else 1]
+            else:  # IN
                 self.take("(")
                 values = [_string_value(self.take("STRING"))]
-                while self.accept(","):
+                while self.at(","):
+                    self.consume()
                     values.append(_string_value(self.take("STRING")))
                 self.take(")")
                 if left.kind != "prop":
-                    raise SelectorParseError(f"Expected a property for In expression, got: {left.text}", tok.position)
-                left = _in(left, frozenset(values), negated)
-            else:
-                return left
+                    raise _runtime(f"Expected a property for In expression, got: {left.text}", tok.position)
+                left = _in(left, values, negated)
+        return left
 
     def unary(self) -> Node:
-        tok = self.peek()
-        if tok.kind == "+":
-            self.tokens.pop(0)
+        kind = self.peek().kind
+        if kind == "+":  # a syntactic lookahead: JavaCC never lists "+" as expected
+            self.consume()
             return self.unary()
-        if tok.kind == "-":
-            self.tokens.pop(0)
+        if not self.at(*_UNARY_FIRST):
+            raise self.syntax_error()
+        if kind == "-":
+            self.consume()
             return _negate(self.unary())
-        if tok.kind == "NOT":
-            self.tokens.pop(0)
+        if kind == "NOT":
+            self.consume()
             at = self.peek().position
             return _not(self.as_boolean(self.unary(), at))
         return self.primary()
 
     def primary(self) -> Node:
-        tok = self.peek()
+        tok = self.consume()
         kind = tok.kind
         if kind == "(":
-            self.tokens.pop(0)
             inner = self.or_expr()
             self.take(")")
             return inner
         if kind == "ID":
-            self.tokens.pop(0)
             name = tok.text
             return Node("prop", lambda ctx: ctx.get(name), text=name)
-        if kind in ("STRING", "DECIMAL", "FLOAT", "TRUE", "FALSE", "NULL"):
-            self.tokens.pop(0)
-            return _literal(tok)
-        raise SelectorParseError(f"Encountered {tok.text or '<EOF>'!r}, was expecting a literal, a property, "
-                                 f"'(', '+', '-' or NOT", tok.position)
+        return _literal(tok)
+
+
+def _runtime(message: str, at: int) -> SelectorParseError:
+    """A RuntimeException thrown by one of ComparisonExpression's factories while parsing."""
+    return SelectorParseError(message, at, f"java.lang.RuntimeException: {message}")
 
 
 def _string_value(tok: Token) -> str:
@@ -488,27 +682,31 @@ def _string_value(tok: Token) -> str:
 def _literal(tok: Token) -> Node:
     kind, text = tok.kind, tok.text
     if kind == "STRING":
-        return _const(_string_value(tok), text)
+        return _const(_string_value(tok))
     if kind == "DECIMAL":  # ConstantExpression.createFromDecimal: a long only
-        value = int(text.rstrip("lL"))
+        digits = text.rstrip("lL")
+        value = int(digits)
         if value > LONG_MAX:
-            raise SelectorParseError(f"{text} is out of the range of a long", tok.position)
-        return _const(value, text)
+            raise SelectorParseError(f"{text} is out of the range of a long", tok.position,
+                                     f'java.lang.NumberFormatException: For input string: "{digits}"')
+        return _const(value)
     if kind == "FLOAT":  # ConstantExpression.createFloat: rejects above MAX_VALUE and below MIN_VALUE (0.0 too)
         d = float(text)
-        if d > 1.7976931348623157e308 or d < DOUBLE_MIN_VALUE:
-            raise SelectorParseError(f"{text} is out of the range of a double (0.0 included)", tok.position)
-        return _const(d, text)
-    return _const({"TRUE": True, "FALSE": False, "NULL": None}[kind], kind)
+        if d > DOUBLE_MAX_VALUE:
+            raise _runtime(f"{text} is greater than 1.7976931348623157E308", tok.position)
+        if d < DOUBLE_MIN_VALUE:
+            raise _runtime(f"{text} is less than 4.9E-324", tok.position)
+        return _const(d)
+    return _const({"TRUE": True, "FALSE": False, "NULL": None}[kind])
 
 
 def _check_equal_operands(left: Node, right: Node, at: int) -> None:
     """checkEqualOperand and checkEqualOperandCompatability (4.9.8)."""
     for n in (left, right):
         if _is_const(n) and n.value is None:
-            raise SelectorParseError(f"'{n.text}' cannot be compared", at)
+            raise _runtime(f"'{n.text}' cannot be compared.", at)
     if _is_const(left) and _is_const(right) and _is_bool(left) and not _is_bool(right):
-        raise SelectorParseError(f"'{left.text}' cannot be compared with '{right.text}'", at)
+        raise _runtime(f"'{left.text}' cannot be compared with '{right.text}'", at)
 
 
 def _check_orderable(n: Node, at: int) -> None:
@@ -516,9 +714,9 @@ def _check_orderable(n: Node, at: int) -> None:
     if _is_const(n):
         if isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
             return
-        raise SelectorParseError(f"Value '{n.text}' cannot be compared", at)
+        raise _runtime(f"Value '{n.text}' cannot be compared.", at)
     if _is_bool(n):
-        raise SelectorParseError(f"Value '{n.text}' cannot be compared", at)
+        raise _runtime(f"Value '{n.text}' cannot be compared.", at)
 
 
 def _between(value: Node, low: Node, high: Node, negated: bool, at: int) -> Node:
@@ -528,14 +726,17 @@ def _between(value: Node, low: Node, high: Node, negated: bool, at: int) -> Node
         return _or(_order("<", value, low), _order(">", value, high))
     if _is_const(low) and _is_const(high):  # createBetween checks constant bounds first
         if low.value is None or high.value is None:
-            raise SelectorParseError("Illegal values of between, values can not be null!", at)
+            raise _runtime("Illegal values of between, values can not be null!", at)
         try:
             wrong = java_compare(high.value, low.value) < 0
-        except SelectorEvalError as exc:
-            raise SelectorParseError(f"Illegal values of between: {exc}", at) from None
+        except SelectorEvalError as exc:  # __compare wraps a NumberFormatException only
+            java = f"{exc.java_class}: {exc}"
+            if exc.java_class == "java.lang.NumberFormatException":
+                java = f"java.lang.RuntimeException: {java}"
+            raise SelectorParseError(f"Illegal values of between: {exc}", at, java) from None
         if wrong:
-            raise SelectorParseError(f"Illegal values of between, left value({low.text}) must less than or equal "
-                                     f"to right value({high.text})", at)
+            raise _runtime(f"Illegal values of between, left value({java_object_str(low.value)}) must less than or "
+                           f"equal to right value({java_object_str(high.value)})", at)
     for n in (value, low, value, high):
         _check_orderable(n, at)
     return _and(_order(">=", value, low), _order("<=", value, high))

@@ -22,11 +22,11 @@ from reference_broker.filter.sql92 import SelectorEvalError, SelectorParseError,
 DRIVER = Path(__file__).resolve().parents[1] / "java" / "SqlEval.java"
 
 
-def answer(expr: str, props: dict[str, str]) -> str:
+def answer(expr: str, props: dict[str, str], messages: bool = False) -> str:
     try:
         sel = compile_selector(expr)
-    except SelectorParseError:
-        return "PARSE"
+    except SelectorParseError as exc:
+        return "PARSE " + json.dumps(exc.java, ensure_ascii=False, separators=(",", ":")) if messages else "PARSE"
     try:
         value = sel.evaluate(props)
     except SelectorEvalError:
@@ -237,6 +237,222 @@ OBSERVED_498 = [
 @pytest.mark.parametrize(("expr", "props", "expected"), OBSERVED_498)
 def test_answers_as_rocketmq_498_does(expr: str, props: dict[str, str], expected: str) -> None:
     assert answer(expr, props) == expected
+
+
+# What 4.9.8 says of a malformed selector (CHECK_CLIENT_CONFIG's remark; tests/java/SqlEval.java messages).
+PARSE_EXC = "org.apache.rocketmq.filter.parser.ParseException: "
+LEXICAL = "org.apache.rocketmq.filter.parser.TokenMgrError: Lexical error at "
+RUNTIME = "java.lang.RuntimeException: "
+NUMBER = "java.lang.NumberFormatException: "
+EXPECT_UNARY = ("Was expecting one of:\n    \"NOT\" ...\n    \"TRUE\" ...\n    \"FALSE\" ...\n    \"NULL\" ...\n    "
+                "<DECIMAL_LITERAL> ...\n    <FLOATING_POINT_LITERAL> ...\n    <STRING_LITERAL> ...\n    <ID> ...\n    "
+                "\"(\" ...\n    \"-\" ...\n    ")
+OBSERVED_REMARKS_498 = [
+    ('a >',
+     PARSE_EXC + 'Encountered "<EOF>" at line 1, column 3.\n' + EXPECT_UNARY),
+    ("a > 'x'",
+     RUNTIME + "Value ''x'' cannot be compared."),
+    ('a = #',
+     LEXICAL + 'line 1, column 6.  Encountered: <EOF> after : ""'),
+    ('a = # b',
+     LEXICAL + 'line 1, column 5.  Encountered: "#" (35), after : ""'),
+    ("a = 'abc",
+     LEXICAL + 'line 1, column 9.  Encountered: <EOF> after : "\\\'abc"'),
+    ('a = 99999999999999999999',
+     NUMBER + 'For input string: "99999999999999999999"'),
+    ('a = 99999999999999999999L',
+     NUMBER + 'For input string: "99999999999999999999"'),
+    ("TRUE = 'a'",
+     RUNTIME + "'TRUE' cannot be compared with ''a''"),
+    ('a BETWEEN 3 AND 1',
+     RUNTIME + 'Illegal values of between, left value(3) must less than or equal to right value(1)'),
+    ('a BETWEEN 3.5 AND 1.25',
+     RUNTIME + 'Illegal values of between, left value(3.5) must less than or equal to right value(1.25)'),
+    ('a BETWEEN 1e10 AND 1',
+     RUNTIME + 'Illegal values of between, left value(1.0E10) must less than or equal to right value(1)'),
+    ('1',
+     PARSE_EXC + 'Expression will not result in a boolean value: 1'),
+    ("'x'",
+     PARSE_EXC + "Expression will not result in a boolean value: 'x'"),
+    ('a AND 1',
+     PARSE_EXC + 'Expression will not result in a boolean value: 1'),
+    ('a AND -b',
+     PARSE_EXC + 'Expression will not result in a boolean value: (- b)'),
+    ("a AND 'it''s'",
+     PARSE_EXC + "Expression will not result in a boolean value: 'it''s'"),
+    ('a OR 2.5',
+     PARSE_EXC + 'Expression will not result in a boolean value: 2.5'),
+    ('(a = 1',
+     PARSE_EXC + ('Encountered "<EOF>" at line 1, column 6.\n'
+      'Was expecting one of:\n'
+      '    "NOT" ...\n'
+      '    "AND" ...\n'
+      '    "OR" ...\n'
+      '    "BETWEEN" ...\n'
+      '    "IN" ...\n'
+      '    "IS" ...\n'
+      '    "=" ...\n'
+      '    "<>" ...\n'
+      '    ">" ...\n'
+      '    ">=" ...\n'
+      '    "<" ...\n'
+      '    "<=" ...\n'
+      '    ")" ...\n'
+      '    ')),
+    ('a IN (1)',
+     PARSE_EXC + ('Encountered " <DECIMAL_LITERAL> "1 "" at line 1, column 7.\n'
+      'Was expecting:\n'
+      '    <STRING_LITERAL> ...\n'
+      '    ')),
+    ('a = 0.0',
+     RUNTIME + '0.0 is less than 4.9E-324'),
+    ('a = 1e999',
+     RUNTIME + '1e999 is greater than 1.7976931348623157E308'),
+    ('a = NULL',
+     RUNTIME + "'NULL' cannot be compared."),
+    ('NULL = a',
+     RUNTIME + "'NULL' cannot be compared."),
+    ("'a' IN ('a')",
+     RUNTIME + "Expected a property for In expression, got: 'a'"),
+    ("1 IN ('a')",
+     RUNTIME + 'Expected a property for In expression, got: 1'),
+    ('a = 1 AND',
+     PARSE_EXC + 'Encountered "<EOF>" at line 1, column 9.\n' + EXPECT_UNARY),
+    ('\n  a > ',
+     PARSE_EXC + 'Encountered "<EOF>" at line 2, column 6.\n' + EXPECT_UNARY),
+    ('a >\n b\n >',
+     PARSE_EXC + 'Encountered "<EOF>" at line 3, column 2.\n' + EXPECT_UNARY),
+    ('a\t= #',
+     LEXICAL + 'line 1, column 12.  Encountered: <EOF> after : ""'),
+    ('é = 1',
+     LEXICAL + 'line 1, column 1.  Encountered: "\\u00e9" (233), after : ""'),
+    ('',
+     PARSE_EXC + 'Encountered "<EOF>" at line 0, column 0.\n' + EXPECT_UNARY),
+    ('   ',
+     PARSE_EXC + 'Encountered "<EOF>" at line 1, column 3.\n' + EXPECT_UNARY),
+    ('a = /* x 1',
+     LEXICAL + 'line 1, column 11.  Encountered: <EOF> after : "/* x 1"'),
+    ('a = 1 / x',
+     LEXICAL + 'line 1, column 8.  Encountered: " " (32), after : "/"'),
+    ('a = 1 /',
+     LEXICAL + 'line 1, column 8.  Encountered: <EOF> after : ""'),
+    ('a IS',
+     PARSE_EXC + ('Encountered "<EOF>" at line 1, column 4.\n'
+      'Was expecting:\n'
+      '    "NOT" ...\n'
+      '    ')),
+    ('a IS NOT',
+     PARSE_EXC + ('Encountered "<EOF>" at line 1, column 8.\n'
+      'Was expecting:\n'
+      '    "NULL" ...\n'
+      '    ')),
+    ('a IS NOT 1',
+     PARSE_EXC + ('Encountered " <DECIMAL_LITERAL> "1 "" at line 1, column 10.\n'
+      'Was expecting:\n'
+      '    "NULL" ...\n'
+      '    ')),
+    ('a NOT',
+     PARSE_EXC + ('Encountered " "NOT" "NOT "" at line 1, column 3.\n'
+      'Was expecting one of:\n'
+      '    "BETWEEN" ...\n'
+      '    "IN" ...\n'
+      '    ">" ...\n'
+      '    ">=" ...\n'
+      '    "<" ...\n'
+      '    "<=" ...\n'
+      '    ')),
+    ('a NOT x',
+     PARSE_EXC + ('Encountered " "NOT" "NOT "" at line 1, column 3.\n'
+      'Was expecting one of:\n'
+      '    "BETWEEN" ...\n'
+      '    "IN" ...\n'
+      '    ">" ...\n'
+      '    ">=" ...\n'
+      '    "<" ...\n'
+      '    "<=" ...\n'
+      '    ')),
+    ('a IN',
+     PARSE_EXC + ('Encountered "<EOF>" at line 1, column 4.\n'
+      'Was expecting:\n'
+      '    "(" ...\n'
+      '    ')),
+    ('a IN (',
+     PARSE_EXC + ('Encountered "<EOF>" at line 1, column 6.\n'
+      'Was expecting:\n'
+      '    <STRING_LITERAL> ...\n'
+      '    ')),
+    ("a IN ('x'",
+     PARSE_EXC + ('Encountered "<EOF>" at line 1, column 9.\n'
+      'Was expecting one of:\n'
+      '    "," ...\n'
+      '    ")" ...\n'
+      '    ')),
+    ("a IN ('x' 'y')",
+     PARSE_EXC + ('Encountered " <STRING_LITERAL> "\\\'y\\\' "" at line 1, column 11.\n'
+      'Was expecting one of:\n'
+      '    "," ...\n'
+      '    ")" ...\n'
+      '    ')),
+    ('a BETWEEN 1',
+     PARSE_EXC + ('Encountered "<EOF>" at line 1, column 11.\n'
+      'Was expecting:\n'
+      '    "AND" ...\n'
+      '    ')),
+    ('a BETWEEN 1 OR 2',
+     PARSE_EXC + ('Encountered " "OR" "OR "" at line 1, column 13.\n'
+      'Was expecting:\n'
+      '    "AND" ...\n'
+      '    ')),
+    (')',
+     PARSE_EXC + 'Encountered " ")" ") "" at line 1, column 1.\n' + EXPECT_UNARY),
+    ('a = )',
+     PARSE_EXC + 'Encountered " ")" ") "" at line 1, column 5.\n' + EXPECT_UNARY),
+    ('a > TRUE',
+     RUNTIME + "Value 'TRUE' cannot be compared."),
+    ('TRUE > a',
+     RUNTIME + "Value 'TRUE' cannot be compared."),
+    ('a > NULL',
+     RUNTIME + "Value 'NULL' cannot be compared."),
+    ('a BETWEEN NULL AND 1',
+     RUNTIME + 'Illegal values of between, values can not be null!'),
+    ("a BETWEEN 'a' AND 'b'",
+     RUNTIME + "Value ''a'' cannot be compared."),
+    ("a NOT BETWEEN 'a' AND 2",
+     RUNTIME + "Value ''a'' cannot be compared."),
+    ('a > 1 > 2',
+     RUNTIME + "Value '(a > 1)' cannot be compared."),
+    ('NOT 1',
+     PARSE_EXC + 'Expression will not result in a boolean value: 1'),
+    ("NOT 'x'",
+     PARSE_EXC + "Expression will not result in a boolean value: 'x'"),
+    ('a = b AND 5',
+     PARSE_EXC + 'Expression will not result in a boolean value: 5'),
+    ("- 'x'",
+     PARSE_EXC + "Expression will not result in a boolean value: (- 'x')"),
+    ('TRUE = 1',
+     RUNTIME + "'TRUE' cannot be compared with '1'"),
+    ('FALSE = 1.5',
+     RUNTIME + "'FALSE' cannot be compared with '1.5'"),
+    ('a = 1 OR',
+     PARSE_EXC + 'Encountered "<EOF>" at line 1, column 8.\n' + EXPECT_UNARY),
+    ('==',
+     PARSE_EXC + 'Encountered " "=" "= "" at line 1, column 1.\n' + EXPECT_UNARY),
+    ('a == 1',
+     PARSE_EXC + 'Encountered " "=" "= "" at line 1, column 4.\n' + EXPECT_UNARY),
+    ('a != 1',
+     LEXICAL + 'line 1, column 3.  Encountered: "!" (33), after : ""'),
+    ('a = 1 ; b',
+     LEXICAL + 'line 1, column 7.  Encountered: ";" (59), after : ""'),
+    ('a = 1\r\n#',
+     LEXICAL + 'line 2, column 2.  Encountered: <EOF> after : ""'),
+]
+
+
+@pytest.mark.parametrize(("expr", "remark"), OBSERVED_REMARKS_498)
+def test_a_malformed_selector_is_described_as_rocketmq_498_describes_it(expr: str, remark: str) -> None:
+    with pytest.raises(SelectorParseError) as err:
+        compile_selector(expr)
+    assert err.value.java == remark
 
 
 @pytest.mark.parametrize(("expr", "column"), [
@@ -496,9 +712,12 @@ def test_random_selectors_answer_as_rocketmq_498_filter_module(rocketmq_home: Pa
         cases.append((_random_selector(rng), props))
     lines = "".join(json.dumps({"expr": e, "props": p}) + "\n" for e, p in cases)
     done = subprocess.run(["java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{rocketmq_home}/lib/*",
-                           str(DRIVER)], input=lines, capture_output=True, text=True, timeout=180)
+                           str(DRIVER), "messages"], input=lines, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     theirs = done.stdout.split("\n")[:len(cases)]
-    diffs = [(e, p, t, answer(e, p)) for (e, p), t in zip(cases, theirs, strict=True) if answer(e, p) != t]
+    # fastjson and json write the same JSON string for these texts: the remarks compare as written.
+    diffs = [(e, p, t, answer(e, p, True)) for (e, p), t in zip(cases, theirs, strict=True)
+             if answer(e, p, True) != t]
     assert not diffs, diffs[:10]
-    assert {"true", "false", "null", "PARSE", "EVAL"} <= set(theirs)  # the run covered every kind of answer
+    kinds = {t.split(" ")[0] for t in theirs}
+    assert {"true", "false", "null", "PARSE", "EVAL"} <= kinds  # the run covered every kind of answer

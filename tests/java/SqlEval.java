@@ -2,7 +2,9 @@
 // oracle: each stdin line is a JSON object {"expr": "...", "props": {"k": "v", ...}}; each stdout line is
 // "true", "false" or "null" (the evaluated value), "PARSE" (SelectorParser.parse threw) or "EVAL" (the
 // evaluation threw; the broker's ExpressionMessageFilter then treats the message as not matching).
-// Usage: java -cp "$ROCKETMQ_HOME/lib/*" tests/java/SqlEval.java < lines
+// With the argument "messages", a rejected selector prints "PARSE " and, as a JSON string, what the broker puts
+// in CHECK_CLIENT_CONFIG's remark: the parser's exception as Throwable.toString() writes it.
+// Usage: java -cp "$ROCKETMQ_HOME/lib/*" tests/java/SqlEval.java [messages] < lines
 import com.alibaba.fastjson.JSON;
 import com.alibaba.fastjson.JSONObject;
 import java.io.BufferedReader;
@@ -16,6 +18,7 @@ import org.apache.rocketmq.filter.parser.SelectorParser;
 
 public class SqlEval {
     public static void main(String[] args) throws Exception {
+        boolean messages = args.length > 0 && args[0].equals("messages");
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         while ((line = in.readLine()) != null) {
@@ -31,7 +34,8 @@ public class SqlEval {
                 e = SelectorParser.parse(obj.getString("expr"));
                 out = null;
             } catch (Throwable t) {
-                out = "PARSE";
+                Throwable cause = t.getCause() != null ? t.getCause() : t;
+                out = messages ? "PARSE " + JSON.toJSONString(cause.toString()) : "PARSE";
             }
             if (out == null) {
                 try {
