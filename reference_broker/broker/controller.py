@@ -97,7 +97,7 @@ class BrokerController:
                                         lambda: self.store.reads.transferred_msg_count)
         self.client_processor = ClientManageProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
-            self.consumer_manager, self.producer_manager, self.lock_manager, self.spawn)
+            self.consumer_manager, self.producer_manager, self.lock_manager, self.spawn, broker_config)
         self.send_processor = SendMessageProcessor(self.store, self.topic_config_manager,
                                                    self.subscription_group_manager, broker_config,
                                                    self.server.pending_requests)
@@ -164,7 +164,7 @@ class BrokerController:
         routes[RequestCode.PULL_MESSAGE] = self.pull_processor.handle
         for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                      RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET,
-                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.CHECK_CLIENT_CONFIG):
             routes[code] = self.client_processor.handle
         for code in ADMIN_CODES:
             routes[code] = self.admin_processor.handle
