@@ -57,7 +57,13 @@ from reference_broker.client.process_queue import ProcessQueue
 from reference_broker.client.pull_api import PullFromWhichNode, sys_flag_for
 from reference_broker.client.rebalance import PullRequest, RebalanceImpl, pull_from_where
 from reference_broker.client.scheduler import Scheduler
-from reference_broker.client.subscription import SubscriptionData, build_subscription_data
+from reference_broker.client.subscription import (
+    EXPRESSION_TAG,
+    MessageSelector,
+    SubscriptionData,
+    build_subscription,
+    build_subscription_data,
+)
 from reference_broker.client.validators import check_group, check_topic
 from reference_broker.common import message as mc
 from reference_broker.remoting.codes import ResponseCode
@@ -147,10 +153,15 @@ class PushConsumer:
 
     # ---- configuration ----------------------------------------------------------------------
 
-    def subscribe(self, topic: str, sub_expression: str = "*") -> None:
-        """Subscribe to ``topic`` with a tag expression ("*" or "TagA || TagB"); allowed after start too."""
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector = "*") -> None:
+        """Subscribe to ``topic`` with a tag expression ("*" or "TagA || TagB") or a MessageSelector
+        (``MessageSelector.by_sql("a > 5")``); allowed after start too."""
         check_topic(topic)
-        self._subscriptions[topic] = build_subscription_data(topic, sub_expression)
+        try:
+            self._subscriptions[topic] = build_subscription(topic, sub_expression)
+        except ValueError as exc:
+            raise MQClientError(ClientErrorCode.CLIENT_STATE_EXCEPTION, f"subscription exception: {exc}",
+                                False) from None
         instance = self._instance
         if instance is not None:
             instance.update_topic_route(topic)
@@ -215,8 +226,29 @@ class PushConsumer:
                 instance.update_topic_route(topic)
             except MQClientError as exc:
                 log.warning("route of %s: %s", topic, exc)
+        try:
+            self.check_client_in_broker()
+        except MQClientError:
+            self.shutdown()  # 4.9.8 leaves the consumer half started; this one is stopped again
+            raise
         instance.send_heartbeat_to_all_brokers()
         instance.rebalance_immediately()
+
+    def check_client_in_broker(self) -> None:
+        """MQClientInstance.checkClientInBroker: each non-TAG subscription is checked by a broker serving its
+        topic (CHECK_CLIENT_CONFIG) before the first heartbeat; MQBrokerError when that broker refuses it (no
+        enablePropertyFilter: SYSTEM_ERROR; a malformed selector: SUBSCRIPTION_PARSE_FAILED, the parser's
+        message as the remark)."""
+        instance = self._running()
+        for sub in self._subscriptions.values():
+            if sub.expression_type == EXPRESSION_TAG:
+                continue
+            addr = instance.find_broker_addr_by_topic(sub.topic)
+            if addr is None:
+                continue
+            resp = instance.invoke(addr, protocol.check_client_config_request(instance.client_id, self.group, sub))
+            if resp.code != ResponseCode.SUCCESS:
+                raise MQBrokerError(resp.code, resp.remark, addr)
 
     def shutdown(self) -> None:
         """Stop consuming, persist offsets, unregister (DefaultMQPushConsumerImpl.shutdown)."""
@@ -393,7 +425,8 @@ class PushConsumer:
             result = protocol.finish_pull_result(result, body, mq, sub)
         except MQBrokerError as exc:
             log.warning("pull %s from %s failed: %s", mq, addr, exc)
-            if exc.code in (ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST):
+            if exc.code in (ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                            ResponseCode.FILTER_DATA_NOT_EXIST, ResponseCode.FILTER_DATA_NOT_LATEST):
                 self._running().heartbeat_soon()
             self.execute_pull_request_later(request, PULL_TIME_DELAY_S_WHEN_EXCEPTION)
             return
