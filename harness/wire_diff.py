@@ -167,6 +167,11 @@ def script() -> list[Case]:
              {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0", "commitOffset": "1"}),
         Case("query the committed offset", RequestCode.QUERY_CONSUMER_OFFSET,
              {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0"}),
+        Case("reset offsets by time on an unknown topic", RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+             {"topic": "NoSuchTopic", "group": GROUP, "timestamp": "0", "isForce": "true"}),
+        Case("reset offsets by time of a group with offsets on one queue only",
+             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+             {"topic": TOPIC, "group": GROUP, "timestamp": "0", "isForce": "true"}),
         Case("view the message at offset 0", RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "0"}),
         Case("view past the log's end", RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "99999999"}, remark=False),
         Case("query by key", RequestCode.QUERY_MESSAGE, {

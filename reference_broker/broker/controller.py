@@ -35,6 +35,7 @@ from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManage
 from reference_broker.broker.outer_api import BrokerOuterAPI
 from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTERVAL_SHORT_S, PullRequestHoldService
 from reference_broker.broker.pull_processor import PullMessageProcessor
+from reference_broker.broker.reset_offset import ResetOffsetProcessor
 from reference_broker.broker.schedule_message import ScheduleMessageService
 from reference_broker.broker.send_processor import SendMessageProcessor
 from reference_broker.broker.slave_synchronize import SYNC_INITIAL_DELAY_S, SYNC_PERIOD_S, SlaveSynchronizer
@@ -105,6 +106,9 @@ class BrokerController:
                                                    self.subscription_group_manager, self.consumer_manager,
                                                    self.consumer_offset_manager, broker_config,
                                                    lambda: self.hold_service)
+        self.reset_offset_processor = ResetOffsetProcessor(
+            self.store, self.topic_config_manager, self.consumer_offset_manager, self.consumer_manager, broker_config,
+            self.spawn)
         self.admin_processor = AdminProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
             broker_config, config_properties=self.config_properties, runtime_info=self.runtime_info,
@@ -168,6 +172,7 @@ class BrokerController:
             routes[code] = self.client_processor.handle
         for code in ADMIN_CODES:
             routes[code] = self.admin_processor.handle
+        routes[RequestCode.INVOKE_BROKER_TO_RESET_OFFSET] = self.reset_offset_processor.handle
         for route, handler in routes.items():
             server.register(route, handler)
         self._codes = list(routes)

@@ -71,6 +71,8 @@ from reference_broker.remoting.command import RemotingCommand
 from reference_broker.remoting.errors import RemotingError
 from reference_broker.remoting.headers import build_pull_sys_flag
 
+RESET_OFFSET_WAIT_S: Final = 10.0  # MQClientInstance.resetOffset: TimeUnit.SECONDS.sleep(10)
+
 log = logging.getLogger(__name__)
 
 # DefaultMQPushConsumerImpl constants (4.9.8).
@@ -138,6 +140,8 @@ class PushConsumer:
         self.max_reconsume_times_setting = max_reconsume_times
         self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
         self.post_subscription_when_pull = post_subscription_when_pull
+        # MQClientInstance.resetOffset waits 10 s after dropping the queues, for consumption in flight.
+        self.reset_offset_wait_s = RESET_OFFSET_WAIT_S
         self.await_termination_s_when_shutdown = await_termination_s_when_shutdown
         self.offset_store_dir = offset_store_dir
         self._subscriptions: dict[str, SubscriptionData] = {}
@@ -281,6 +285,35 @@ class PushConsumer:
     def resume(self) -> None:
         self.paused = False
 
+    def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """MQClientInstance.resetOffset (RESET_CONSUMER_CLIENT_OFFSET from a broker, 4.9.8): pause, drop the
+        topic's queues named in ``offsets``, wait ``reset_offset_wait_s`` for consumption in flight, set each
+        queue's offset and hand the queue back (its offset persisted to the broker), resume. The next
+        rebalance — asked for at once here; 4.9.8 waits for the next one, up to 20 s — takes the queues
+        again and pulls from the new offsets. Blocks: run it off the connection's reader."""
+        rebalance = self._rebalance
+        if rebalance is None or self.stopped:
+            return
+        self.suspend()
+        try:
+            for mq, pq in rebalance.process_queues():
+                if mq.topic == topic and mq in offsets:
+                    pq.dropped = True
+                    pq.clear()
+            time.sleep(self.reset_offset_wait_s)
+            for mq, pq in rebalance.process_queues():
+                offset = offsets.get(mq)
+                if mq.topic == topic and offset is not None:
+                    self.offset_store.update_offset(mq, offset, False)
+                    rebalance.remove_unnecessary_message_queue(mq, pq)
+                    rebalance.forget(mq)
+            log.info("[reset-offset] group %s, topic %s: %s", self.group, topic,
+                     {str(mq): o for mq, o in sorted(offsets.items())})
+        finally:
+            self.resume()
+        if self._instance is not None:
+            self._instance.rebalance_immediately()
+
     def _running(self) -> MQClientInstance:
         if self._instance is None:
             raise MQClientError(ClientErrorCode.CLIENT_STATE_EXCEPTION, "The consumer service state not OK", False)
@@ -414,6 +447,11 @@ class PushConsumer:
         mq = request.message_queue
         pq = request.process_queue
         if self.stopped:
+            return
+        if pq.dropped:
+            # A late answer for a queue given up (rebalanced away, or rewound by resetOffset): its offset
+            # correction must not move the offset the queue's next holder starts from. (4.9.8 still applies
+            # correctTagsOffset here; it is harmless there only while the queue stays dropped.)
             return
         if response is None:
             if not mq.topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):
