@@ -130,50 +130,37 @@ def _cmp(a: object, b: object) -> int:
 def java_compare(lv: Value, rv: Value) -> int:
     """ComparisonExpression.__compare with convertStringExpressions on (SelectorParser sets it): unlike types
     are converted up (long → double, a string to the other side's type); pairs it cannot convert answer -1."""
-    lt, rt = _java_type(lv), _java_type(rv)
-    if lt != rt:
-        if lt == "bool":
-            if rt == "str":  # 4.9.8 casts the Boolean to String here: ClassCastException (JDK 17's text)
-                raise SelectorEvalError("class java.lang.Boolean cannot be cast to class java.lang.String "
-                                        "(java.lang.Boolean and java.lang.String are in module java.base of loader "
-                                        "'bootstrap')", "java.lang.ClassCastException")
-            return -1
-        if lt == "long":
-            if rt == "double":
-                lv, lt = float(lv), "double"  # type: ignore[arg-type]
-            elif rt == "str":
-                rv, rt = java_long(rv), "long"  # type: ignore[arg-type]
-            else:
-                return -1
-        elif lt == "double":
-            if rt == "long":
-                rv, rt = float(rv), "double"  # type: ignore[arg-type]
-            elif rt == "str":
-                rv, rt = java_double(rv), "double"  # type: ignore[arg-type]
-            else:
-                return -1
-        else:  # str
-            if rt == "bool":
-                lv, lt = lv.lower() == "true", "bool"  # type: ignore[union-attr]  # Boolean.valueOf
-            elif rt == "long":
-                lv, lt = java_long(lv), "long"  # type: ignore[arg-type]
-            else:
-                lv, lt = java_double(lv), "double"  # type: ignore[arg-type]
-    if lt == "double":
-        return _cmp(_double_key(lv), _double_key(rv))  # type: ignore[arg-type]
-    if lt == "str":  # String.compareTo: UTF-16 code units
-        return _cmp(lv.encode("utf-16-be"), rv.encode("utf-16-be"))  # type: ignore[union-attr]
-    return _cmp(lv, rv)
-
-
-def _java_type(v: Value) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "long"
-    if isinstance(v, float):
-        return "double"
-    return "str"
+    tl, tr = type(lv), type(rv)
+    if tl is tr:
+        if tl is float:
+            return _cmp(_double_key(lv), _double_key(rv))  # type: ignore[arg-type]
+        if tl is str:  # String.compareTo orders UTF-16 code units; only equality is cheap to decide
+            return 0 if lv == rv else _cmp(lv.encode("utf-16-be"), rv.encode("utf-16-be"))  # type: ignore[union-attr]
+        return _cmp(lv, rv)
+    if tl is bool:
+        if tr is str:  # 4.9.8 casts the Boolean to String here: ClassCastException (JDK 17's text)
+            raise SelectorEvalError("class java.lang.Boolean cannot be cast to class java.lang.String "
+                                    "(java.lang.Boolean and java.lang.String are in module java.base of loader "
+                                    "'bootstrap')", "java.lang.ClassCastException")
+        return -1
+    if tl is int:
+        if tr is float:
+            return _cmp(_double_key(float(lv)), _double_key(rv))  # type: ignore[arg-type]
+        if tr is str:
+            return _cmp(lv, java_long(rv))  # type: ignore[arg-type]
+        return -1
+    if tl is float:
+        if tr is int:
+            return _cmp(_double_key(lv), _double_key(float(rv)))  # type: ignore[arg-type]
+        if tr is str:
+            return _cmp(_double_key(lv), _double_key(java_double(rv)))  # type: ignore[arg-type]
+        return -1
+    # a string against a boolean (Boolean.valueOf), a long or a double
+    if tr is bool:
+        return _cmp(lv.lower() == "true", rv)  # type: ignore[union-attr]
+    if tr is int:
+        return _cmp(java_long(lv), rv)  # type: ignore[arg-type]
+    return _cmp(_double_key(java_double(lv)), _double_key(rv))  # type: ignore[arg-type]
 
 
 # ---- Java's text for values and expressions (the parser's error messages quote them) --------------------------
@@ -325,6 +312,8 @@ def _equal(a: Node, b: Node) -> Node:
             return None if lv is None else False
         if lv is None:
             return True
+        if type(lv) is str and type(rv) is str:  # the common case: equals
+            return lv == rv
         return java_compare(lv, rv) == 0
     return Node("bool", ev, text=f"({a.text} == {b.text})")
 
