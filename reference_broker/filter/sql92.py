@@ -52,10 +52,15 @@ _STRING: Final = re.compile(r"'(?:''|[^'])*'")
 _ID: Final = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _LINE_COMMENT: Final = re.compile(r"--[^\n\r]*(?:\n|\r\n?)")
 _BLOCK_COMMENT: Final = re.compile(r"/\*.*?\*/", re.DOTALL)
+_ID_START: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_$")
+_NUMBER_START: Final = frozenset("0123456789.")
 LONG_MIN: Final = -(1 << 63)
 LONG_MAX: Final = (1 << 63) - 1
 DOUBLE_MIN_VALUE: Final = 5e-324  # Double.MIN_VALUE, the smallest positive double
 DOUBLE_MAX_VALUE: Final = 1.7976931348623157e308
+# Our bound (4.9.8 has none): parsing costs tens of µs per term on the broker's event loop, so a selector of
+# megabytes in a heartbeat would hold every other client for seconds. Real selectors are far shorter.
+MAX_SELECTOR_CHARS: Final = 16 * 1024
 
 
 class SelectorParseError(ValueError):
@@ -64,6 +69,7 @@ class SelectorParseError(ValueError):
 
     def __init__(self, message: str, position: int, java: str) -> None:
         super().__init__(f"{message} at column {position + 1}")
+        self.message = message
         self.position = position
         self.java = java
 
@@ -88,7 +94,7 @@ _JAVA_HEX_DOUBLE: Final = re.compile(
 
 def java_long(text: str) -> int:
     """Long.valueOf(String): no surrounding blanks, no underscores, within the signed 64-bit range."""
-    if _JAVA_LONG.fullmatch(text) is None:
+    if len(text) > 20 or _JAVA_LONG.fullmatch(text) is None:  # 20: a sign and 19 digits
         raise SelectorEvalError(f'For input string: "{text}"')
     value = int(text)
     if not LONG_MIN <= value <= LONG_MAX:
@@ -217,16 +223,30 @@ def java_value_str(v: Value) -> str:
 
 # ---- expression tree -------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class Node:
     """``kind`` is the 4.9.8 class family the parser's checks look at: "const" (ConstantExpression),
     "bool_const" (TRUE / FALSE / NULL: both constant and boolean), "bool" (BooleanExpression), "prop"
-    (PropertyExpression), "other" (a negation). ``text`` is the expression's Java toString."""
+    (PropertyExpression), "other" (a negation). ``text`` is the expression's Java toString, built only when an
+    error message quotes it (building it for every node would cost a long selector quadratic time)."""
 
-    kind: str
-    evaluate: Evaluator
-    value: Value = None
-    text: str = ""
+    __slots__ = ("describe", "evaluate", "kind", "value")
+
+    def __init__(self, kind: str, evaluate: Evaluator, value: Value = None,
+                 describe: Callable[[], str] | str = "") -> None:
+        self.kind = kind
+        self.evaluate = evaluate
+        self.value = value
+        self.describe = describe
+
+    @property
+    def text(self) -> str:
+        d = self.describe
+        if isinstance(d, str):
+            return d
+        try:
+            return d()
+        except RecursionError:
+            return "(…)"
 
 
 def _const(value: Value) -> Node:
@@ -252,7 +272,7 @@ def _negate(n: Node) -> Node:
         if v is None or isinstance(v, (bool, str)):
             return None
         return -v if isinstance(v, float) or v != LONG_MIN else LONG_MIN  # Java long negation wraps
-    return Node("other", ev, text=f"(- {n.text})")
+    return Node("other", ev, describe=lambda: f"(- {n.text})")
 
 
 def _not(n: Node) -> Node:
@@ -261,7 +281,7 @@ def _not(n: Node) -> Node:
     def ev(ctx: Context) -> Value:
         v = inner(ctx)
         return None if v is None else not v
-    return Node("bool", ev, text=f"(NOT {n.text})")
+    return Node("bool", ev, describe=lambda: f"(NOT {n.text})")
 
 
 def _boolean_cast(n: Node) -> Node:
@@ -272,7 +292,7 @@ def _boolean_cast(n: Node) -> Node:
     def ev(ctx: Context) -> Value:
         v = inner(ctx)
         return None if v is None else (v if isinstance(v, bool) else False)
-    return Node("bool", ev, text=n.text)
+    return Node("bool", ev, describe=lambda: n.text)
 
 
 def _and(a: Node, b: Node) -> Node:
@@ -286,7 +306,7 @@ def _and(a: Node, b: Node) -> Node:
         if rv is False:
             return False
         return None if lv is None or rv is None else True
-    return Node("bool", ev, text=f"({a.text} AND {b.text})")
+    return Node("bool", ev, describe=lambda: f"({a.text} AND {b.text})")
 
 
 def _or(a: Node, b: Node) -> Node:
@@ -300,7 +320,7 @@ def _or(a: Node, b: Node) -> Node:
         if rv is True:
             return True
         return None if lv is None or rv is None else False
-    return Node("bool", ev, text=f"({a.text} OR {b.text})")
+    return Node("bool", ev, describe=lambda: f"({a.text} OR {b.text})")
 
 
 def _equal(a: Node, b: Node) -> Node:
@@ -315,7 +335,7 @@ def _equal(a: Node, b: Node) -> Node:
         if type(lv) is str and type(rv) is str:  # the common case: equals
             return lv == rv
         return java_compare(lv, rv) == 0
-    return Node("bool", ev, text=f"({a.text} == {b.text})")
+    return Node("bool", ev, describe=lambda: f"({a.text} == {b.text})")
 
 
 _ORDER: Final[dict[str, Callable[[int], bool]]] = {
@@ -335,7 +355,7 @@ def _order(op: str, a: Node, b: Node) -> Node:
         if isinstance(lv, str) and isinstance(rv, str):  # two strings are compared as doubles
             return test(java_compare(java_double(lv), java_double(rv)))
         return test(java_compare(lv, rv))
-    return Node("bool", ev, text=f"({a.text} {op} {b.text})")
+    return Node("bool", ev, describe=lambda: f"({a.text} {op} {b.text})")
 
 
 def _in(prop: Node, values: list[str], negated: bool) -> Node:
@@ -347,8 +367,8 @@ def _in(prop: Node, values: list[str], negated: bool) -> Node:
         if not isinstance(v, str):
             return None
         return (v not in members) if negated else (v in members)
-    listed = ", ".join(java_value_str(v) for v in values)
-    return Node("bool", ev, text=f"{prop.text} {'NOT IN' if negated else 'IN'} ( {listed} )")
+    return Node("bool", ev, describe=lambda: f"{prop.text} {'NOT IN' if negated else 'IN'} "
+                                             f"( {', '.join(java_value_str(v) for v in values)} )")
 
 
 # ---- tokenizer -------------------------------------------------------------------------------------------
@@ -434,35 +454,45 @@ class Lexer:
         self.pos = 0
 
     def next(self) -> Token:
-        text, pos = self.text, self.pos
+        text, pos, n = self.text, self.pos, len(self.text)
         while True:
-            while pos < len(text) and text[pos] in _WHITESPACE:
+            while pos < n and text[pos] in _WHITESPACE:
                 pos += 1
-            comment = _LINE_COMMENT.match(text, pos) or _BLOCK_COMMENT.match(text, pos)
-            if comment is None:
-                break
-            pos = comment.end()
-        if pos >= len(text):
+            if pos < n and text[pos] in "-/":
+                comment = _LINE_COMMENT.match(text, pos) or _BLOCK_COMMENT.match(text, pos)
+                if comment is not None:
+                    pos = comment.end()
+                    continue
+            break
+        if pos >= n:
             self.pos = pos
             return Token("EOF", "", pos)
-        # Longest match wins; on a tie the earlier kind (keywords before identifiers).
-        best: tuple[int, str] | None = None
-        for kind, rx in (("FLOAT", _FLOAT), ("DECIMAL", _DECIMAL), ("STRING", _STRING), ("ID", _ID)):
-            m = rx.match(text, pos)
-            if m and (best is None or m.end() > best[0]):
-                best = (m.end(), kind)
-        for op in _OPERATORS:
-            if text.startswith(op, pos) and (best is None or pos + len(op) > best[0]):
-                best = (pos + len(op), op)
-                break
-        if best is None:
-            raise self._lexical_error(pos)
-        end, kind = best
-        word = text[pos:end]
-        if kind == "ID" and word.upper() in KEYWORDS:
-            kind = word.upper()
+        # The first char decides which kinds can match (JavaCC takes the longest match; keywords win ties).
+        ch = text[pos]
+        if ch in _ID_START:
+            end = _ID.match(text, pos).end()  # type: ignore[union-attr]
+            upper = text[pos:end].upper()
+            kind = upper if upper in KEYWORDS else "ID"
+        elif ch in _NUMBER_START:
+            f, d = _FLOAT.match(text, pos), _DECIMAL.match(text, pos)
+            f_end, d_end = (f.end() if f else -1), (d.end() if d else -1)
+            if f_end < 0 and d_end < 0:
+                raise self._lexical_error(pos)
+            end, kind = (f_end, "FLOAT") if f_end > d_end else (d_end, "DECIMAL")
+        elif ch == "'":
+            m = _STRING.match(text, pos)
+            if m is None:
+                raise self._lexical_error(pos)
+            end, kind = m.end(), "STRING"
+        else:
+            for op in _OPERATORS:
+                if text.startswith(op, pos):
+                    end, kind = pos + len(op), op
+                    break
+            else:
+                raise self._lexical_error(pos)
         self.pos = end
-        return Token(kind, word, pos)
+        return Token(kind, text[pos:end], pos)
 
     def _lexical_error(self, pos: int) -> SelectorParseError:
         """TokenMgrError's text (4.9.8's JavaCC token manager): the char that failed with what had been read of
@@ -655,7 +685,7 @@ class _Parser:
             return inner
         if kind == "ID":
             name = tok.text
-            return Node("prop", lambda ctx: ctx.get(name), text=name)
+            return Node("prop", lambda ctx: ctx.get(name), describe=name)
         return _literal(tok)
 
 
@@ -674,11 +704,10 @@ def _literal(tok: Token) -> Node:
         return _const(_string_value(tok))
     if kind == "DECIMAL":  # ConstantExpression.createFromDecimal: a long only
         digits = text.rstrip("lL")
-        value = int(digits)
-        if value > LONG_MAX:
+        if len(digits) > 19 or int(digits) > LONG_MAX:
             raise SelectorParseError(f"{text} is out of the range of a long", tok.position,
                                      f'java.lang.NumberFormatException: For input string: "{digits}"')
-        return _const(value)
+        return _const(int(digits))
     if kind == "FLOAT":  # ConstantExpression.createFloat: rejects above MAX_VALUE and below MIN_VALUE (0.0 too)
         d = float(text)
         if d > DOUBLE_MAX_VALUE:
@@ -747,12 +776,31 @@ class Selector:
     def matches(self, properties: Context) -> bool:
         try:
             return self.root.evaluate(properties) is True
-        except (SelectorEvalError, ArithmeticError):
+        except (SelectorEvalError, ArithmeticError, RecursionError):
+            # RecursionError: a chain of thousands of ORs nests that deep; 4.9.8's evaluation then overflows
+            # its stack, which ExpressionMessageFilter catches as no match too.
             return False
 
 
-@functools.lru_cache(maxsize=100)  # SelectorParser.PARSE_CACHE: 100 entries
 def compile_selector(expression: str) -> Selector:
     """Parse ``expression``; SelectorParseError (with the offending position) if it is malformed."""
-    parser = _Parser(expression)
-    return Selector(expression, parser.selector())
+    if len(expression) > MAX_SELECTOR_CHARS:
+        text = f"the selector is {len(expression)} characters long; this broker accepts at most {MAX_SELECTOR_CHARS}"
+        raise SelectorParseError(text, MAX_SELECTOR_CHARS, text)
+    result = _compile_cached(expression)
+    if isinstance(result, SelectorParseError):
+        raise SelectorParseError(result.message, result.position, result.java)
+    return result
+
+
+# SelectorParser.PARSE_CACHE: the last 100 selectors, failures included (a pull carrying its selector compiles
+# it each time: the same malformed one sent in a flood is parsed once).
+@functools.lru_cache(maxsize=100)
+def _compile_cached(expression: str) -> Selector | SelectorParseError:
+    try:
+        return Selector(expression, _Parser(expression).selector())
+    except SelectorParseError as exc:
+        return exc
+    except RecursionError:  # thousands of nested parentheses; 4.9.8's parser overflows its stack as well
+        return SelectorParseError("the selector nests too deeply", 0, "java.lang.StackOverflowError")
+

@@ -475,6 +475,21 @@ def test_matches_is_true_only_and_an_evaluation_error_is_no_match() -> None:
         sel.evaluate({"a": "5.5"})
 
 
+def test_hostile_sizes_are_parse_errors_or_no_match_never_other_exceptions() -> None:
+    with pytest.raises(SelectorParseError) as err:
+        compile_selector("(" * 1500 + "a = 1" + ")" * 1500)
+    assert err.value.java == "java.lang.StackOverflowError"
+    with pytest.raises(SelectorParseError) as err:
+        compile_selector("a = " + "9" * 5000)  # past Python's int-from-string limit too
+    assert err.value.java.startswith("java.lang.NumberFormatException")
+    chain = compile_selector(" OR ".join(["a = 'x'"] * 1200) + " OR a = 'y'")
+    assert chain.matches({"a": "y"}) is False  # too deep to evaluate: no match, as 4.9.8's stack overflow
+    assert compile_selector("a > 1").matches({"a": "9" * 5000}) is False
+    with pytest.raises(SelectorParseError) as err:
+        compile_selector("a = 1 OR " * 2000 + "a = 2")  # our bound on the length (4.9.8 has none)
+    assert "at most 16384" in err.value.java
+
+
 # ---- property-based: generated selectors against a reference evaluation written independently ------------
 
 PROPS = ("a", "b", "c")
