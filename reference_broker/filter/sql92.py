@@ -295,32 +295,28 @@ def _boolean_cast(n: Node) -> Node:
     return Node("bool", ev, describe=lambda: n.text)
 
 
-def _and(a: Node, b: Node) -> Node:
+def _logic(a: Node, b: Node, decisive: bool, op: str) -> Node:
+    """LogicExpression.createAND (``decisive`` False) and createOR (True): left first; a decisive answer on
+    either side decides; otherwise null if either side is null."""
     la, lb = a.evaluate, b.evaluate
 
-    def ev(ctx: Context) -> Value:  # LogicExpression.createAND: left first, short-circuits on false
+    def ev(ctx: Context) -> Value:
         lv = la(ctx)
-        if lv is False:
-            return False
+        if lv is decisive:
+            return decisive
         rv = lb(ctx)
-        if rv is False:
-            return False
-        return None if lv is None or rv is None else True
-    return Node("bool", ev, describe=lambda: f"({a.text} AND {b.text})")
+        if rv is decisive:
+            return decisive
+        return None if lv is None or rv is None else not decisive
+    return Node("bool", ev, describe=lambda: f"({a.text} {op} {b.text})")
+
+
+def _and(a: Node, b: Node) -> Node:
+    return _logic(a, b, False, "AND")
 
 
 def _or(a: Node, b: Node) -> Node:
-    la, lb = a.evaluate, b.evaluate
-
-    def ev(ctx: Context) -> Value:  # LogicExpression.createOR: left first, short-circuits on true
-        lv = la(ctx)
-        if lv is True:
-            return True
-        rv = lb(ctx)
-        if rv is True:
-            return True
-        return None if lv is None or rv is None else False
-    return Node("bool", ev, describe=lambda: f"({a.text} OR {b.text})")
+    return _logic(a, b, True, "OR")
 
 
 def _equal(a: Node, b: Node) -> Node:

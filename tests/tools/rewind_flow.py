@@ -139,13 +139,24 @@ def rows_by_queue(result: dict[str, Any], column: str) -> dict[int, int]:
     return {int(r["queueId"]): int(r[column]) for r in result["rows"]}
 
 
-def backwards_with_a_live_consumer(topo: Topology, topic: str) -> None:
-    sent = send_spaced(topo, topic, 16, "bw")
+def consumed(topo: Topology, group: str, topic: str, n: int, prefix: str) -> tuple[list[Sent], Recorder,
+                                                                                    PushConsumer]:
+    """``n`` messages sent, then all consumed by a running push consumer of ``group``, its offsets persisted."""
+    sent = send_spaced(topo, topic, n, prefix)
     recorder = Recorder()
-    consumer = push_consumer(topo, "RewindLive", topic, recorder)
+    consumer = push_consumer(topo, group, topic, recorder)
     try:
         wait_for(lambda: recorder.seen() >= {s.key for s in sent}, 60, "first delivery")
         time.sleep(1.5)  # offsets persisted
+    except BaseException:
+        consumer.shutdown()
+        raise
+    return sent, recorder, consumer
+
+
+def backwards_with_a_live_consumer(topo: Topology, topic: str) -> None:
+    sent, recorder, consumer = consumed(topo, "RewindLive", topic, 16, "bw")
+    try:
         target = sent[9]  # the tenth message stored
         result = reset_cli(topo, "RewindLive", topic, target.store_ts)
         assert result["mode"] == "broker"
@@ -182,14 +193,8 @@ def forwards_past_a_slow_consumer(topo: Topology, topic: str) -> None:
 
 
 def with_nobody_online(topo: Topology, topic: str) -> None:
-    sent = send_spaced(topo, topic, 12, "off")
-    recorder = Recorder()
-    consumer = push_consumer(topo, "RewindStored", topic, recorder)
-    try:
-        wait_for(lambda: recorder.seen() >= {s.key for s in sent}, 60, "first delivery")
-        time.sleep(1.5)  # offsets persisted
-    finally:
-        consumer.shutdown()
+    sent, _recorder, consumer = consumed(topo, "RewindStored", topic, 12, "off")
+    consumer.shutdown()
     target = sent[4]
     result = reset_cli(topo, "RewindStored", topic, target.store_ts)
     assert result["mode"] == "stored"
