@@ -403,7 +403,8 @@ def run_fuzz(options: FuzzOptions, progress: Callable[[str], None] = lambda line
     if root is None:
         tmp = tempfile.TemporaryDirectory(prefix="rmq-lab-fuzz-")
         root = Path(tmp.name)
-    conf = {**SMALL_FILES, **env_broker_conf()}
+    # enablePropertyFilter: the SQL92 paths (compiling hostile selectors at pull and check) are fuzzed too
+    conf = {**SMALL_FILES, "enablePropertyFilter": "true", **env_broker_conf()}
     started = time.monotonic()
     topo = Topology(root, broker_conf=conf)
     try:

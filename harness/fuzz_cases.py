@@ -38,6 +38,7 @@ SERVED_CODES: Final[tuple[int, ...]] = (
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_BROKER_RUNTIME_INFO,
     RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.QUERY_MESSAGE,
     RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.GET_BROKER_CONFIG, RequestCode.END_TRANSACTION,
+    RequestCode.CHECK_CLIENT_CONFIG, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
 )
 UNSERVED_CODES: Final[tuple[int, ...]] = (
     RequestCode.QUERY_BROKER_OFFSET, RequestCode.REGISTER_BROKER, 0, -1, 32767, 9999)
@@ -225,12 +226,29 @@ _PULL_NUMERIC: Final = frozenset({"queueId", "queueOffset", "maxMsgNums", "sysFl
                                   "suspendTimeoutMillis", "subVersion"})
 
 
+def selector(rng: random.Random) -> str:
+    """An SQL92 selector: valid, malformed, or hostile in size or nesting (filter/sql92.py)."""
+    kind = rng.randrange(6)
+    if kind == 0:
+        return "(" * rng.choice((10, 400, 5000)) + "a = 1" + ")" * rng.choice((0, 10, 5000))
+    if kind == 1:
+        return " OR ".join(["a = 'x'"] * rng.choice((10, 1200, 3000)))
+    if kind == 2:
+        return "a = " + "9" * rng.choice((19, 20, 5000))
+    if kind == 3:
+        return fv.name(rng, "a > 1")
+    return rng.choice(("a > 5", "a >", "TAGS = 'A' AND b IS NULL", "a BETWEEN 3 AND 1", "'x' <> a", "NOT NOT a",
+                       "a IN ('x', 'y')", "a = #", "a = 'unterminated", ""))
+
+
 def _pull(rng: random.Random) -> _Req:
+    sql = rng.random() < 0.3
     ext = {"consumerGroup": "FuzzGroup", "topic": rng.choice(("FuzzTopic", PROBE_TOPIC)),
            "queueId": str(rng.randrange(4)), "queueOffset": str(rng.choice((0, 1, 10, 2**40))),
            "maxMsgNums": str(rng.choice((1, 32, 10**6))), "sysFlag": str(rng.choice((0, 4, 5, 6))),
            "commitOffset": "0", "suspendTimeoutMillis": str(rng.choice((0, 100, 1000))),
-           "subscription": rng.choice(("*", "a || b", "TagA")), "subVersion": "0", "expressionType": "TAG"}
+           "subscription": selector(rng) if sql else rng.choice(("*", "a || b", "TagA")), "subVersion": "0",
+           "expressionType": rng.choice(("SQL92", "FOO")) if sql else "TAG"}
     ext = _mutate_ext(rng, ext, _PULL_NUMERIC)
     hold = 0.0
     try:
@@ -291,6 +309,17 @@ def _sub_group(rng: random.Random) -> _Req:
     return _Req({}, fv.json_bytes(obj, rng))
 
 
+def _check_config(rng: random.Random) -> _Req:
+    sub: Any = {"topic": _topic(rng), "subString": selector(rng), "subVersion": rng.choice((0, -1, 2**63)),
+                "expressionType": rng.choice(("SQL92", "SQL92", "TAG", "FOO", ""))}
+    if rng.random() < 0.15:
+        sub[rng.choice(("subString", "expressionType"))] = fv.wrong_json(rng)
+    obj: Any = {"clientId": "127.0.0.1@fuzz", "group": _group(rng), "subscriptionData": sub}
+    if rng.random() < 0.1:
+        obj["subscriptionData"] = fv.wrong_json(rng)
+    return _Req({}, fv.json_bytes(obj, rng))
+
+
 def _simple(fields: dict[str, str], numeric: frozenset[str]) -> Callable[[random.Random], _Req]:
     def make(rng: random.Random) -> _Req:
         return _Req(_mutate_ext(rng, dict(fields), numeric))
@@ -329,6 +358,9 @@ _SIMPLE: Final[dict[int, Callable[[random.Random], _Req]]] = {
                                           "commitLogOffset": "0", "commitOrRollback": "12",
                                           "fromTransactionCheck": "false", "msgId": "m"},
                                          frozenset({"tranStateTableOffset", "commitLogOffset", "commitOrRollback"})),
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: _simple(
+        {"topic": "FuzzTopic", "group": "FuzzGroup", "timestamp": "1700000000000", "isForce": "true"},
+        frozenset({"timestamp"})),
 }
 
 
@@ -346,6 +378,8 @@ def request(rng: random.Random, code: int, skip_known: bool = False, small: bool
         req = _lock(rng, small)
     elif code == RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
         req = _sub_group(rng)
+    elif code == RequestCode.CHECK_CLIENT_CONFIG:
+        req = _check_config(rng)
     elif code in _SIMPLE:
         req = _SIMPLE[code](rng)
     else:

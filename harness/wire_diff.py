@@ -122,6 +122,11 @@ def script() -> list[Case]:
     broker_header = {"brokerName": "WireDiffFake", "brokerAddr": fake_addr, "clusterName": "WireDiffCluster",
                      "brokerId": "0"}
     send = _send("send", keys="k1")
+
+    def check_config(expression: str, expression_type: str) -> bytes:
+        return json.dumps({"clientId": client_id, "group": GROUP, "subscriptionData": {
+            "topic": TOPIC, "subString": expression, "tagsSet": [], "codeSet": [], "subVersion": 1,
+            "expressionType": expression_type, "classFilterMode": False}}).encode()
     return [
         Case("create topic", RequestCode.UPDATE_AND_CREATE_TOPIC, {
             "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
@@ -162,6 +167,11 @@ def script() -> list[Case]:
              {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0", "commitOffset": "1"}),
         Case("query the committed offset", RequestCode.QUERY_CONSUMER_OFFSET,
              {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0"}),
+        Case("reset offsets by time on an unknown topic", RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+             {"topic": "NoSuchTopic", "group": GROUP, "timestamp": "0", "isForce": "true"}),
+        Case("reset offsets by time of a group with offsets on one queue only",
+             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+             {"topic": TOPIC, "group": GROUP, "timestamp": "0", "isForce": "true"}),
         Case("view the message at offset 0", RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "0"}),
         Case("view past the log's end", RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "99999999"}, remark=False),
         Case("query by key", RequestCode.QUERY_MESSAGE, {
@@ -171,6 +181,9 @@ def script() -> list[Case]:
             "topic": TOPIC, "key": "nope", "maxNum": "32", "beginTimestamp": "0",
             "endTimestamp": str(4_000_000_000_000)}),
         Case("heartbeat", RequestCode.HEART_BEAT, body=heartbeat),
+        Case("check a TAG subscription", RequestCode.CHECK_CLIENT_CONFIG, body=check_config("A || B", "TAG")),
+        Case("check an SQL92 subscription without enablePropertyFilter", RequestCode.CHECK_CLIENT_CONFIG,
+             body=check_config("a > 1", "SQL92")),
         Case("consumer list of an unknown group", RequestCode.GET_CONSUMER_LIST_BY_GROUP,
              {"consumerGroup": "NoSuchGroup"}),
         Case("send back", RequestCode.CONSUMER_SEND_MSG_BACK, {

@@ -101,6 +101,16 @@ _NAMESRV = click.option("-n", "--namesrv-addr", default="127.0.0.1:9876", show_d
                         help="Name server address(es), ';'-separated.")
 
 
+@bench.command("sql92")
+@click.option("--number", type=click.IntRange(1), default=20_000, show_default=True, help="Calls per round.")
+def bench_sql92(number: int) -> None:
+    """What SQL92 filtering costs the broker per message: properties read, selectors evaluated (µs)."""
+    from reference_broker.bench.filter_bench import run
+
+    for what, us in run(number):
+        click.echo(f"{us:8.2f} µs  {what}")
+
+
 @bench.command("producer")
 @_NAMESRV
 @click.option("-t", "--topic", default="BenchmarkTest", show_default=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from reference_broker.broker.consumer_filter import ConsumerFilterManager
 from reference_broker.common.java_hash import string_hash_code
 
 log = logging.getLogger(__name__)
@@ -51,11 +52,27 @@ class SubscriptionData:
         return sub
 
     @classmethod
+    def build_typed(cls, topic: str, sub_string: str | None, expression_type: str | None,
+                    sub_version: int = 0) -> SubscriptionData:
+        """FilterAPI.build: a TAG expression as ``build``; any other type keeps its expression as it came (no
+        tags, no codes) and must have one (ValueError, which a pull answers SUBSCRIPTION_PARSE_FAILED)."""
+        if not expression_type or expression_type == "TAG":
+            return cls.build(topic, sub_string, sub_version)
+        if not sub_string:
+            raise ValueError(f"Expression can't be null! {expression_type}")
+        return cls(topic, sub_string, sub_version=sub_version, expression_type=expression_type)
+
+    @classmethod
     def from_json(cls, obj: Any) -> SubscriptionData:
         if not isinstance(obj, dict) or not isinstance(obj.get("topic"), str):
             raise ValueError("subscription data needs a string 'topic'")
-        sub = cls.build(obj["topic"], obj.get("subString"), int(obj.get("subVersion") or 0))
-        sub.expression_type = str(obj.get("expressionType") or "TAG")
+        expression_type = str(obj.get("expressionType") or "TAG")
+        sub_string = obj.get("subString")
+        version = int(obj.get("subVersion") or 0)
+        if expression_type == "TAG":
+            sub = cls.build(obj["topic"], sub_string, version)
+        else:  # a heartbeat's SQL92 (or unknown type) subscription is kept as sent, even if empty
+            sub = cls(obj["topic"], str(sub_string or ""), sub_version=version, expression_type=expression_type)
         sub.class_filter_mode = bool(obj.get("classFilterMode", False))
         return sub
 
@@ -133,6 +150,9 @@ class ConsumerManager:
     def __init__(self, channel_expired_ms: int = CHANNEL_EXPIRED_TIMEOUT_MS) -> None:
         self.table: dict[str, ConsumerGroupInfo] = {}
         self.channel_expired_ms = channel_expired_ms
+        # ConsumerFilterManager, kept up to date as DefaultConsumerIdsChangeListener does (REGISTER: every
+        # heartbeat's subscriptions; UNREGISTER: the group's last member left).
+        self.filters = ConsumerFilterManager()
 
     def register(self, group: str, info: ClientChannelInfo, consume_type: str, message_model: str,
                  consume_from_where: str, subs: list[SubscriptionData], now_ms: int) -> bool:
@@ -142,6 +162,7 @@ class ConsumerManager:
             cgi = self.table[group] = ConsumerGroupInfo(group)
         joined = cgi.update_channel(info, consume_type, message_model, consume_from_where)
         subs_changed = cgi.update_subscriptions(subs, now_ms)
+        self.filters.register_subscriptions(group, subs, now_ms)
         return joined or subs_changed
 
     def unregister(self, group: str, channel: Hashable) -> bool:
@@ -151,6 +172,7 @@ class ConsumerManager:
         if not cgi.channels:
             log.info("unregister consumer ok, no any connection, and remove consumer group, %s", group)
             del self.table[group]
+            self.filters.unregister(group, cgi.last_update_ms)
         return True
 
     def channel_closed(self, channel: Hashable) -> list[str]:
@@ -171,6 +193,7 @@ class ConsumerManager:
                                 "consumerGroup=%s", info.client_id, group)
                     dropped.append((group, channel))
                     self.unregister(group, channel)
+        self.filters.clean(now_ms)
         return dropped
 
     def find_subscription(self, group: str, topic: str) -> SubscriptionData | None:

@@ -1,5 +1,6 @@
 """This module owns the client-facing bookkeeping requests: HEART_BEAT (34), UNREGISTER_CLIENT (35),
-GET_CONSUMER_LIST_BY_GROUP (38), QUERY/UPDATE_CONSUMER_OFFSET (14/15), LOCK/UNLOCK_BATCH_MQ (41/42)
+GET_CONSUMER_LIST_BY_GROUP (38), QUERY/UPDATE_CONSUMER_OFFSET (14/15), LOCK/UNLOCK_BATCH_MQ (41/42),
+CHECK_CLIENT_CONFIG (46)
 (broker/.../processor/ClientManageProcessor.java, ConsumerManageProcessor.java, AdminBrokerProcessor
 lockBatchMQ/unlockBatchMQ, 4.9.8), and the NOTIFY_CONSUMER_IDS_CHANGED (40) requests the broker sends back.
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from reference_broker.broker.client_manager import ClientChannelInfo, MessageQueueKey
 from reference_broker.broker.config_manager import ConfigManager
+from reference_broker.broker.consumer_filter import FilterCompileError, compile_expression, is_tag_type
 from reference_broker.broker.heartbeat import ConsumerData, HeartbeatData, HeartbeatLimits, parse_heartbeat
 from reference_broker.broker.persisted_reply import config_marks, reply_when_persisted
 from reference_broker.remoting.codes import RequestCode, ResponseCode
@@ -23,6 +25,7 @@ from reference_broker.remoting.headers import BadRequest, bad_names, field, int_
 from reference_broker.remoting.server import ConnectionContext
 
 if TYPE_CHECKING:
+    from reference_broker.broker.broker_config import BrokerConfig
     from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
     from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
     from reference_broker.broker.subscription_group import SubscriptionGroupManager
@@ -68,7 +71,8 @@ class ClientManageProcessor:
 
     def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  offsets: ConsumerOffsetManager, consumers: ConsumerManager, producers: ProducerManager,
-                 locks: RebalanceLockManager, spawn: Callable[[Coroutine[Any, Any, Any]], None]) -> None:
+                 locks: RebalanceLockManager, spawn: Callable[[Coroutine[Any, Any, Any]], None],
+                 broker_config: BrokerConfig | None = None) -> None:
         self.store = store
         self.topics = topics
         self.groups = groups
@@ -77,6 +81,7 @@ class ClientManageProcessor:
         self.producers = producers
         self.locks = locks
         self.spawn = spawn
+        self.broker_config = broker_config  # enablePropertyFilter (None: off)
         self.heartbeat_limits = HeartbeatLimits()
 
     def handle(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
@@ -96,6 +101,8 @@ class ClientManageProcessor:
                 return self.lock_batch(cmd)
             if code == RequestCode.UNLOCK_BATCH_MQ:
                 return self.unlock_batch(cmd)
+            if code == RequestCode.CHECK_CLIENT_CONFIG:
+                return self.check_client_config(cmd)
             return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                    f" request type {cmd.code} not supported")
         except (BadRequest, KeyError, ValueError, TypeError) as exc:
@@ -232,6 +239,30 @@ class ClientManageProcessor:
             return bad
         self.offsets.commit_offset(
             ctx.peer, group, topic, int_field(cmd, "queueId"), int_field(cmd, "commitOffset"))
+        return create_response(cmd, ResponseCode.SUCCESS)
+
+    # ---- filters -------------------------------------------------------------------------------------
+    def check_client_config(self, cmd: RemotingCommand) -> RemotingCommand:
+        """ClientManageProcessor.checkClientConfig (4.9.8): a TAG subscription (or none) passes; any other
+        type needs enablePropertyFilter (SYSTEM_ERROR) and an expression that compiles (SUBSCRIPTION_PARSE_FAILED,
+        the remark 4.9.8's exception text). A push consumer asks this before it starts."""
+        body = _json_body(cmd)
+        sub = body.get("subscriptionData")
+        if isinstance(sub, dict):
+            expression_type = sub.get("expressionType")
+            if is_tag_type(expression_type):
+                return create_response(cmd, ResponseCode.SUCCESS)
+            if self.broker_config is None or not self.broker_config.enable_property_filter:
+                return create_response(cmd, ResponseCode.SYSTEM_ERROR,
+                                       f"The broker does not support consumer to filter message by {expression_type}")
+            expression = sub.get("subString")
+            if not isinstance(expression, str):  # 4.9.8: a NullPointerException, whose message is null
+                return create_response(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED)
+            try:
+                compile_expression(str(expression_type), expression)
+            except FilterCompileError as exc:
+                log.warning("check client config failed, group %s: %s", body.get("group"), exc)
+                return create_response(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, exc.remark)
         return create_response(cmd, ResponseCode.SUCCESS)
 
     # ---- orderly locks -------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from reference_broker.broker.end_transaction import EndTransactionProcessor
 from reference_broker.broker.outer_api import BrokerOuterAPI
 from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTERVAL_SHORT_S, PullRequestHoldService
 from reference_broker.broker.pull_processor import PullMessageProcessor
+from reference_broker.broker.reset_offset import ResetOffsetProcessor
 from reference_broker.broker.schedule_message import ScheduleMessageService
 from reference_broker.broker.send_processor import SendMessageProcessor
 from reference_broker.broker.slave_synchronize import SYNC_INITIAL_DELAY_S, SYNC_PERIOD_S, SlaveSynchronizer
@@ -102,7 +103,7 @@ class BrokerController:
                                         lambda: self.store.reads.transferred_msg_count)
         self.client_processor = ClientManageProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
-            self.consumer_manager, self.producer_manager, self.lock_manager, self.spawn)
+            self.consumer_manager, self.producer_manager, self.lock_manager, self.spawn, broker_config)
         self.send_processor = SendMessageProcessor(self.store, self.topic_config_manager,
                                                    self.subscription_group_manager, broker_config,
                                                    self.server.pending_requests)
@@ -112,6 +113,9 @@ class BrokerController:
                                                    lambda: self.hold_service)
         self.end_transaction_processor = EndTransactionProcessor(self.store)
         self.transaction_check: TransactionalMessageCheckService | None = None
+        self.reset_offset_processor = ResetOffsetProcessor(
+            self.store, self.topic_config_manager, self.consumer_offset_manager, self.consumer_manager, broker_config,
+            self.spawn)
         self.admin_processor = AdminProcessor(
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
             broker_config, config_properties=self.config_properties, runtime_info=self.runtime_info,
@@ -172,10 +176,11 @@ class BrokerController:
         routes[RequestCode.END_TRANSACTION] = self.end_transaction_processor.handle
         for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                      RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET,
-                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.CHECK_CLIENT_CONFIG):
             routes[code] = self.client_processor.handle
         for code in ADMIN_CODES:
             routes[code] = self.admin_processor.handle
+        routes[RequestCode.INVOKE_BROKER_TO_RESET_OFFSET] = self.reset_offset_processor.handle
         for route, handler in routes.items():
             server.register(route, handler)
         self._codes = list(routes)

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 from reference_broker.broker.client_manager import SubscriptionData
+from reference_broker.broker.consumer_filter import ConsumerFilterData, build, commit_log_filter, is_tag_type
 from reference_broker.common.perm import is_readable
 from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.codes import ResponseCode
@@ -135,8 +136,20 @@ class PullMessageProcessor:
                                    f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                                    f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{peer}]")
         sub: SubscriptionData | None
+        filter_data: ConsumerFilterData | None = None
         if has_sub:
-            sub = SubscriptionData.build(topic, cmd.ext_fields.get("subscription"), sub_version)
+            expression_type = cmd.ext_fields.get("expressionType")
+            try:
+                sub = SubscriptionData.build_typed(topic, cmd.ext_fields.get("subscription"), expression_type,
+                                                   sub_version)
+            except ValueError:
+                log.warning("Parse the consumer's subscription[%s] failed, group: %s",
+                            cmd.ext_fields.get("subscription"), group)
+                return create_response(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                       "parse the consumer's subscription failed")
+            if not is_tag_type(sub.expression_type):
+                # None when it does not compile: 4.9.8 then serves the pull unfiltered (consumer_filter.py)
+                filter_data = build(topic, group, sub.sub_string, sub.expression_type, sub_version)
         else:
             cgi = self.consumers.table.get(group)
             if cgi is None:
@@ -152,9 +165,22 @@ class PullMessageProcessor:
             if sub.sub_version < sub_version:
                 return create_response(cmd, ResponseCode.SUBSCRIPTION_NOT_LATEST,
                                        "the consumer's subscription not latest")
+            if not is_tag_type(sub.expression_type):
+                filter_data = self.consumers.filters.get(topic, group)
+                if filter_data is None:
+                    return create_response(cmd, ResponseCode.FILTER_DATA_NOT_EXIST,
+                                           "The broker's consumer filter data is not exist!Your expression may be "
+                                           "wrong!")
+                if filter_data.client_version < sub_version:
+                    return create_response(cmd, ResponseCode.FILTER_DATA_NOT_LATEST,
+                                           "the consumer's consumer filter data not latest")
+        if not is_tag_type(sub.expression_type) and not bc.enable_property_filter:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR,
+                                   f"The broker does not support consumer to filter message by {sub.expression_type}")
         matches = None if (sub.sub_string == "*" or not sub.code_set) else sub.matches_tags_code
+        record_filter = commit_log_filter(filter_data)
 
-        result = self.store.get_message(group, topic, queue_id, offset, max_nums, matches)
+        result = self.store.get_message(group, topic, queue_id, offset, max_nums, matches, record_filter)
         ext = {
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),

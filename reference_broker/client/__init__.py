@@ -8,7 +8,7 @@
         result = producer.send(Message("TopicTest", b"hello", tags="TagA", keys="order-1"))
 
     consumer = PushConsumer("CG", "127.0.0.1:9876")
-    consumer.subscribe("TopicTest", "TagA || TagB")
+    consumer.subscribe("TopicTest", "TagA || TagB")  # or MessageSelector.by_sql("a > 5 AND TAGS = 'TagA'")
     consumer.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
     consumer.start()
 
@@ -43,6 +43,7 @@ from reference_broker.client.message import (
 from reference_broker.client.producer import Producer, select_by_hash, select_by_random
 from reference_broker.client.pull_consumer import PullConsumer
 from reference_broker.client.push_consumer import PushConsumer
+from reference_broker.client.subscription import MessageSelector
 from reference_broker.client.transaction_producer import (
     LocalTransactionState,
     TransactionListener,
@@ -70,6 +71,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PullResult",

@@ -35,6 +35,7 @@ from reference_broker.client.route import (
 from reference_broker.client.scheduler import Scheduler, Worker
 from reference_broker.client.subscription import SubscriptionData
 from reference_broker.common import message as mc
+from reference_broker.common import reset_offset_body
 from reference_broker.common.record import RecordError, decode_message
 from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.client import RemotingClient, ResponseCallback
@@ -236,6 +237,9 @@ class MQClientInstance:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
             self._check_transaction_state(cmd, addr)
             return None
+        if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            self._reset_offset(cmd)
+            return None
         return create_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
 
     def _check_transaction_state(self, cmd: RemotingCommand, addr: str) -> None:
@@ -252,6 +256,26 @@ class MQClientInstance:
             log.debug("checkTransactionState, pick producer by group[%s] failed", group)
             return
         check(addr, msg, dict(cmd.ext_fields))
+
+    def _reset_offset(self, cmd: RemotingCommand) -> None:
+        """ClientRemotingProcessor.resetOffset: the group's push consumer rewinds, on a thread of its own (it
+        waits for consumption in flight; this runs on the connection's reader)."""
+        topic = cmd.ext_fields.get("topic", "")
+        group = cmd.ext_fields.get("group", "")
+        log.info("invoke reset offset operation from broker. topic=%s, group=%s, timestamp=%s", topic, group,
+                 cmd.ext_fields.get("timestamp"))
+        try:
+            table = reset_offset_body.decode(cmd.body) if cmd.body else {}
+        except reset_offset_body.BodyError as exc:
+            log.warning("[reset-offset] bad body from the broker: %s", exc)
+            return
+        consumer = self.consumers.get(group)
+        reset = getattr(consumer, "reset_offset", None)
+        if reset is None:
+            log.info("[reset-offset] consumer dose not exist. group=%s", group)
+            return
+        offsets = {MessageQueue(t, b, q): o for (t, b, q), o in table.items() if t == topic}
+        threading.Thread(target=reset, args=(topic, offsets), daemon=True, name=f"reset-offset-{group}").start()
 
     # ---- routes -----------------------------------------------------------------------------
 

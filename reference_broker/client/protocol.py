@@ -254,6 +254,12 @@ def consumer_data(group: str, consume_type: str, message_model: str, consume_fro
     }
 
 
+def check_client_config_request(client_id: str, group: str, sub: SubscriptionData) -> RemotingCommand:
+    """CHECK_CLIENT_CONFIG (46) with CheckClientRequestBody (MQClientAPIImpl.checkClientInBroker)."""
+    body = json_dumps({"clientId": client_id, "group": group, "subscriptionData": sub.to_json()})
+    return request(RequestCode.CHECK_CLIENT_CONFIG, {}, body)
+
+
 def heartbeat_request(body: bytes) -> RemotingCommand:
     return request(RequestCode.HEART_BEAT, {}, body)
 

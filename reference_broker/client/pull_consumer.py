@@ -28,7 +28,12 @@ from reference_broker.client.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from reference_broker.client.pull_api import PullFromWhichNode, sys_flag_for
-from reference_broker.client.subscription import EXPRESSION_TAG, SubscriptionData, build_subscription_data
+from reference_broker.client.subscription import (
+    MessageSelector,
+    SubscriptionData,
+    build_subscription,
+    build_subscription_data,
+)
 from reference_broker.client.validators import check_group
 from reference_broker.remoting.headers import build_pull_sys_flag
 
@@ -141,32 +146,37 @@ class PullConsumer:
         self.registered_topics.add(topic)
         return set(instance.subscribe_info(topic) or ())
 
-    def _pull(self, mq: MessageQueue, sub_expression: str | None, offset: int, max_nums: int, block: bool,
-              timeout_s: float | None) -> PullResult:
+    def _pull(self, mq: MessageQueue, sub_expression: str | MessageSelector | None, offset: int, max_nums: int,
+              block: bool, timeout_s: float | None) -> PullResult:
         if offset < 0:
             raise MQClientError(ClientErrorCode.CLIENT_STATE_EXCEPTION, "offset < 0", False)
         if max_nums <= 0:
             raise MQClientError(ClientErrorCode.CLIENT_STATE_EXCEPTION, "maxNums <= 0", False)
         instance = self._running()
-        sub = build_subscription_data(mq.topic, sub_expression)
+        try:
+            sub = build_subscription(mq.topic, sub_expression)
+        except ValueError as exc:
+            raise MQClientError(ClientErrorCode.CLIENT_STATE_EXCEPTION, f"parse subscription error: {exc}",
+                                False) from None
         self.registered_topics.add(mq.topic)
         sys_flag = build_pull_sys_flag(commit_offset=False, suspend=block, subscription=True)
         if timeout_s is None:
             timeout_s = (self.consumer_timeout_ms_when_suspend if block else self.consumer_pull_timeout_ms) / 1000
         found = self._pull_from_which_node.find(instance, mq)
         addr = found.broker_addr
-        cmd = protocol.pull_request(self.group, mq, sub.sub_string, EXPRESSION_TAG, sub.sub_version, offset,
+        cmd = protocol.pull_request(self.group, mq, sub.sub_string, sub.expression_type, sub.sub_version, offset,
                                     max_nums, sys_flag_for(sys_flag, found), 0, self.broker_suspend_max_time_ms)
         result, body = protocol.process_pull_response(instance.invoke(addr, cmd, timeout_s), addr)
         self._pull_from_which_node.update(mq, result.suggest_which_broker_id)
         return protocol.finish_pull_result(result, body, mq, sub)
 
-    def pull(self, mq: MessageQueue, sub_expression: str | None, offset: int, max_nums: int = PULL_BATCH_MAX,
-             timeout_s: float | None = None) -> PullResult:
-        """Read from ``offset`` without waiting (NO_NEW_MSG when nothing is there)."""
+    def pull(self, mq: MessageQueue, sub_expression: str | MessageSelector | None, offset: int,
+             max_nums: int = PULL_BATCH_MAX, timeout_s: float | None = None) -> PullResult:
+        """Read from ``offset`` without waiting (NO_NEW_MSG when nothing is there); ``sub_expression`` is a
+        tag expression or a MessageSelector (DefaultMQPullConsumer.pull(mq, MessageSelector, ...))."""
         return self._pull(mq, sub_expression, offset, max_nums, False, timeout_s)
 
-    def pull_block_if_not_found(self, mq: MessageQueue, sub_expression: str | None, offset: int,
+    def pull_block_if_not_found(self, mq: MessageQueue, sub_expression: str | MessageSelector | None, offset: int,
                                 max_nums: int = PULL_BATCH_MAX, timeout_s: float | None = None) -> PullResult:
         """Long polling: the broker answers when a message arrives or after broker_suspend_max_time_ms."""
         return self._pull(mq, sub_expression, offset, max_nums, True, timeout_s)

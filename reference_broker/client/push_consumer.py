@@ -57,13 +57,21 @@ from reference_broker.client.process_queue import ProcessQueue
 from reference_broker.client.pull_api import PullFromWhichNode, sys_flag_for
 from reference_broker.client.rebalance import PullRequest, RebalanceImpl, pull_from_where
 from reference_broker.client.scheduler import Scheduler
-from reference_broker.client.subscription import SubscriptionData, build_subscription_data
+from reference_broker.client.subscription import (
+    EXPRESSION_TAG,
+    MessageSelector,
+    SubscriptionData,
+    build_subscription,
+    build_subscription_data,
+)
 from reference_broker.client.validators import check_group, check_topic
 from reference_broker.common import message as mc
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.remoting.command import RemotingCommand
 from reference_broker.remoting.errors import RemotingError
 from reference_broker.remoting.headers import build_pull_sys_flag
+
+RESET_OFFSET_WAIT_S: Final = 10.0  # MQClientInstance.resetOffset: TimeUnit.SECONDS.sleep(10)
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +140,8 @@ class PushConsumer:
         self.max_reconsume_times_setting = max_reconsume_times
         self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
         self.post_subscription_when_pull = post_subscription_when_pull
+        # MQClientInstance.resetOffset waits 10 s after dropping the queues, for consumption in flight.
+        self.reset_offset_wait_s = RESET_OFFSET_WAIT_S
         self.await_termination_s_when_shutdown = await_termination_s_when_shutdown
         self.offset_store_dir = offset_store_dir
         self._subscriptions: dict[str, SubscriptionData] = {}
@@ -147,10 +157,15 @@ class PushConsumer:
 
     # ---- configuration ----------------------------------------------------------------------
 
-    def subscribe(self, topic: str, sub_expression: str = "*") -> None:
-        """Subscribe to ``topic`` with a tag expression ("*" or "TagA || TagB"); allowed after start too."""
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector = "*") -> None:
+        """Subscribe to ``topic`` with a tag expression ("*" or "TagA || TagB") or a MessageSelector
+        (``MessageSelector.by_sql("a > 5")``); allowed after start too."""
         check_topic(topic)
-        self._subscriptions[topic] = build_subscription_data(topic, sub_expression)
+        try:
+            self._subscriptions[topic] = build_subscription(topic, sub_expression)
+        except ValueError as exc:
+            raise MQClientError(ClientErrorCode.CLIENT_STATE_EXCEPTION, f"subscription exception: {exc}",
+                                False) from None
         instance = self._instance
         if instance is not None:
             instance.update_topic_route(topic)
@@ -215,8 +230,29 @@ class PushConsumer:
                 instance.update_topic_route(topic)
             except MQClientError as exc:
                 log.warning("route of %s: %s", topic, exc)
+        try:
+            self.check_client_in_broker()
+        except MQClientError:
+            self.shutdown()  # 4.9.8 leaves the consumer half started; this one is stopped again
+            raise
         instance.send_heartbeat_to_all_brokers()
         instance.rebalance_immediately()
+
+    def check_client_in_broker(self) -> None:
+        """MQClientInstance.checkClientInBroker: each non-TAG subscription is checked by a broker serving its
+        topic (CHECK_CLIENT_CONFIG) before the first heartbeat; MQBrokerError when that broker refuses it (no
+        enablePropertyFilter: SYSTEM_ERROR; a malformed selector: SUBSCRIPTION_PARSE_FAILED, the parser's
+        message as the remark)."""
+        instance = self._running()
+        for sub in self._subscriptions.values():
+            if sub.expression_type == EXPRESSION_TAG:
+                continue
+            addr = instance.find_broker_addr_by_topic(sub.topic)
+            if addr is None:
+                continue
+            resp = instance.invoke(addr, protocol.check_client_config_request(instance.client_id, self.group, sub))
+            if resp.code != ResponseCode.SUCCESS:
+                raise MQBrokerError(resp.code, resp.remark, addr)
 
     def shutdown(self) -> None:
         """Stop consuming, persist offsets, unregister (DefaultMQPushConsumerImpl.shutdown)."""
@@ -248,6 +284,35 @@ class PushConsumer:
 
     def resume(self) -> None:
         self.paused = False
+
+    def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """MQClientInstance.resetOffset (RESET_CONSUMER_CLIENT_OFFSET from a broker, 4.9.8): pause, drop the
+        topic's queues named in ``offsets``, wait ``reset_offset_wait_s`` for consumption in flight, set each
+        queue's offset and hand the queue back (its offset persisted to the broker), resume. The next
+        rebalance — asked for at once here; 4.9.8 waits for the next one, up to 20 s — takes the queues
+        again and pulls from the new offsets. Blocks: run it off the connection's reader."""
+        rebalance = self._rebalance
+        if rebalance is None or self.stopped:
+            return
+        self.suspend()
+        try:
+            for mq, pq in rebalance.process_queues():
+                if mq.topic == topic and mq in offsets:
+                    pq.dropped = True
+                    pq.clear()
+            time.sleep(self.reset_offset_wait_s)
+            for mq, pq in rebalance.process_queues():
+                offset = offsets.get(mq)
+                if mq.topic == topic and offset is not None:
+                    self.offset_store.update_offset(mq, offset, False)
+                    rebalance.remove_unnecessary_message_queue(mq, pq)
+                    rebalance.forget(mq)
+            log.info("[reset-offset] group %s, topic %s: %s", self.group, topic,
+                     {str(mq): o for mq, o in sorted(offsets.items())})
+        finally:
+            self.resume()
+        if self._instance is not None:
+            self._instance.rebalance_immediately()
 
     def _running(self) -> MQClientInstance:
         if self._instance is None:
@@ -383,6 +448,11 @@ class PushConsumer:
         pq = request.process_queue
         if self.stopped:
             return
+        if pq.dropped:
+            # A late answer for a queue given up (rebalanced away, or rewound by resetOffset): its offset
+            # correction must not move the offset the queue's next holder starts from. (4.9.8 still applies
+            # correctTagsOffset here; it is harmless there only while the queue stays dropped.)
+            return
         if response is None:
             if not mq.topic.startswith(mc.RETRY_GROUP_TOPIC_PREFIX):
                 log.warning("execute the pull request exception, %s: %s", mq, error)
@@ -393,7 +463,8 @@ class PushConsumer:
             result = protocol.finish_pull_result(result, body, mq, sub)
         except MQBrokerError as exc:
             log.warning("pull %s from %s failed: %s", mq, addr, exc)
-            if exc.code in (ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST):
+            if exc.code in (ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                            ResponseCode.FILTER_DATA_NOT_EXIST, ResponseCode.FILTER_DATA_NOT_LATEST):
                 self._running().heartbeat_soon()
             self.execute_pull_request_later(request, PULL_TIME_DELAY_S_WHEN_EXCEPTION)
             return

@@ -257,6 +257,11 @@ class RebalanceImpl:
                 pq.dropped = True
                 log.info("doRebalance, %s, truncateMessageQueueNotMyTopic remove unnecessary mq, %s", self.group, mq)
 
+    def forget(self, mq: MessageQueue) -> None:
+        """Take ``mq`` out of the table (its process queue already dropped): the next pass adds it anew."""
+        with self._lock:
+            self.process_queue_table.pop(mq, None)
+
     def process_queues(self) -> list[tuple[MessageQueue, ProcessQueue]]:
         with self._lock:
             return list(self.process_queue_table.items())

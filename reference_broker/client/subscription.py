@@ -1,9 +1,14 @@
 """This module owns a consumer's subscription to one topic: the tag expression, its parsed form and the
-client-side tag re-check (FilterAPI.buildSubscriptionData, SubscriptionData, PullAPIWrapper, 4.9.8). Sans-IO.
+client-side tag re-check (FilterAPI.buildSubscriptionData, SubscriptionData, PullAPIWrapper, 4.9.8), and
+MessageSelector (client/.../consumer/MessageSelector.java): a TAG expression or an SQL92 one. Sans-IO.
 
-An expression is ``*`` (everything) or tags joined by ``||`` (``"TagA || TagB"``); each tag is trimmed and
+A tag expression is ``*`` (everything) or tags joined by ``||`` (``"TagA || TagB"``); each tag is trimmed and
 blanks are dropped. The broker filters by the tags' Java hash codes only (``codeSet``), so the client keeps a
 pulled message only if its TAGS string is in ``tagsSet``; a message without tags is dropped then.
+
+An SQL92 expression (``MessageSelector.by_sql("a > 5 AND TAGS = 'x'")``) is evaluated by the broker alone
+(one with enablePropertyFilter=true) over the message's properties; the client keeps it as written, with no
+tags and no codes, and re-checks nothing (FilterAPI.build).
 """
 
 from __future__ import annotations
@@ -16,7 +21,27 @@ from reference_broker.common.java_hash import string_hash_code
 from reference_broker.common.record import MessageExt
 
 SUB_ALL: Final = "*"
-EXPRESSION_TAG: Final = "TAG"
+EXPRESSION_TAG: Final = "TAG"  # ExpressionType.TAG
+EXPRESSION_SQL92: Final = "SQL92"  # ExpressionType.SQL92
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSelector:
+    """MessageSelector: what a consumer subscribes with — ``by_tag("A || B")`` or ``by_sql("a > 5")``."""
+
+    expression_type: str
+    expression: str
+
+    @classmethod
+    def by_sql(cls, sql: str) -> MessageSelector:
+        """Messages whose properties satisfy ``sql`` (RocketMQ's SQL92 subset; the broker needs
+        enablePropertyFilter=true). TAGS and KEYS are properties too."""
+        return cls(EXPRESSION_SQL92, sql)
+
+    @classmethod
+    def by_tag(cls, tag: str | None) -> MessageSelector:
+        """Messages with one of the tags ("TagA || TagB"); None or "*" means all."""
+        return cls(EXPRESSION_TAG, SUB_ALL if tag is None else tag)
 
 
 @dataclass(slots=True)
@@ -72,3 +97,15 @@ def build_subscription_data(topic: str, sub_string: str | None) -> SubscriptionD
         tags_set=frozenset(tags),
         code_set=frozenset(string_hash_code(t) for t in tags),
     )
+
+
+def build_subscription(topic: str, selector: str | MessageSelector | None) -> SubscriptionData:
+    """A subscription from a tag expression or a MessageSelector (FilterAPI.build, 4.9.8): a non-TAG
+    expression is kept as written; ValueError when it is empty (FilterAPI's IllegalArgumentException)."""
+    if selector is None or isinstance(selector, str):
+        return build_subscription_data(topic, selector)
+    if selector.expression_type == EXPRESSION_TAG:
+        return build_subscription_data(topic, selector.expression)
+    if not selector.expression:
+        raise ValueError(f"Expression can't be null! {selector.expression_type}")
+    return SubscriptionData(topic, selector.expression, expression_type=selector.expression_type)

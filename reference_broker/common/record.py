@@ -593,6 +593,31 @@ def decode_message(buf: memoryview | bytes, pos: int = 0, limit: int | None = No
                       mc.bytes_to_properties(buf[ps : ps + pl]), f[0], f[2])
 
 
+def record_properties(raw: bytes | memoryview) -> dict[str, str]:
+    """MessageDecoder.decodeProperties: one record's properties, nothing else decoded — the SQL92 filter reads
+    them for each message it looks at, so only the lengths on the way are read; RecordError when the bytes
+    are not a record."""
+    try:
+        total, magic = BLANK.unpack_from(raw, 0)
+        (sys_flag,) = INT.unpack_from(raw, SYSFLAG_POS)
+        hdr = HEADERS[(bool(sys_flag & mc.BORNHOST_V6_FLAG), bool(sys_flag & mc.STOREHOSTADDRESS_V6_FLAG))]
+        (body_len,) = INT.unpack_from(raw, hdr.size - 4)  # BODY's length closes the fixed part
+        p = hdr.size + body_len
+        if magic == MESSAGE_MAGIC_CODE:
+            p += 1 + raw[p]
+        elif magic == MESSAGE_MAGIC_CODE_V2:
+            p += 2 + int.from_bytes(raw[p : p + 2], "big")
+        else:
+            raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#x}")
+        props_len = int.from_bytes(raw[p : p + 2], "big")
+        p += 2
+    except (IndexError, struct.error) as e:
+        raise RecordError(str(e)) from None
+    if body_len < 0 or p + props_len != total or total > len(raw):
+        raise RecordError("record length mismatch")
+    return mc.bytes_to_properties(raw[p : p + props_len])
+
+
 def decode_messages(buf: bytes | memoryview) -> list[MessageExt]:
     """Decode a run of records (a pull response body)."""
     out: list[MessageExt] = []

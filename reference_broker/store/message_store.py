@@ -49,7 +49,7 @@ from reference_broker.store.flush import (
 )
 from reference_broker.store.ha.replica import ReplicaState, ReplicationCondition
 from reference_broker.store.index_service import IndexService
-from reference_broker.store.message_store_reads import StoreReader, TagsFilter
+from reference_broker.store.message_store_reads import RecordFilter, StoreReader, TagsFilter
 from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.reput import ReputMessageService
 from reference_broker.store.service_thread import PeriodicTask
@@ -481,8 +481,9 @@ class MessageStore:
 
     # ---- reads (StoreReader) ----------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tags_filter: TagsFilter | None = None) -> GetMessageResult:
-        return self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter)
+                    tags_filter: TagsFilter | None = None,
+                    record_filter: RecordFilter | None = None) -> GetMessageResult:
+        return self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter, record_filter)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.reads.get_max_offset_in_queue(topic, queue_id)

@@ -25,6 +25,8 @@ from reference_broker.store.status import GetMessageResult, GetMessageStatus
 log = logging.getLogger(__name__)
 
 TagsFilter = Callable[[int], bool]
+# isMatchedByCommitLog: a whole record (the SQL92 filter reads its properties); False skips it.
+RecordFilter = Callable[[bytes], bool]
 _NEVER = 1 << 63  # no commit-log offset reaches it
 
 
@@ -168,8 +170,10 @@ class StoreReader:
         return old if self.config.broker_role is BrokerRole.SLAVE else new
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tags_filter: TagsFilter | None = None) -> GetMessageResult:
-        """DefaultMessageStore.getMessage: a batch from ``offset`` within RocketMQ's transfer limits."""
+                    tags_filter: TagsFilter | None = None,
+                    record_filter: RecordFilter | None = None) -> GetMessageResult:
+        """DefaultMessageStore.getMessage: a batch from ``offset`` within RocketMQ's transfer limits;
+        ``tags_filter`` looks at each consume-queue unit's tags code, ``record_filter`` at each record read."""
         del group  # kept for the signature's sake: filters and stats are per group in RocketMQ
         if self.is_shut_down() or not self.running_flags.is_readable():
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset)
@@ -245,6 +249,11 @@ class StoreReader:
                     # it are intact. The next begin offset moves past it.
                     if result.buffer_total_size == 0:
                         result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    i += CQ_STORE_UNIT_SIZE
+                    continue
+                if record_filter is not None and not record_filter(raw):
+                    if result.buffer_total_size == 0:
+                        result.status = GetMessageStatus.NO_MATCHED_MESSAGE
                     i += CQ_STORE_UNIT_SIZE
                     continue
                 result.messages.append(raw)

@@ -293,3 +293,110 @@ def ha_status(namesrv: str, cluster: str | None = None) -> list[dict[str, Any]]:
             except (AdminError, RemotingError):
                 runtime[addr] = None
     return replication_rows(info, runtime, cluster)
+
+
+# ---- resetOffsetByTime ------------------------------------------------------------------------------------
+
+def parse_timestamp(text: str, now_ms: int | None = None) -> int:
+    """ResetOffsetByTimeCommand's -s: "now", milliseconds since the epoch, or local time
+    yyyy-MM-dd#HH:mm:ss:SSS (UtilAll.YYYY_MM_DD_HH_MM_SS_SSS)."""
+    text = text.strip()
+    if text == "now":
+        return time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    bad = AdminError(f"bad timestamp {text!r}: expected now, milliseconds, or yyyy-MM-dd#HH:mm:ss:SSS")
+    day, _, clock = text.partition("#")
+    parts = clock.split(":")
+    if len(parts) != 4 or len(parts[3]) != 3 or not parts[3].isdigit():
+        raise bad
+    try:
+        parsed = time.strptime(f"{day} {parts[0]}:{parts[1]}:{parts[2]}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        raise bad from None
+    return int(time.mktime(parsed)) * 1000 + int(parts[3])
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    """``mode`` "broker": the brokers rewound the live consumers (INVOKE_BROKER_TO_RESET_OFFSET), ``rows`` are
+    brokerName / queueId / offset; "stored": nobody was online and the stored offsets were rewound (as
+    ResetOffsetByTimeOldCommand does), ``rows`` also carry brokerOffset / consumerOffset / timestampOffset."""
+
+    mode: str
+    timestamp: int
+    rows: list[dict[str, Any]]
+
+
+def _route_masters(namesrv: str, topic: str) -> list[tuple[str, str, int]]:
+    """(brokerName, address, readQueueNums) of each broker serving the topic (BrokerData.selectBrokerAddr:
+    the master, else some slave)."""
+    route = topic_route(namesrv, topic)
+    queues = {qd["brokerName"]: int(qd["readQueueNums"]) for qd in route.get("queueDatas", [])}
+    out = []
+    for bd in route.get("brokerDatas", []):
+        addrs = bd.get("brokerAddrs", {})
+        addr = addrs.get("0") or next(iter(addrs.values()), None)
+        if addr:
+            out.append((bd["brokerName"], addr, queues.get(bd["brokerName"], 0)))
+    return sorted(out)
+
+
+def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: int, force: bool = True,
+                         for_c: bool = False) -> ResetResult:
+    """ResetOffsetByTimeCommand (mqadmin resetOffsetByTime, 4.9.8): ask each broker of the topic to rewind
+    the group's live consumers (DefaultMQAdminExtImpl.resetOffsetByTimestamp); when a broker answers
+    CONSUMER_NOT_ONLINE, rewind the group's stored offsets instead (resetOffsetByTimestampOld: per queue the
+    committed offset, the offset by time — moved only if ``force`` or earlier — written back with
+    UPDATE_CONSUMER_OFFSET). ``for_c`` asks as a C++ client (the brokers then send ResetOffsetBodyForC)."""
+    from reference_broker.common import reset_offset_body
+
+    brokers = _route_masters(namesrv, topic)
+    rows: list[dict[str, Any]] = []
+    fields = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()}
+    for _name, addr, _n in brokers:
+        cmd = create_request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+        if for_c:
+            cmd.language = "CPP"
+        with _connect(addr) as c:
+            resp = c.invoke(cmd)
+        if resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
+            return _reset_stored_offsets(brokers, group, topic, timestamp, force)
+        if resp.code != ResponseCode.SUCCESS:
+            raise AdminError(f"{addr}: code {resp.code}: {resp.remark}", resp.code)
+        table = reset_offset_body.decode(resp.body) if resp.body else {}
+        rows += [{"brokerName": b, "queueId": q, "offset": o} for (_t, b, q), o in sorted(table.items())]
+    return ResetResult("broker", timestamp, rows)
+
+
+def _reset_stored_offsets(brokers: list[tuple[str, str, int]], group: str, topic: str, timestamp: int,
+                          force: bool) -> ResetResult:
+    """resetOffsetByTimestampOld. mqadmin reads the offsets with GET_CONSUME_STATS (208); this asks per queue
+    (QUERY_CONSUMER_OFFSET, GET_MAX_OFFSET), which every broker serves. As there, a broker where the group
+    committed nothing for the topic is left alone, and a queue without an offset counts as 0."""
+    rows: list[dict[str, Any]] = []
+    for name, addr, n in brokers:
+        committed = {}
+        for q in range(n):
+            resp = _invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET,
+                           {"consumerGroup": group, "topic": topic, "queueId": str(q)},
+                           ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            if resp.code == ResponseCode.SUCCESS:
+                committed[q] = int(resp.ext_fields["offset"])
+        if not committed:
+            continue
+        for q in range(n):
+            consumer_offset = committed.get(q, 0)
+            by_time = int(_invoke(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {
+                "topic": topic, "queueId": str(q), "timestamp": str(timestamp)}).ext_fields["offset"])
+            reset = consumer_offset
+            if force or by_time < consumer_offset:
+                reset = by_time
+                _invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, {
+                    "consumerGroup": group, "topic": topic, "queueId": str(q), "commitOffset": str(by_time)})
+            rows.append({"brokerName": name, "queueId": q,
+                         "brokerOffset": _offset(addr, RequestCode.GET_MAX_OFFSET, topic, q),
+                         "consumerOffset": consumer_offset, "timestampOffset": by_time, "resetOffset": reset})
+    return ResetResult("stored", timestamp, rows)

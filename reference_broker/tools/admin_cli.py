@@ -125,6 +125,33 @@ def consumer_progress(namesrv_addr: str, group: str, topic: str | None, as_json:
         click.echo(f"Diff Total: {sum(r['diff'] for r in rows)}")
 
 
+@admin_cli.command("resetOffsetByTime")
+@_namesrv
+@click.option("-g", "--group", required=True)
+@click.option("-t", "--topic", required=True)
+@click.option("-s", "--timestamp", "timestamp_text", required=True,
+              help="now, milliseconds since the epoch, or yyyy-MM-dd#HH:mm:ss:SSS (local time).")
+@click.option("-f", "--force", default="true", show_default=True,
+              help="true: move to the time even if that is ahead of the committed offset.")
+@click.option("-c", "--cplus", is_flag=True, help="Reset C++ clients' offsets (ResetOffsetBodyForC).")
+@_json
+def reset_offset_by_time(namesrv_addr: str, group: str, topic: str, timestamp_text: str, force: str, cplus: bool,
+                         as_json: bool) -> None:
+    """Rewind (or advance) a consumer group's offsets on a topic to a time, to the millisecond: live consumers
+    pick the new offsets up at once; with none online the stored offsets are moved."""
+    forced = force.strip().lower() == "true"  # Boolean.valueOf, as mqadmin reads -f
+    timestamp = _run(lambda: admin.parse_timestamp(timestamp_text))
+    result = _run(lambda: admin.reset_offset_by_time(namesrv_addr, group, topic, timestamp, forced, cplus))
+    if as_json:
+        _emit({"mode": result.mode, "timestamp": result.timestamp, "rows": result.rows}, True)
+        return
+    click.echo(f"rollback consumer offset by specified group[{group}], topic[{topic}], force[{str(forced).lower()}], "
+               f"timestamp(string)[{timestamp_text}], timestamp(long)[{timestamp}]")
+    columns = ["brokerName", "queueId", "offset"] if result.mode == "broker" else \
+        ["brokerName", "queueId", "brokerOffset", "consumerOffset", "timestampOffset", "resetOffset"]
+    _table(result.rows, columns)
+
+
 def _is_offset_msg_id(msg_id: str) -> bool:
     """Does the id decode as an offsetMsgId with a usable broker address? A client id (UNIQ_KEY) has the
     same length and is hex too, but where the port would be it holds the pid and a salt, which rarely

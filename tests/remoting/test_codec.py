@@ -54,7 +54,10 @@ def test_code_numbers() -> None:
     assert (LanguageCode.JAVA.name, LanguageCode.PYTHON.value, LanguageCode.RUST.value) == ("JAVA", 3, 12)
     assert (FLAG_RESPONSE, FLAG_ONEWAY) == (1, 2)
     assert (SerializeType.JSON.value, SerializeType.ROCKETMQ.value) == (0, 1)
-    assert len(RequestCode) == 49 and len(ResponseCode) == 34
+    assert len(RequestCode) == 54 and len(ResponseCode) == 34
+    assert RequestCode.CHECK_CLIENT_CONFIG.value == 46
+    assert RequestCode.RESET_CONSUMER_CLIENT_OFFSET.value == 220
+    assert RequestCode.INVOKE_BROKER_TO_RESET_OFFSET.value == 222
     assert RequestCode.GET_KVLIST_BY_NAMESPACE.value == 219
     assert RequestCode.GET_BROKER_RUNTIME_INFO.value == 28
 
