@@ -1,13 +1,15 @@
 """HAService: the master's side of replication (RocketMQ 4.9.8 HAService and its AcceptSocketService).
 
 One thread accepts slaves on haListenPort (every interface, as 4.9.8); each accepted socket becomes an
-HAConnection with its reader and writer threads (connection.py). The connections report to the store's
+HAConnection with its writer thread and its reader — on the broker's event loop when it gives one, else a
+thread (connection.py). The connections report to the store's
 ReplicaState: how many there are and push2SlaveMaxOffset, which the SYNC_MASTER condition waits on
 (store/ha/replica.py). A master always listens, whatever its role (ASYNC_MASTER or SYNC_MASTER).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -24,13 +26,14 @@ ACCEPT_POLL_S = 1.0  # 4.9.8's accept loop selects for 1 s
 
 
 class HAService:
-    def __init__(self, store: MessageStore, host: str = "") -> None:
+    def __init__(self, store: MessageStore, host: str = "", loop: asyncio.AbstractEventLoop | None = None) -> None:
         if store.replica is None:
             raise ValueError("HAService runs on a master (a slave runs HAClient)")
         self.store = store
         self.config = store.config
         self.state: ReplicaState = store.replica
         self.host = host
+        self.loop = loop  # the broker's event loop: the slaves' reports are read on it (connection.py)
         self.connections: list[HAConnection] = []
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
@@ -116,7 +119,7 @@ class _AcceptSocketService(ServiceThread):
                 client = f"{addr[0]}:{addr[1]}"
                 log.info("HAService receives a new connection from %s", client)
                 try:
-                    conn = HAConnection(self.service, sock, client)
+                    conn = HAConnection(self.service, sock, client, self.service.loop)
                 except OSError as e:
                     log.error("new HAConnection from %s failed: %s", client, e)
                     sock.close()
