@@ -22,7 +22,7 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -365,15 +365,18 @@ class MessageStore:
         """Give the store its replication threads (before ``start``): it starts and stops them."""
         self.ha = ha
 
-    def append_to_commit_log(self, start_offset: int, data: bytes) -> bool:
-        """A slave appends replicated bytes at ``start_offset`` (DefaultMessageStore.appendToCommitLog); the
-        reput thread dispatches them as it dispatches any record."""
+    def append_to_commit_log(self, start_offset: int,
+                             data: bytes | memoryview | Sequence[bytes | memoryview]) -> bool:
+        """A slave appends replicated bytes at ``start_offset`` (DefaultMessageStore.appendToCommitLog): one
+        chunk, or several contiguous chunks within one file written together; the reput thread dispatches them
+        as it dispatches any record."""
         if self._shutdown:
             log.warning("message store has shutdown, so appendToCommitLog is forbidden")
             return False
         ok = self.commit_log.append_data(start_offset, data)
         if not ok:
-            log.error("appendToCommitLog failed at %d (%d bytes)", start_offset, len(data))
+            size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else sum(len(v) for v in data)
+            log.error("appendToCommitLog failed at %d (%d bytes)", start_offset, size)
         return ok
 
     # ---- consume queues -------------------------------------------------------------------------
