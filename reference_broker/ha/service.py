@@ -25,6 +25,13 @@ log = logging.getLogger(__name__)
 ACCEPT_POLL_S = 1.0  # 4.9.8's accept loop selects for 1 s
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class HAService:
     def __init__(self, store: MessageStore, host: str = "", loop: asyncio.AbstractEventLoop | None = None) -> None:
         if store.replica is None:
@@ -50,6 +57,8 @@ class HAService:
         """Bind haListenPort (OSError when taken: the broker must not start without it) and accept slaves."""
         self._server = socket.create_server((self.host, self.config.ha_listen_port), backlog=16)
         self._server.settimeout(ACCEPT_POLL_S)
+        if self.loop is not None and _running_loop() is self.loop:  # the controller starts it on its loop
+            self.state.senders.defer_on(self.loop, threading.get_ident())
         log.info("HAService listening on %s:%d", self.host or "*", self.port)
         self._accept.start()
 
