@@ -14,6 +14,7 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Callable
 
 from reference_broker.ha.connection import HAConnection
 from reference_broker.store.ha.replica import ReplicaState
@@ -30,6 +31,29 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def _end_of_turn(loop: asyncio.AbstractEventLoop) -> Callable[[Callable[[], None]], bool]:
+    """A WaitNotify deferral (store/ha/replica.py): a wake-up asked on ``loop``'s thread (this one) runs once,
+    after the callbacks ready in the loop's current turn; on any other thread it is not deferred."""
+    loop_thread = threading.get_ident()
+    pending = False
+
+    def wake_later(wake: Callable[[], None]) -> None:
+        nonlocal pending
+        pending = False
+        wake()
+
+    def defer(wake: Callable[[], None]) -> bool:
+        nonlocal pending
+        if threading.get_ident() != loop_thread:
+            return False
+        if not pending:
+            pending = True
+            loop.call_soon(wake_later, wake)
+        return True
+
+    return defer
 
 
 class HAService:
@@ -58,7 +82,7 @@ class HAService:
         self._server = socket.create_server((self.host, self.config.ha_listen_port), backlog=16)
         self._server.settimeout(ACCEPT_POLL_S)
         if self.loop is not None and _running_loop() is self.loop:  # the controller starts it on its loop
-            self.state.senders.defer_on(self.loop, threading.get_ident())
+            self.state.senders.defer_with(_end_of_turn(self.loop))
         log.info("HAService listening on %s:%d", self.host or "*", self.port)
         self._accept.start()
 

@@ -15,11 +15,11 @@ The sockets that carry reports and frames live a layer up (reference_broker/ha);
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.flush import GroupCommitRequest
@@ -48,15 +48,14 @@ class WaitNotify:
         self._cond = threading.Condition()
         self._generation = 0
         self._waiting = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = -1
-        self._deferred = False
+        self._defer: Callable[[Callable[[], None]], bool] | None = None
 
-    def defer_on(self, loop: asyncio.AbstractEventLoop, thread_id: int) -> None:
-        """Wake-ups asked on ``loop``'s thread (``thread_id``) happen once its current turn is over: the puts of
-        one read of requests then go to the slave as one frame, not one frame each as the sender wakes in the
-        middle of them (the broker's puts run on its loop; deliberately unlike 4.9.8, whose sender wakes per put)."""
-        self._loop, self._loop_thread = loop, thread_id
+    def defer_with(self, defer: Callable[[Callable[[], None]], bool]) -> None:
+        """``defer(wake)`` is asked first on every wake-up: True when it took the wake-up over (runs ``wake`` later
+        itself). The broker's HA service defers the wake-ups of its event loop's thread to the end of the loop's
+        turn, so the puts of one read of requests go to the slave as one frame, not one each as the sender wakes
+        in the middle of them (deliberately unlike 4.9.8, whose sender is woken per put)."""
+        self._defer = defer
 
     def generation(self) -> int:
         return self._generation
@@ -73,20 +72,12 @@ class WaitNotify:
                 self._waiting -= 1
 
     def wakeup_all(self) -> None:
-        loop = self._loop
-        if loop is not None and threading.get_ident() == self._loop_thread:
-            if not self._deferred:
-                self._deferred = True
-                loop.call_soon(self._deferred_wakeup)
-            return
-        self._generation += 1  # two wakers may both write g + 1: still a change for every waiter
-        if self._waiting:
-            with self._cond:
-                self._cond.notify_all()
+        defer = self._defer
+        if defer is None or not defer(self._wake_now):
+            self._wake_now()
 
-    def _deferred_wakeup(self) -> None:
-        self._deferred = False
-        self._generation += 1
+    def _wake_now(self) -> None:
+        self._generation += 1  # two wakers may both write g + 1: still a change for every waiter
         if self._waiting:
             with self._cond:
                 self._cond.notify_all()

@@ -211,3 +211,37 @@ def test_stopping_the_group_transfer_times_out_what_waits(tmp_path):
     after = ReplicaRequest(200, 60_000)
     gt.put_request(after)  # no thread is left: completed at once, not left hanging
     assert after.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+
+def test_a_sender_does_not_sleep_through_a_wakeup_between_its_look_and_its_wait():
+    from reference_broker.store.ha.replica import WaitNotify
+    senders = WaitNotify()
+    seen = senders.generation()  # the sender looks: nothing new
+    senders.wakeup_all()  # a put lands before the sender waits
+    t0 = time.monotonic()
+    senders.wait(5.0, seen)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_wakeups_asked_in_one_loop_turn_wake_the_sender_once_after_it():
+    import asyncio
+
+    from reference_broker.ha.service import _end_of_turn
+    from reference_broker.store.ha.replica import WaitNotify
+
+    async def main() -> tuple[int, int, int]:
+        senders = WaitNotify()
+        senders.defer_with(_end_of_turn(asyncio.get_running_loop()))
+        before = senders.generation()
+        for _ in range(10):  # ten puts of one read of requests
+            senders.wakeup_all()
+        during = senders.generation()
+        await asyncio.sleep(0)  # the loop's turn ends
+        after = senders.generation()
+        # from another thread: at once, not deferred
+        t = threading.Thread(target=senders.wakeup_all)
+        t.start()
+        t.join()
+        return during - before, after - before, senders.generation() - after
+
+    assert asyncio.run(main()) == (0, 1, 1)
