@@ -10,7 +10,9 @@ A reader and a writer per slave, as RocketMQ's ReadSocketService and WriteSocket
 - the writer sends nothing until that first report, then commit-log bytes from the start offset in frames of
   at most haTransferBatchSize within one commit-log file, and a heartbeat (a frame with no body) after
   haSendHeartbeatInterval without a write. With nothing new it waits up to 100 ms or until a SYNC_MASTER put
-  wakes it.
+  wakes it. In a broker, the event loop sends the frames of its SYNC_MASTER puts itself at the end of its
+  turn when it can without blocking (_Writer.send_from_loop), so a replication round trip wakes no thread of
+  the master; the writer thread does the rest (a catch-up, a full socket buffer, heartbeats).
 
 Either side ending ends the connection: the socket is shut down (which wakes the other) and the connection
 leaves the service's list.
@@ -45,6 +47,7 @@ READ_MAX_BUFFER_SIZE = 1024 * 1024  # ReadSocketService.READ_MAX_BUFFER_SIZE
 POLL_S = 1.0  # socket timeout: how often a blocked thread looks at the stop flag (4.9.8 selects for 1 s)
 READ_BUFFER_SIZE_ON_LOOP = 64 * 1024  # reports are 8 bytes: a read holds thousands
 NO_DATA_WAIT_S = 0.1  # WriteSocketService: allWaitForRunning(100) when nothing is new
+LOOP_FRAMES_MAX = 8  # frames the event loop sends at the end of one turn before leaving the rest to the writer
 
 
 class HAConnection:
@@ -229,14 +232,22 @@ class _LoopReader:
 
 
 class _Writer(ServiceThread):
-    """HAConnection.WriteSocketService."""
+    """HAConnection.WriteSocketService.
+
+    In a broker, the event loop sends too (``send_from_loop``): at the end of a turn that put SYNC_MASTER messages
+    it writes the new bytes as one frame without blocking, so the round trip to the slave wakes no thread of
+    the master. Whatever it cannot finish (a full socket buffer, more than one frame of bytes) is left to this
+    thread, which it then wakes. One lock orders the two: a frame is only ever written by one of them."""
 
     def __init__(self, conn: HAConnection) -> None:
         super().__init__(f"HAConnection-Write-{conn.client_addr}")
         self.conn = conn
         self.next_transfer_from_where = -1
+        self.last_write = time.monotonic()
+        self._send_lock = threading.Lock()
+        self._pending: memoryview | None = None  # the rest of a frame the loop began: the thread finishes it
 
-    def _send_all(self, data: bytes) -> None:
+    def _send_all(self, data: bytes | memoryview) -> None:
         """sendall that notices the stop flag, and gives up on a slave that took nothing for haHousekeepingInterval."""
         sock = self.conn.sock
         view = memoryview(data)
@@ -252,13 +263,42 @@ class _Writer(ServiceThread):
             view = view[n:]
             stalled_since = time.monotonic()
 
+    def send_from_loop(self, batch_size: int) -> bool:
+        """Write the bytes new since the last frame as one frame (at most ``batch_size``), without blocking; True
+        when nothing is left for the thread to do. Called on the event loop."""
+        if self.next_transfer_from_where < 0 or self.is_stopped or not self._send_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._pending is not None:
+                return False
+            for _ in range(LOOP_FRAMES_MAX):
+                start = self.next_transfer_from_where
+                body = self.conn.service.store.commit_log.get_bulk_data(start, batch_size)
+                if not body:
+                    return True
+                data = encode_frame_header(start, len(body)) + body
+                try:
+                    n = os.write(self.conn.sock.fileno(), data)  # the descriptor is non-blocking (timeout mode)
+                except BlockingIOError:
+                    n = 0
+                except OSError:
+                    return False  # the thread meets the error too, and ends the connection
+                self.next_transfer_from_where = start + len(body)
+                self.last_write = time.monotonic()
+                if n < len(data):
+                    self._pending = memoryview(data)[n:]
+                    return False
+            return False  # more than the loop sends in one turn: the thread goes on
+        finally:
+            self._send_lock.release()
+
     def run(self) -> None:
         conn = self.conn
         service = conn.service
         cfg = service.config
         store = service.store
         senders = service.state.senders
-        last_write = time.monotonic()
+        self.last_write = time.monotonic()
         housekeeping_s = cfg.ha_housekeeping_interval_ms / 1000
         on_loop = isinstance(conn.reader, _LoopReader)
         try:
@@ -270,25 +310,32 @@ class _Writer(ServiceThread):
                 if conn.slave_request_offset < 0:
                     self.sleep(0.01)  # nothing is sent before the slave said where it stands
                     continue
-                if self.next_transfer_from_where < 0:
-                    self.next_transfer_from_where = transfer_start_offset(
-                        conn.slave_request_offset, store.get_max_phy_offset(), cfg.mapped_file_size_commit_log)
-                    log.info("master transfers data to slave %s from %d (slave requested %d)", conn.client_addr,
-                             self.next_transfer_from_where, conn.slave_request_offset)
-                    last_write = time.monotonic()
-                if time.monotonic() - last_write > cfg.ha_send_heartbeat_interval_ms / 1000:
-                    self._send_all(heartbeat(self.next_transfer_from_where))
-                    last_write = time.monotonic()
-                # Bytes within one commit-log file from this offset: a frame never spans files. The generation is
-                # taken first, so a put that lands between the look and the wait is not slept through.
-                seen = senders.generation()
-                body = store.commit_log.get_bulk_data(self.next_transfer_from_where, cfg.ha_transfer_batch_size)
-                if not body:
-                    senders.wait(NO_DATA_WAIT_S, seen)
-                    continue
-                self._send_all(encode_frame_header(self.next_transfer_from_where, len(body)) + body)
-                self.next_transfer_from_where += len(body)
-                last_write = time.monotonic()
+                with self._send_lock:
+                    if self.next_transfer_from_where < 0:
+                        self.next_transfer_from_where = transfer_start_offset(
+                            conn.slave_request_offset, store.get_max_phy_offset(), cfg.mapped_file_size_commit_log)
+                        log.info("master transfers data to slave %s from %d (slave requested %d)", conn.client_addr,
+                                 self.next_transfer_from_where, conn.slave_request_offset)
+                        self.last_write = time.monotonic()
+                    if self._pending is not None:  # a frame the loop could not finish
+                        self._send_all(self._pending)
+                        self._pending = None
+                        self.last_write = time.monotonic()
+                        continue
+                    if time.monotonic() - self.last_write > cfg.ha_send_heartbeat_interval_ms / 1000:
+                        self._send_all(heartbeat(self.next_transfer_from_where))
+                        self.last_write = time.monotonic()
+                    # Bytes within one commit-log file from this offset: a frame never spans files. The generation
+                    # is taken first, so a put that lands between the look and the wait is not slept through.
+                    seen = senders.generation()
+                    start = self.next_transfer_from_where
+                    body = store.commit_log.get_bulk_data(start, cfg.ha_transfer_batch_size)
+                    if body:
+                        self._send_all(encode_frame_header(start, len(body)) + body)
+                        self.next_transfer_from_where = start + len(body)
+                        self.last_write = time.monotonic()
+                        continue
+                senders.wait(NO_DATA_WAIT_S, seen)
         except OSError as e:
             if not self.is_stopped:
                 log.info("slave %s: HA write failed: %s", conn.client_addr, e)

@@ -33,16 +33,18 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _end_of_turn(loop: asyncio.AbstractEventLoop) -> Callable[[Callable[[], None]], bool]:
-    """A WaitNotify deferral (store/ha/replica.py): a wake-up asked on ``loop``'s thread (this one) runs once,
-    after the callbacks ready in the loop's current turn; on any other thread it is not deferred."""
+def _end_of_turn(loop: asyncio.AbstractEventLoop,
+                 at_end: Callable[[Callable[[], None]], None]) -> Callable[[Callable[[], None]], bool]:
+    """A WaitNotify deferral (store/ha/replica.py): the wake-ups asked on ``loop``'s thread (this one) during a
+    turn become one call of ``at_end(wake)`` after the callbacks ready in that turn; on any other thread a
+    wake-up is not deferred."""
     loop_thread = threading.get_ident()
     pending = False
 
     def wake_later(wake: Callable[[], None]) -> None:
         nonlocal pending
         pending = False
-        wake()
+        at_end(wake)
 
     def defer(wake: Callable[[], None]) -> bool:
         nonlocal pending
@@ -82,9 +84,19 @@ class HAService:
         self._server = socket.create_server((self.host, self.config.ha_listen_port), backlog=16)
         self._server.settimeout(ACCEPT_POLL_S)
         if self.loop is not None and _running_loop() is self.loop:  # the controller starts it on its loop
-            self.state.senders.defer_with(_end_of_turn(self.loop))
+            self.state.senders.defer_with(_end_of_turn(self.loop, self._send_from_loop))
         log.info("HAService listening on %s:%d", self.host or "*", self.port)
         self._accept.start()
+
+    def _send_from_loop(self, wake: Callable[[], None]) -> None:
+        """At the end of a loop turn that put SYNC_MASTER messages: each connection's writer sends them from the
+        loop (connection.py); the writer threads are woken only for what it left."""
+        batch = self.config.ha_transfer_batch_size
+        with self._lock:
+            conns = list(self.connections)
+        left = [c for c in conns if not c.writer.send_from_loop(batch)]
+        if left or not conns:
+            wake()
 
     def add_connection(self, conn: HAConnection) -> None:
         with self._lock:

@@ -231,7 +231,7 @@ def test_wakeups_asked_in_one_loop_turn_wake_the_sender_once_after_it():
 
     async def main() -> tuple[int, int, int]:
         senders = WaitNotify()
-        senders.defer_with(_end_of_turn(asyncio.get_running_loop()))
+        senders.defer_with(_end_of_turn(asyncio.get_running_loop(), lambda wake: wake()))
         before = senders.generation()
         for _ in range(10):  # ten puts of one read of requests
             senders.wakeup_all()
