@@ -94,7 +94,8 @@ class HAConnection:
             self._threads_left -= 1
             last = self._threads_left == 0
         if last:
-            self.sock.close()
+            with self.writer._send_lock:  # not while the loop writes to the descriptor (it could be reused)
+                self.sock.close()
 
     def shutdown(self) -> None:
         self.close()
