@@ -120,8 +120,11 @@ class GroupTransferService(ServiceThread):
 
     def release(self, offset: int) -> None:
         """Complete every waiting request whose end a slave acknowledged (``offset`` = push2SlaveMaxOffset)."""
-        waiting = self._waiting
-        if not waiting or waiting[0].next_offset > offset:  # nothing covered: no lock
+        waiting = self._waiting  # one deque for the service's life: only ever changed in place, under the lock
+        try:
+            if waiting[0].next_offset > offset:  # nothing covered: no lock
+                return
+        except IndexError:  # nothing waits (or the last one just left)
             return
         done: list[ReplicaRequest] = []
         with self._lock:
@@ -136,11 +139,14 @@ class GroupTransferService(ServiceThread):
         with self._lock:
             waiting = self._waiting
             if final:
-                expired, self._waiting = list(waiting), deque()
+                expired = list(waiting)
+                waiting.clear()
             elif any(r.deadline <= now for r in waiting):
                 expired = [r for r in waiting if r.deadline <= now]
-                self._waiting = deque(r for r in waiting if r.deadline > now)
-            nxt = min((r.deadline for r in self._waiting), default=now + self.TIMEOUT_CHECK_S) - now
+                kept = [r for r in waiting if r.deadline > now]
+                waiting.clear()
+                waiting.extend(kept)
+            nxt = min((r.deadline for r in waiting), default=now + self.TIMEOUT_CHECK_S) - now
         push = self.state.push2slave_max_offset
         for req in expired:  # an acknowledgement that came with the deadline still counts
             req.complete(PutMessageStatus.PUT_OK if push >= req.next_offset else PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
