@@ -108,7 +108,8 @@ def test_cli_tiny_run_reports_consistent_figures(tmp_path: Path) -> None:
     assert c["bytes"] == c["end_offset"] - c["start_offset"]
     assert c["mb_s"] == pytest.approx(c["bytes"] / c["seconds"] / 1e6)
     assert "fio_seq_write_bytes_per_s" not in c
-    assert c["master_cpu_cores"] >= 0 and c["slave_cpu_cores"] > 0
+    # CPU is read in clock ticks (10 ms): an 8 MiB copy can take less than one of the slave's.
+    assert c["master_cpu_cores"] >= 0 and c["slave_cpu_cores"] >= 0
     assert r["machine"]["cpus"] >= 1 and len(r["machine"]["loadavg_end"]) == 3
     assert r["plan"]["ha_transfer_batch"] == 64 * 1024 and "frames <= 64 KiB" in res.output
     # the printed table carries the same ratio and a verdict
