@@ -177,14 +177,26 @@ def ab_bench(old: str, new: str, rounds: int, load: str, mode: str, seconds: flo
 @click.option("--no-fio", is_flag=True, help="Skip fio's sequential write beside the catch-up.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write every measurement to this file as JSON.")
+@click.option("--broker-impl", "broker_impls", default="reference", show_default=True,
+              help="Brokers, comma-separated: reference, rocketmq (Apache RocketMQ 4.9.8 from $ROCKETMQ_HOME or "
+                   "../shared/rocketmq-4.9.8), or both; each runs the same rounds and catch-up in turn.")
 def ha_bench(rounds: int | None, seconds: float | None, flush: str, catchup_mib: int | None,
-             ha_transfer_batch_kib: int | None, quick: bool, no_fio: bool, json_path: Path | None) -> None:
+             ha_transfer_batch_kib: int | None, quick: bool, no_fio: bool, json_path: Path | None,
+             broker_impls: str) -> None:
     """Replication: SYNC_MASTER vs ASYNC_MASTER in paired rounds, the slave's lag under maximum load, and an
     empty slave's catch-up rate beside fio's sequential write."""
     import dataclasses
 
     from harness.ha_bench import MIB, Plan, format_result, run
     from harness.launcher import LaunchError
+    from harness.rocketmq import parse_impls, unavailable
+
+    try:
+        impls = parse_impls(broker_impls)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--broker-impl") from None
+    if "rocketmq" in impls and (reason := unavailable(None)) is not None:
+        raise click.UsageError(reason)
 
     plan = Plan.quick() if quick else Plan()
     plan = dataclasses.replace(
@@ -193,7 +205,8 @@ def ha_bench(rounds: int | None, seconds: float | None, flush: str, catchup_mib:
         catchup_bytes=plan.catchup_bytes if catchup_mib is None else catchup_mib * MIB,
         ha_transfer_batch=None if ha_transfer_batch_kib is None else ha_transfer_batch_kib * 1024)
     try:
-        result = run(plan, progress=lambda line: click.echo(f"[ha-bench] {line}", err=True), fio=not no_fio)
+        result = run(plan, progress=lambda line: click.echo(f"[ha-bench] {line}", err=True), fio=not no_fio,
+                     impls=impls or ["reference"])
     except LaunchError as exc:
         raise click.ClickException(str(exc)) from None
     if json_path is not None:

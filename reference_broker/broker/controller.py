@@ -159,7 +159,7 @@ class BrokerController:
         bc = self.broker_config
         self.listening = listen
         if listen:
-            self.ha = attach_ha(self.store)  # the store starts it once dispatch has caught up
+            self.ha = attach_ha(self.store, loop)  # the store starts it once dispatch has caught up
         self.store.start()
         self.hold_service = PullRequestHoldService(
             loop, self.store.get_max_offset_in_queue,

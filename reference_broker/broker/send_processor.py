@@ -5,8 +5,8 @@ SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36)
 The order of checks and the remark texts follow msgCheck; put results map to response codes as
 handlePutMessageResult does (FLUSH_DISK_TIMEOUT and the slave codes mean *stored*). The store call runs on
 the event loop and returns a pending put: ready at once (ASYNC_FLUSH, or a message that does not wait), else
-completed by the store's group-commit thread once its durability conditions hold, the answer crossing back to
-the loop, so no thread waits per message.
+completed by the store's group-commit thread (or the HA reader) once its durability conditions hold, the
+answers crossing back to the loop a batch at a time (loop_handoff.py), so no thread waits per message.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import weakref
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from reference_broker.broker import topic_config as tcm
+from reference_broker.broker.loop_handoff import LoopHandoff
 from reference_broker.broker.persisted_reply import reply_when_persisted
 from reference_broker.broker.transaction import half_message
 from reference_broker.common import message as mc
@@ -41,7 +43,6 @@ log = logging.getLogger(__name__)
 
 # bytes: a response frame the processor encoded itself (see send_ok_frame).
 Reply = RemotingCommand | bytes | Awaitable[RemotingCommand | bytes | None] | None
-R = TypeVar("R")
 
 # handlePutMessageResult: status → (code, remark or None)
 _PUT_CODES: Final = {
@@ -369,17 +370,17 @@ class SendMessageProcessor:
             return put_result_reply(cmd, put.result, queue_id, self._ok, self._fields, self._max_body)
         # The answer is built on the thread that completes the put (put_result_reply is pure) and handed to
         # the loop in a future, which the server answers from: no task or coroutine per waiting send.
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[RemotingCommand | bytes] = loop.create_future()
+        handoff = _handoff()
+        fut: asyncio.Future[RemotingCommand | bytes] = handoff.loop.create_future()
         ok, fields, max_body = self._ok, self._fields, self._max_body
 
         def done(result: PutMessageResult) -> None:
             try:
                 reply = put_result_reply(cmd, result, queue_id, ok, fields, max_body)
             except Exception as exc:  # noqa: BLE001 - handed to the loop: the server answers SYSTEM_ERROR
-                loop.call_soon_threadsafe(_fail, fut, exc)
+                handoff.fail(fut, exc)
                 return
-            loop.call_soon_threadsafe(_resolve, fut, reply)
+            handoff.resolve(fut, reply)
 
         put.add_done_callback(done)
         return fut
@@ -496,24 +497,22 @@ class SendMessageProcessor:
 
 def _on_loop(put: PendingPut) -> asyncio.Future[PutMessageResult]:
     """A future of the running loop completed with the put's result, from whichever thread completes it."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[PutMessageResult] = loop.create_future()
-
-    def done(result: PutMessageResult) -> None:
-        loop.call_soon_threadsafe(_resolve, fut, result)
-
-    put.add_done_callback(done)
+    handoff = _handoff()
+    fut: asyncio.Future[PutMessageResult] = handoff.loop.create_future()
+    put.add_done_callback(lambda result: handoff.resolve(fut, result))
     return fut
 
 
-def _resolve(fut: asyncio.Future[R], result: R) -> None:
-    if not fut.done():
-        fut.set_result(result)
+_HANDOFFS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopHandoff] = weakref.WeakKeyDictionary()
 
 
-def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
+def _handoff() -> LoopHandoff:
+    """The running loop's hand-off: the answers of puts completed together reach the loop in one wake-up."""
+    loop = asyncio.get_running_loop()
+    h = _HANDOFFS.get(loop)
+    if h is None:
+        h = _HANDOFFS[loop] = LoopHandoff(loop)
+    return h
 
 
 def _split_peer(peer: str) -> tuple[str, int]:
@@ -522,5 +521,3 @@ def _split_peer(peer: str) -> tuple[str, int]:
         return (host.strip("[]") or "127.0.0.1"), int(port)
     except ValueError:
         return "127.0.0.1", 0
-
-

@@ -7,6 +7,8 @@ role needs: a master listens for slaves (HAService, on haListenPort), a slave re
 
 from __future__ import annotations
 
+import asyncio
+
 from reference_broker.ha.client import HAClient
 from reference_broker.ha.service import HAService
 from reference_broker.store.config import BrokerRole
@@ -15,8 +17,10 @@ from reference_broker.store.message_store import MessageStore
 __all__ = ["HAClient", "HAService", "attach_ha"]
 
 
-def attach_ha(store: MessageStore) -> HAService | HAClient:
-    """The store's replication threads by role, attached so that ``store.start``/``shutdown`` run them."""
-    ha: HAService | HAClient = HAClient(store) if store.config.broker_role is BrokerRole.SLAVE else HAService(store)
+def attach_ha(store: MessageStore, loop: asyncio.AbstractEventLoop | None = None) -> HAService | HAClient:
+    """The store's replication threads by role, attached so that ``store.start``/``shutdown`` run them; a
+    master reads its slaves' reports on ``loop`` when given (the broker's event loop)."""
+    ha: HAService | HAClient = (HAClient(store) if store.config.broker_role is BrokerRole.SLAVE
+                                else HAService(store, loop=loop))
     store.attach_ha(ha)
     return ha

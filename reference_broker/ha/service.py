@@ -1,17 +1,20 @@
 """HAService: the master's side of replication (RocketMQ 4.9.8 HAService and its AcceptSocketService).
 
 One thread accepts slaves on haListenPort (every interface, as 4.9.8); each accepted socket becomes an
-HAConnection with its reader and writer threads (connection.py). The connections report to the store's
+HAConnection with its writer thread and its reader — on the broker's event loop when it gives one, else a
+thread (connection.py). The connections report to the store's
 ReplicaState: how many there are and push2SlaveMaxOffset, which the SYNC_MASTER condition waits on
 (store/ha/replica.py). A master always listens, whatever its role (ASYNC_MASTER or SYNC_MASTER).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
 import threading
+from collections.abc import Callable
 
 from reference_broker.ha.connection import HAConnection
 from reference_broker.store.ha.replica import ReplicaState
@@ -23,14 +26,47 @@ log = logging.getLogger(__name__)
 ACCEPT_POLL_S = 1.0  # 4.9.8's accept loop selects for 1 s
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _end_of_turn(loop: asyncio.AbstractEventLoop,
+                 at_end: Callable[[Callable[[], None]], None]) -> Callable[[Callable[[], None]], bool]:
+    """A WaitNotify deferral (store/ha/replica.py): the wake-ups asked on ``loop``'s thread (this one) during a
+    turn become one call of ``at_end(wake)`` after the callbacks ready in that turn; on any other thread a
+    wake-up is not deferred."""
+    loop_thread = threading.get_ident()
+    pending = False
+
+    def wake_later(wake: Callable[[], None]) -> None:
+        nonlocal pending
+        pending = False
+        at_end(wake)
+
+    def defer(wake: Callable[[], None]) -> bool:
+        nonlocal pending
+        if threading.get_ident() != loop_thread:
+            return False
+        if not pending:
+            pending = True
+            loop.call_soon(wake_later, wake)
+        return True
+
+    return defer
+
+
 class HAService:
-    def __init__(self, store: MessageStore, host: str = "") -> None:
+    def __init__(self, store: MessageStore, host: str = "", loop: asyncio.AbstractEventLoop | None = None) -> None:
         if store.replica is None:
             raise ValueError("HAService runs on a master (a slave runs HAClient)")
         self.store = store
         self.config = store.config
         self.state: ReplicaState = store.replica
         self.host = host
+        self.loop = loop  # the broker's event loop: the slaves' reports are read on it (connection.py)
         self.connections: list[HAConnection] = []
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
@@ -47,8 +83,20 @@ class HAService:
         """Bind haListenPort (OSError when taken: the broker must not start without it) and accept slaves."""
         self._server = socket.create_server((self.host, self.config.ha_listen_port), backlog=16)
         self._server.settimeout(ACCEPT_POLL_S)
+        if self.loop is not None and _running_loop() is self.loop:  # the controller starts it on its loop
+            self.state.senders.defer_with(_end_of_turn(self.loop, self._send_from_loop))
         log.info("HAService listening on %s:%d", self.host or "*", self.port)
         self._accept.start()
+
+    def _send_from_loop(self, wake: Callable[[], None]) -> None:
+        """At the end of a loop turn that put SYNC_MASTER messages: each connection's writer sends them from the
+        loop (connection.py); the writer threads are woken only for what it left."""
+        batch = self.config.ha_transfer_batch_size
+        with self._lock:
+            conns = list(self.connections)
+        left = [c for c in conns if not c.writer.send_from_loop(batch)]
+        if left or not conns:
+            wake()
 
     def add_connection(self, conn: HAConnection) -> None:
         with self._lock:
@@ -116,7 +164,7 @@ class _AcceptSocketService(ServiceThread):
                 client = f"{addr[0]}:{addr[1]}"
                 log.info("HAService receives a new connection from %s", client)
                 try:
-                    conn = HAConnection(self.service, sock, client)
+                    conn = HAConnection(self.service, sock, client, self.service.loop)
                 except OSError as e:
                     log.error("new HAConnection from %s failed: %s", client, e)
                     sock.close()

@@ -14,7 +14,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -512,11 +512,14 @@ class CommitLog:
         finally:
             res.release()
 
-    def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
-        """Raw append of replicated bytes at ``start_offset`` (CommitLog.appendData on a slave).
+    def append_data(self, start_offset: int, data: bytes | memoryview | Sequence[bytes | memoryview]) -> bool:
+        """Raw append of replicated bytes at ``start_offset`` (CommitLog.appendData on a slave): one chunk, or
+        several contiguous ones written together (several frames of one read).
 
-        The bytes must continue the log exactly; a chunk never spans files (the master sends within one).
+        The bytes must continue the log exactly and stay within one file (the master never sends a frame
+        across files; the slave joins only frames of one file).
         """
+        views = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
         with self.put_lock:
             if start_offset != self.get_max_offset() and self.get_max_offset() != 0:
                 log.error("append_data at %d but the log ends at %d", start_offset, self.get_max_offset())
@@ -530,11 +533,10 @@ class CommitLog:
                 log.error("append_data at %d does not continue file %s", start_offset, mf.file_name)
                 return False
             try:
-                ok = mf.append_bytes(data)
+                return mf.append_views(views)
             except OSError as e:
                 log.error("append_data failed: %s", e)
                 return False
-            return ok
 
     # ---- recovery (commit_log_recovery.py) ------------------------------------------------------
     def recover_normally(self, max_phy_offset_of_cq: int, truncate_logics: Callable[[int], None]) -> int:

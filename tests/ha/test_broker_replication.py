@@ -30,6 +30,15 @@ def runtime(client: RemotingClient) -> dict[str, str]:
     return json.loads(r.body)["table"]
 
 
+def first_send_ok(mc: RemotingClient, topic: str) -> None:
+    """Send until a SYNC_MASTER answers SEND_OK: SLAVE_NOT_AVAILABLE until its slave has connected."""
+    deadline = time.monotonic() + 30
+    while (r := mc.invoke(send_request(topic, b"first"))).code != ResponseCode.SUCCESS:
+        assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE, (r.code, r.remark)  # not connected yet
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
 def test_slave_process_replicates_the_master(tmp_path):
     with Topology(tmp_path / "t") as topo:
         master = topo.brokers[0]
@@ -76,11 +85,7 @@ def test_sync_master_with_a_paused_then_stopped_slave(tmp_path):
         slave = topo.add_broker("broker-a-slave", extra={"brokerName": "broker-a", "brokerId": "1",
                                                           "brokerRole": "SLAVE"})
         with RemotingClient("127.0.0.1", master.port, timeout_s=15) as mc:
-            deadline = time.monotonic() + 30
-            while (r := mc.invoke(send_request("SyncT", b"first"))).code != ResponseCode.SUCCESS:
-                assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE, (r.code, r.remark)  # not connected yet
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+            first_send_ok(mc, "SyncT")
             assert mc.invoke(send_request("SyncT", b"acked")).code == ResponseCode.SUCCESS
             slave.pause()
             try:
@@ -99,3 +104,24 @@ def test_sync_master_with_a_paused_then_stopped_slave(tmp_path):
             while (r := mc.invoke(send_request("SyncT", b"alone"))).code != ResponseCode.SLAVE_NOT_AVAILABLE:
                 assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (r.code, r.remark)
                 assert time.monotonic() < deadline
+
+
+def test_sync_master_under_64_sends_in_flight_answers_each_once_the_slave_holds_it(tmp_path):
+    """Many sends waiting at once: the master's event loop reads the slave's reports and releases every send a
+    report covers, and sends the new bytes itself at the end of its turns. Every send is answered SEND_OK, and
+    the slave holds the master's whole log."""
+    from harness.broker_bench import run_producer
+    conf = {"brokerRole": "SYNC_MASTER"}
+    with Topology(tmp_path / "t", broker_conf=conf, slaves=1) as topo:
+        master, slave = topo.brokers[0], topo.brokers[1]
+        with RemotingClient("127.0.0.1", master.port, timeout_s=15) as mc:
+            first_send_ok(mc, "SyncLoad")
+        res = run_producer(topo, ["-t", "SyncLoad", "--lean", "-p", "2", "-s", "256", "-d", "30", "-q", "1500",
+                                  "--in-flight", "32"], lambda _line: None)
+        assert res["messages"] == 3000 and res["send_failed"] == 0 and res["response_failed"] == 0, res
+        with RemotingClient("127.0.0.1", master.port, timeout_s=10) as mc:
+            master_end = runtime(mc)["commitLogMaxOffset"]
+            acked = runtime(mc)["haPush2SlaveMaxOffset"]
+        assert acked == master_end  # every SEND_OK was acknowledged, and nothing else was written
+        with RemotingClient("127.0.0.1", slave.port, timeout_s=10) as sc:
+            assert int(runtime(sc)["commitLogMaxOffset"]) >= int(master_end)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+import time
 
 import pytest
 
@@ -97,3 +98,39 @@ def test_slave_reconnects_after_a_drop(stores, tmp_path):
     put_ok(master, make_msg("b"))
     wait_replicated(master, slave)
     assert client.connects > first
+
+
+def test_many_frames_in_one_read_across_commit_log_files_are_stored_byte_for_byte(stores, tmp_path):
+    """The slave appends the contiguous frames of a read together, straight from its read buffer; a frame
+    that starts the next commit-log file starts a new write, and a frame split between reads waits for its
+    rest. The result is the master's log, byte for byte and file for file, acknowledged by one report."""
+    file_size = 8 * 1024
+    master, _ = open_master(stores, tmp_path / "m", mapped_file_size_commit_log=file_size)
+    for _ in range(60):
+        put_ok(master, make_msg(b"x" * 400))
+    end = master.get_max_phy_offset()
+    assert end > 2 * file_size  # three files at least
+    stream = bytearray()
+    offset = 0
+    while offset < end:
+        stop = min(offset + 1000, end, (offset // file_size + 1) * file_size)
+        stream += encode_frame(offset, log_bytes(master, offset, stop))
+        offset = stop
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)
+        slave, _client = open_slave(stores, tmp_path / "s", None, mapped_file_size_commit_log=file_size,
+                                   ha_master_address=f"127.0.0.1:{server.getsockname()[1]}")
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(10)
+            assert struct.unpack(">q", recv_exact(conn, 8)) == (0,)
+            cut = len(stream) - 500  # the last frame arrives in two pieces
+            conn.sendall(bytes(stream[:cut]))
+            time.sleep(0.2)
+            conn.sendall(bytes(stream[cut:]))
+            next_report(conn, end)
+    assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
+    assert [mf.file_from_offset for mf in slave.commit_log.mapped_file_queue.mapped_files] == \
+        [mf.file_from_offset for mf in master.commit_log.mapped_file_queue.mapped_files]
+    wait_until(lambda: slave.dispatch_behind_bytes() == 0, what="dispatch of the replicated records")
+    assert slave.get_max_offset_in_queue("FooBar", 0) == 60

@@ -101,6 +101,27 @@ class ReportDecoder:
         return offset
 
 
+def scan_frames(buf: bytearray | memoryview, pos: int, end: int,
+                max_body: int = MAX_FRAME_BODY) -> tuple[list[tuple[int, int, int]], int]:
+    """The whole frames in ``buf[pos:end]``, without copying: ``(phy_offset, body_start, body_size)`` each,
+    and the position after the last one (where a partial frame, kept for the next read, begins). The slave's
+    read path (HAClient.dispatchReadRequest's loop over one read buffer); HAProtocolError for a bad header."""
+    frames: list[tuple[int, int, int]] = []
+    unpack = FRAME_HEADER.unpack_from
+    while end - pos >= FRAME_HEADER_SIZE:
+        phy_offset, size = unpack(buf, pos)
+        if size < 0 or size > max_body:
+            raise HAProtocolError(f"frame body size {size} at offset {phy_offset} is not 0..{max_body}")
+        if phy_offset < 0:
+            raise HAProtocolError(f"frame at negative offset {phy_offset}")
+        start = pos + FRAME_HEADER_SIZE
+        if end - start < size:
+            break
+        frames.append((phy_offset, start, size))
+        pos = start + size
+    return frames, pos
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     phy_offset: int

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -132,3 +133,115 @@ def test_is_slave_ok_and_push2slave_never_goes_back(tmp_path):
     state.notify_transfer_some(200)  # a slower slave
     assert state.push2slave_max_offset == 500
     assert ReplicationCondition(state.config, state).name == "replication"
+
+
+def _state(tmp_path, **overrides):
+    state = ReplicaState(make_config(tmp_path, **overrides))
+    state.add_connection()
+    return state
+
+
+def test_one_acknowledgement_releases_the_covered_puts_on_the_reporting_thread(tmp_path):
+    """The report's thread completes every request it covers, in one batch, and only those; no other thread
+    is involved (the group transfer thread is not even running here)."""
+    from reference_broker.store.ha.replica import ReplicaRequest
+    state = _state(tmp_path)
+    reqs = [ReplicaRequest(100 * (i + 1), 60_000) for i in range(5)]
+    for r in reqs:
+        state.group_transfer.put_request(r)
+    seen: list[tuple[int, int]] = []
+    for r in reqs:
+        r.add_done_callback(lambda _s, r=r: seen.append((r.next_offset, threading.get_ident())))
+    state.notify_transfer_some(300)
+    assert [off for off, _ in seen] == [100, 200, 300]
+    assert {tid for _, tid in seen} == {threading.get_ident()}
+    assert [r.status for r in reqs] == [PutMessageStatus.PUT_OK] * 3 + [None, None]
+    state.notify_transfer_some(10_000)
+    assert [r.status for r in reqs] == [PutMessageStatus.PUT_OK] * 5
+
+
+def test_a_request_arriving_out_of_offset_order_is_still_released(tmp_path):
+    """A put from another thread may reach the condition after a later put: it must not wait behind it."""
+    from reference_broker.store.ha.replica import ReplicaRequest
+    state = _state(tmp_path)
+    late, early = ReplicaRequest(500, 60_000), ReplicaRequest(200, 60_000)
+    state.group_transfer.put_request(late)
+    state.group_transfer.put_request(early)
+    state.notify_transfer_some(300)
+    assert early.status is PutMessageStatus.PUT_OK and late.status is None
+
+
+def test_a_request_already_acknowledged_completes_at_once(tmp_path):
+    from reference_broker.store.ha.replica import ReplicaRequest
+    state = _state(tmp_path)
+    state.notify_transfer_some(1000)
+    req = ReplicaRequest(800, 60_000)
+    state.group_transfer.put_request(req)
+    assert req.status is PutMessageStatus.PUT_OK
+
+
+def test_the_group_transfer_times_out_only_expired_requests(tmp_path):
+    from reference_broker.store.ha.replica import ReplicaRequest
+    state = _state(tmp_path)
+    gt = state.group_transfer
+    gt.start()
+    try:
+        short, long_ = ReplicaRequest(100, 150), ReplicaRequest(200, 60_000)
+        t0 = time.monotonic()
+        gt.put_request(short)
+        gt.put_request(long_)
+        assert short.result(5) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        assert 0.14 <= time.monotonic() - t0 < 2
+        assert long_.status is None
+        state.notify_transfer_some(200)
+        assert long_.status is PutMessageStatus.PUT_OK
+    finally:
+        gt.shutdown()
+
+
+def test_stopping_the_group_transfer_times_out_what_waits(tmp_path):
+    from reference_broker.store.ha.replica import ReplicaRequest
+    state = _state(tmp_path)
+    gt = state.group_transfer
+    gt.start()
+    req = ReplicaRequest(100, 60_000)
+    gt.put_request(req)
+    gt.shutdown()
+    assert req.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    after = ReplicaRequest(200, 60_000)
+    gt.put_request(after)  # no thread is left: completed at once, not left hanging
+    assert after.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+
+def test_a_sender_does_not_sleep_through_a_wakeup_between_its_look_and_its_wait():
+    from reference_broker.store.ha.replica import WaitNotify
+    senders = WaitNotify()
+    seen = senders.generation()  # the sender looks: nothing new
+    senders.wakeup_all()  # a put lands before the sender waits
+    t0 = time.monotonic()
+    senders.wait(5.0, seen)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_wakeups_asked_in_one_loop_turn_wake_the_sender_once_after_it():
+    import asyncio
+
+    from reference_broker.ha.service import _end_of_turn
+    from reference_broker.store.ha.replica import WaitNotify
+
+    async def main() -> tuple[int, int, int]:
+        senders = WaitNotify()
+        senders.defer_with(_end_of_turn(asyncio.get_running_loop(), lambda wake: wake()))
+        before = senders.generation()
+        for _ in range(10):  # ten puts of one read of requests
+            senders.wakeup_all()
+        during = senders.generation()
+        await asyncio.sleep(0)  # the loop's turn ends
+        after = senders.generation()
+        # from another thread: at once, not deferred
+        t = threading.Thread(target=senders.wakeup_all)
+        t.start()
+        t.join()
+        return during - before, after - before, senders.generation() - after
+
+    assert asyncio.run(main()) == (0, 1, 1)
