@@ -261,8 +261,16 @@ def delete_netns(name: str) -> None:
 
 
 def delete_link(name: str) -> None:
-    if Path(f"/sys/class/net/{name}").exists():
+    """Delete a link unless it is gone: a veth goes with its peer's namespace, which the kernel tears down a
+    moment after ``ip netns delete`` returns, so "not found" after a race is success too."""
+    path = Path(f"/sys/class/net/{name}")
+    if not path.exists():
+        return
+    try:
         run_cmd(["ip", "link", "delete", name])
+    except RuntimeError:
+        if path.exists():
+            raise
 
 
 def delete_unreachable_route(subnet: str, metric: int = LAB_ROUTE_METRIC) -> None:
