@@ -8,7 +8,8 @@ that owns it (pid plus its /proc start time, so a recycled pid is not mistaken f
 ``cleanup()`` undoes the lines whose owner is dead, or all of them with ``force``: processes first (only
 ours: pid and start time must match), then mounts, then loop devices (only while still backed by the
 recorded file), then directories, then network namespaces (with any process still in them: a namespace only
-this lab made holds only its processes), links and routes. sysctl values are restored by sysctl_profiles' own state file.
+this lab made holds only its processes), links and routes. sysctl values are restored by sysctl_profiles' own
+state file.
 
 The state file: ``$RMQ_LAB_CHAOS_STATE``, else ``/run/rmq-lab-chaos/state.json`` for root, else
 ``$TMPDIR/rmq-lab-chaos-<uid>/state.json``. Updates hold an exclusive ``flock`` on ``<file>.lock``.

@@ -28,6 +28,7 @@ import contextlib
 import ipaddress
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -182,17 +183,13 @@ class Lab:
         if self.index < 0:
             return
         errors: list[str] = []
+        steps: list[tuple[ResourceKind, str, Callable[[str], None]]] = []
         for host in reversed(list(self.hosts.values())):
-            for kind, ident, undo in ((ResourceKind.NETNS, host.netns, delete_netns),
-                                      (ResourceKind.LINK, host.veth, delete_link)):
-                try:
-                    undo(ident)
-                    self.ledger.remove(kind, ident)
-                except RuntimeError as e:
-                    errors.append(str(e))
+            steps += [(ResourceKind.NETNS, host.netns, delete_netns), (ResourceKind.LINK, host.veth, delete_link)]
+        steps += [(ResourceKind.LINK, self.bridge, delete_link),
+                  (ResourceKind.ROUTE, str(self.subnet), delete_unreachable_route)]
         self.hosts.clear()
-        for kind, ident, undo in ((ResourceKind.LINK, self.bridge, delete_link),
-                                  (ResourceKind.ROUTE, str(self.subnet), delete_unreachable_route)):
+        for kind, ident, undo in steps:
             try:
                 undo(ident)
                 self.ledger.remove(kind, ident)

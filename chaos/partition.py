@@ -4,7 +4,8 @@ hosts' namespaces that drop every packet to and from the other side, and their r
 | cut | where the rules go | dropped |
 |---|---|---|
 | ``master<->slave`` | the master's and the slave's namespace | each host: everything from and to the other |
-| ``clients<->master`` | the master's namespace | everything from and to the lab's gateway (the root namespace: the clients and the name server); the slave still reaches the master |
+| ``clients<->master`` | the master's namespace | everything from and to the lab's gateway: the root namespace, |
+| | | where the clients and the name server are; the slave still reaches the master |
 
 The rules match addresses only, not connection state: an established connection (the slave's HA connection,
 a client's) stops as well as new ones, as on a real partition; TCP retransmits what was in flight once healed.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -60,9 +61,10 @@ def plan(cut: Cut, master: Host, slave: Host, gateway: str) -> dict[Host, list[s
 @dataclass
 class Partition:
     """``with Partition(rules):`` cuts on entry and heals on exit, whatever happened in between. ``cut_ns`` and
-    ``healed_ns`` are wall-clock times (time.time_ns) of the last cut and heal."""
+    ``healed_ns`` are the wall-clock times (``now_ns``) when the last cut was in force and when it was gone."""
 
     rules: Mapping[Host, Sequence[str]]
+    now_ns: Callable[[], int] = time.time_ns  # a run record's clock (WallClock.now_ns) in an experiment
     cut_ns: int | None = None
     healed_ns: int | None = None
     _active: list[Host] = field(default_factory=list)
@@ -75,7 +77,7 @@ class Partition:
         except BaseException:
             self.heal()
             raise
-        self.cut_ns = time.time_ns()
+        self.cut_ns = self.now_ns()
 
     def heal(self) -> None:
         """Delete the table in every namespace it was put in; errors are collected and raised at the end, so one
@@ -88,7 +90,7 @@ class Partition:
                     host.run(["nft", "delete", "table", "inet", TABLE])
             except RuntimeError as e:
                 errors.append(f"{host.name}: {e}")
-        self.healed_ns = time.time_ns()
+        self.healed_ns = self.now_ns()
         if errors:
             raise RuntimeError("partition not healed: " + "; ".join(errors))
 

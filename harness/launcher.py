@@ -321,8 +321,8 @@ each broker runs on a host of that lab network (see the module doc)."""
                                self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root,
                                conf=conf, host=ip, **self._java(name))
         else:
-            bp = BrokerProcess(name, prefix + [self.python, "-m", "reference_broker", "broker", "--host", ip,
-                                               "-n", self.namesrv_addr, "-c", str(conf_path)],
+            bp = BrokerProcess(name, [*prefix, self.python, "-m", "reference_broker", "broker", "--host", ip,
+                                      "-n", self.namesrv_addr, "-c", str(conf_path)],
                                self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root,
                                conf=conf, host=ip)
         self.brokers.append(bp)  # before it starts: stop() then ends it even if its start fails

@@ -58,7 +58,7 @@ def _echo_server(host: netns.Host, port: int) -> subprocess.Popen[bytes]:
     code = ("import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);"
             f"s.bind(('{host.addr}', {port})); s.listen(); print('up', flush=True)\n"
             "while True:\n c, _ = s.accept(); c.sendall(c.recv(64)); c.close()")
-    proc = subprocess.Popen(host.exec_prefix() + [sys.executable, "-c", code], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([*host.exec_prefix(), sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
     return proc
 
@@ -107,7 +107,8 @@ def test_a_killed_runs_lab_is_removed_by_the_sweep(tmp_path: Path) -> None:
     if REASON is not None:
         pytest.skip(f"lab network: {REASON}")
     state = tmp_path / "state.json"
-    code = ("import sys, time; from pathlib import Path; from chaos.leftovers import Ledger; from chaos.netns import Lab\n"
+    code = ("import sys, time; from pathlib import Path\n"
+            "from chaos.leftovers import Ledger; from chaos.netns import Lab\n"
             f"lab = Lab(Ledger(Path({str(state)!r}))).open(); h = lab.add_host('x')\n"
             "import subprocess; p = subprocess.Popen(h.exec_prefix() + ['sleep', '300'])\n"
             "print(lab.bridge, h.netns, lab.subnet, p.pid, flush=True); time.sleep(300)")

@@ -88,7 +88,7 @@ def _connects(host: Host | None, addr: str, port: int) -> bool:
         except OSError:
             return False
     code = (f"import socket; socket.create_connection(('{addr}', {port}), timeout=2).close()")
-    return subprocess.run(host.exec_prefix() + [sys.executable, "-c", code], capture_output=True,
+    return subprocess.run([*host.exec_prefix(), sys.executable, "-c", code], capture_output=True,
                           timeout=30).returncode == 0
 
 
