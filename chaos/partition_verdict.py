@@ -23,7 +23,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from chaos.replication_verdict import AckLike, CheckLike, ReplicationMode, ReplicationVerdict
+from chaos.replication_verdict import (
+    AckLike,
+    CheckLike,
+    ReplicationMode,
+    ReplicationVerdict,
+    readback_violations,
+    run_violations,
+)
 from reference_broker.client import SendStatus
 
 
@@ -85,13 +92,7 @@ def judge_partition(mode: ReplicationMode, check: CheckLike | None, acks: Mappin
                            lag_bytes=lag_bytes, unreplicated_bytes=unreplicated,
                            examples={"absent": sorted(absent)[:10], "promised_while_cut": list(promised_cut[:10])})
     out = v.violations
-    if error is not None:
-        out.append(f"the experiment failed: {error}")
-    out += [f"fault: {e}" for e in cycle_errors]
-    if check is None:
-        out.append("no check result")
-    elif check.unexpected:
-        out.append(f"{check.unexpected} keys received that were never sent")
+    out += run_violations(error, cycle_errors, check)
     if absent:
         out.append(f"{len(absent)} acknowledged keys are not in the master's log after the heal "
                    f"(e.g. {', '.join(sorted(absent)[:3])})")
@@ -102,9 +103,6 @@ def judge_partition(mode: ReplicationMode, check: CheckLike | None, acks: Mappin
     if promised_cut and mode is ReplicationMode.SYNC:
         out.append(f"{len(promised_cut)} sends started during a master <-> slave cut were answered SEND_OK "
                    f"before the heal (e.g. {', '.join(promised_cut[:3])})")
-    if corrupted:
-        out.append(f"{corrupted} bodies read back corrupted")
-    if not drain_complete:
-        out.append("the drain from the master did not complete: " + "; ".join(drain_problems[:3]))
+    out += readback_violations("master", corrupted, drain_complete, drain_problems)
     v.ok = not out
     return v

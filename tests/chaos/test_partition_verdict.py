@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from chaos.partition_verdict import CutWindow, answers_during, judge_partition, promised_while_cut
 from chaos.replication_verdict import ReplicationMode
 from reference_broker.client import SendStatus
+from tests.chaos.test_replication_verdict import Check as C
 
 
 @dataclass(frozen=True)
@@ -17,13 +18,6 @@ class A:
     end_ns: int
     status: SendStatus = SendStatus.SEND_OK
 
-
-@dataclass(frozen=True)
-class C:
-    lost: int = 0
-    lost_promised: int = 0
-    acked_master_only: int = 0
-    unexpected: int = 0
 
 
 W = CutWindow(cut_ns=1_000, healed_ns=6_000, master_end=500, lag_bytes=40)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,8 @@ def _run(tmp_path: Path, fault: ReplicationFault, mode: ReplicationMode, impl: s
     return result
 
 
-def _check_cell(result: ReplicationResult, fault: ReplicationFault) -> dict[str, object]:
+def _check_cell(result: ReplicationResult, fault: ReplicationFault) -> tuple[dict[str, Any], dict[str, int]]:
+    """The checks every partition cell passes; the cut's fault params and the answers heard while cut."""
     assert result.run_dir is not None
     row = result.summary()
     assert result.ok, row["violations"]
@@ -72,17 +74,16 @@ def _check_cell(result: ReplicationResult, fault: ReplicationFault) -> dict[str,
     assert recorded["slave"]["store_check"]["outcome"] == "clean"
     meta = json.loads((result.run_dir / "meta.json").read_text())
     assert meta["broker"]["brokerIP1"].startswith("198.1")  # the group ran on the lab network
-    return p
+    answers = p["answers"]
+    assert isinstance(answers, dict)
+    return p, answers
 
 
 @pytest.mark.e2e
 @pytest.mark.root
 def test_sync_master_cut_from_its_slave_answers_flush_slave_timeout(tmp_path: Path) -> None:
     fault = ReplicationFault.PARTITION_MASTER_SLAVE
-    result = _run(tmp_path, fault, ReplicationMode.SYNC)
-    params = _check_cell(result, fault)
-    answers = params["answers"]
-    assert isinstance(answers, dict)
+    params, answers = _check_cell(_run(tmp_path, fault, ReplicationMode.SYNC), fault)
     assert answers.get("FLUSH_SLAVE_TIMEOUT", 0) + answers.get("SLAVE_NOT_AVAILABLE", 0) > 0
     assert params["lag_bytes_at_heal"] > 0  # the master went on storing while its slave was cut off
 
@@ -91,10 +92,7 @@ def test_sync_master_cut_from_its_slave_answers_flush_slave_timeout(tmp_path: Pa
 @pytest.mark.root
 def test_clients_cut_from_the_master_lose_no_acknowledged_message(tmp_path: Path) -> None:
     fault = ReplicationFault.PARTITION_CLIENTS_MASTER
-    result = _run(tmp_path, fault, ReplicationMode.ASYNC)
-    params = _check_cell(result, fault)
-    answers = params["answers"]
-    assert isinstance(answers, dict)
+    _, answers = _check_cell(_run(tmp_path, fault, ReplicationMode.ASYNC), fault)
     # Nothing reaches the master while cut: its answers stop (at most those already on their way), the
     # producer's sends time out instead.
     assert sum(n for k, n in answers.items() if not k.startswith("error")) <= 16
