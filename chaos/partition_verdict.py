@@ -12,6 +12,10 @@ What must hold after the heal (issue 18, "Partitions"):
 - a SYNC_MASTER cut from its slave promises nothing it cannot keep: a record the master wrote after the cut
   began (at or beyond its end sampled just after the rules went in) cannot have reached the slave before the
   heal, so an answer heard before the heal must not be SEND_OK;
+- keys below the master's commit-log min offset once the run is over were deleted with their files by the
+  store's cleaning (past diskSpaceCleanForciblyRatio, 85 % of the disk, 4.9.8's CleanCommitLogService deletes
+  the oldest files at once, whatever their age: a partition cannot move the start of the log), so they are
+  counted apart (``cleaned``), not as lost;
 - duplicates are counted, not judged: a send whose answer was lost in the cut is retried by the producer and
   may be stored twice (at-least-once), which the drain sees as a second copy of its key.
 """
@@ -75,12 +79,16 @@ def promised_while_cut(acks: Mapping[str, TimedAck], windows: Sequence[CutWindow
 
 
 def judge_partition(mode: ReplicationMode, check: CheckLike | None, acks: Mapping[str, AckLike], drained: set[str],
-                    master_end: int, slave_end: int, lag_bytes: int, *, promised_cut: Sequence[str] = (),
+                    master_end: int, slave_end: int, lag_bytes: int, *, min_offset: int = 0,
+                    promised_cut: Sequence[str] = (),
                     corrupted: int = 0, drain_complete: bool = True, drain_problems: Sequence[str] = (),
                     cycle_errors: Sequence[str] = (), error: str | None = None) -> ReplicationVerdict:
     """``drained``: the keys read back from the master; ``master_end``/``slave_end``: their logs' ends once the
-    group settled (-1: unknown); ``lag_bytes``: the lag when the last cut began."""
-    absent = {k: a for k, a in acks.items() if k not in drained}
+    group settled (-1: unknown); ``lag_bytes``: the lag when the last cut began; ``min_offset``: the master's
+    commit-log min offset after the drain."""
+    missing = {k: a for k, a in acks.items() if k not in drained}
+    cleaned = sorted(k for k, a in missing.items() if 0 <= a.commit_log_offset < min_offset)
+    absent = {k: a for k, a in missing.items() if not 0 <= a.commit_log_offset < min_offset}
     promised = sorted(k for k, a in absent.items() if a.status is SendStatus.SEND_OK)
     master_only = sorted(k for k, a in absent.items()
                          if a.status in (SendStatus.FLUSH_SLAVE_TIMEOUT, SendStatus.SLAVE_NOT_AVAILABLE))
@@ -89,8 +97,9 @@ def judge_partition(mode: ReplicationMode, check: CheckLike | None, acks: Mappin
                            absent_promised=len(promised), absent_master_only=len(master_only),
                            absent_below_slave_end=0,
                            lost_share=round(len(absent) / len(acks), 6) if acks else 0.0,
-                           lag_bytes=lag_bytes, unreplicated_bytes=unreplicated,
-                           examples={"absent": sorted(absent)[:10], "promised_while_cut": list(promised_cut[:10])})
+                           lag_bytes=lag_bytes, unreplicated_bytes=unreplicated, cleaned=len(cleaned),
+                           examples={"absent": sorted(absent)[:10], "promised_while_cut": list(promised_cut[:10]),
+                                     "cleaned": cleaned[:10]})
     out = v.violations
     out += run_violations(error, cycle_errors, check)
     if absent:

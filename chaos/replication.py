@@ -93,7 +93,6 @@ class ReplicationFault(enum.StrEnum):
     SLAVE_PAUSED = "slave_paused"
     PARTITION_MASTER_SLAVE = "partition_master_slave"
     PARTITION_CLIENTS_MASTER = "partition_clients_master"
-            "cleaned": v.cleaned if v and self.spec.fault.is_partition else None,
 
     @property
     def kind(self) -> FaultKind:
@@ -178,6 +177,7 @@ class ReplicationResult:
             "diverged_cycles": sum(1 for a in ahead if a > 0) if ahead else None,
             "duplicated": chk.duplicated if chk else None,
             "stored_twice": self.partition.stored_twice if self.partition else None,
+            "cleaned": v.cleaned if v and self.spec.fault.is_partition else None,
             "answers_cut": _answers_cut(self.cycles) if self.spec.fault.is_partition else None,
             "ok": self.ok, "violations": list(v.violations) if v else ([self.error] if self.error else []),
             "findings": list(v.findings) if v else [],

@@ -101,6 +101,9 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         if row.get("answers_cut") is not None:  # a partition: absent = not on the master, which stayed alive
             answers = ", ".join(f"{k} {v:,}" for k, v in row["answers_cut"].items()) or "none"
             notes.append(f"  {name}: answers while cut: {answers}")
+        if row.get("cleaned"):
+            notes.append(f"  {name}: {row['cleaned']:,} acknowledged keys lay below the master's commit-log min "
+                         "offset: deleted by the store's disk-space cleaning, not counted as lost")
         notes += [f"  {name}: {v}" for v in row.get("violations") or []]
         notes += [f"  {name}: finding: {f}" for f in row.get("findings") or []]
         if row.get("run_dir"):

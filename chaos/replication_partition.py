@@ -38,11 +38,12 @@ class PartitionOutcome:
 
     windows: list[CutWindow]
     master_end: int
+    master_min_offset: int  # after the drain: what the store's cleaning deleted lies below it
     stored_twice: int  # copies the drain read beyond one per key: sends stored again by the producer's retry
 
     def to_json(self) -> dict[str, Any]:
         return {"windows": [asdict(w) for w in self.windows], "master_end": self.master_end,
-                "stored_twice": self.stored_twice}
+                "master_min_offset": self.master_min_offset, "stored_twice": self.stored_twice}
 
 
 def judge_partitioned(outcome: PartitionOutcome | None, mode: ReplicationMode, check: Any, workload: Workload | None,
@@ -57,6 +58,7 @@ def judge_partitioned(outcome: PartitionOutcome | None, mode: ReplicationMode, c
         mode, check, acks, set(workload.drained) if workload is not None else set(),
         outcome.master_end if outcome is not None else -1, slave_end,
         next((w.lag_bytes for w in reversed(windows)), -1),
+        min_offset=outcome.master_min_offset if outcome is not None else 0,
         promised_cut=promised_while_cut(acks, cut_windows),
         corrupted=len(workload.corrupted) if workload is not None else 0,
         drain_complete=drain is not None and drain.complete,
@@ -137,6 +139,8 @@ class PartitionCycles:
         return rec
 
     def outcome(self, workload: Workload, drain: DrainStats) -> PartitionOutcome:
-        """After the load stopped and the slave settled: the master's end, and the drain's extra copies."""
-        return PartitionOutcome(list(self.windows), self._end(self.master),
+        """After the load stopped, the slave settled and the drain: the master's ends, the drain's extra copies."""
+        s = try_status(self.master.addr, self.record.clock)
+        return PartitionOutcome(list(self.windows), s.max_offset if s is not None else -1,
+                                max(0, s.min_offset) if s is not None else 0,
                                 max(0, drain.messages - len(workload.drained) - len(workload.corrupted)))

@@ -90,6 +90,7 @@ class ReplicationVerdict:
     lag_bytes: int  # master's max offset - slave's, sampled just before the final fault (-1: unknown)
     unreplicated_bytes: int  # master's written end at the crash - the slave's end once settled (-1: unknown)
     diverged: int = 0  # master_power_loss: cycles whose recovered master was behind the slave
+    cleaned: int = 0  # partitions: acknowledged keys below the master's min offset, deleted by disk-space cleaning
     violations: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)  # what follows from diverged logs (see the module doc)
     examples: dict[str, list[str]] = field(default_factory=dict)

@@ -122,7 +122,11 @@ def _partition_round(lab: Lab, tmp_path: Path, impl: str, home: Path | None = No
               .get("brokerAddrs", {}) == {"0": master.addr, "1": slave.addr}, 30, "both brokers registered")
         admin.update_topic(topo.namesrv_addr, TOPIC, 1, 1, broker_addr=master.addr)
         _wait(lambda: _send(master) == ResponseCode.SUCCESS, 60, "a SEND_OK (the slave replicating)")
-        # The HA connection runs between the hosts' addresses.
+        # The HA connection runs between the hosts' addresses (RocketMQ's slave is told the master's: the
+        # reference slave takes it from the name server's reply, which carries the master's brokerIP1).
+        if impl == "rocketmq":
+            assert slave.conf["haMasterAddress"] == f"{mh.addr}:{master.ha_port}"
+            assert master.conf["brokerIP2"] == mh.addr
         assert _ha_peers(mh, master.ha_port) == {sh.addr}
 
         with Partition(plan(Cut.MASTER_SLAVE, mh, sh, lab.gateway)) as cut:

@@ -63,3 +63,10 @@ def test_what_fails_a_partition() -> None:
     assert any("drain" in x for x in _judge(drain_complete=False, drain_problems=["stuck"]))
     assert any("corrupted" in x for x in _judge(corrupted=1))
     assert any("cycle 0" in x for x in _judge(cycle_errors=["cycle 0: no send acknowledged"]))
+
+
+def test_keys_the_stores_cleaning_deleted_are_counted_apart() -> None:
+    acks = {"old": A(100, 1), "new": A(5_000, 2), "gone": A(6_000, 3)}
+    v = judge_partition(ReplicationMode.ASYNC, C(), acks, {"new"}, 9_000, 9_000, 0, min_offset=1_000)
+    assert v.cleaned == 1 and v.examples["cleaned"] == ["old"]
+    assert v.absent == 1 and not v.ok  # "gone" lay above the log's start: lost
