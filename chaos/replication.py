@@ -480,7 +480,8 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
     rng = random.Random(seed)
     params = {"fault": spec.fault.value, "replication": spec.mode.value, "flush": spec.flush.value,
               "cycles": spec.cycles, "profile": spec.profile, "broker_impl": spec.broker_impl, "seed": seed,
-              "gap_s": list(spec.gap_s), "load": asdict(spec.load), **_fault_params(spec)}
+              "gap_s": list(spec.gap_s), "load": asdict(load := partition_load(spec.load, spec.fault.value)),
+              **_fault_params(spec)}
     record, work, client_log = open_cell(spec.scenario, spec.runs_dir, spec.work_dir, params, spec.command,
                                          ledger)
     result = ReplicationResult(spec, record.run_dir)
@@ -515,7 +516,7 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
             slave_knows_topic(topo.namesrv_addr, slave, master.conf["brokerName"], topic, queues)
             wait_route(topo.namesrv_addr, topic)
             wait_replicating(master, slave, probe_topic, record.clock)
-            workload = Workload(topo.namesrv_addr, spec.load, record, record.clock)
+            workload = Workload(topo.namesrv_addr, load, record, record.clock)
             stack.callback(workload.close)
             workload.start()
             sampler = Sampler(lambda: master.addr, lambda: master.pid if master.alive else None,

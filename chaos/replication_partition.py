@@ -15,11 +15,11 @@ at the heal follows it. Both are written once the group has caught up.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
 from chaos.experiment import SERVICE_DEADLINE_S, CycleRecord
-from chaos.load import DrainStats, Workload
+from chaos.load import DrainStats, LoadSpec, Workload
 from chaos.netns import Lab
 from chaos.partition import Cut, Partition, plan
 from chaos.partition_verdict import CutWindow, answers_during, judge_partition, promised_while_cut
@@ -30,6 +30,18 @@ from harness.records import FaultKind, RunRecord
 
 CUT_S: Final = 5.0  # past slaveTimeout (3 s, 4.9.8): a SYNC_MASTER's waiting sends answer FLUSH_SLAVE_TIMEOUT
 CATCH_UP_TIMEOUT_S: Final = 60.0  # a slave whose connection was dropped reconnects after 5 s (HAClient.run)
+# The producer's send timeout when master and slave are cut. A SYNC_MASTER answers FLUSH_SLAVE_TIMEOUT after
+# slaveTimeout (3 s), just when a client with RocketMQ's default sendMsgTimeout (3 s) gives up: the answer would
+# race the client's timeout and mostly lose, and the answers the cell is there to record would be timeouts.
+# (Cut from the clients, the master hears no request: the default stays, and sends time out within the cut.)
+SEND_TIMEOUT_S: Final = 5.0
+
+
+def partition_load(load: LoadSpec, fault_value: str) -> LoadSpec:
+    """The load of a cell: with master and slave cut, a send timeout of at least SEND_TIMEOUT_S."""
+    if fault_value != "partition_master_slave" or load.send_timeout_s >= SEND_TIMEOUT_S:
+        return load
+    return replace(load, send_timeout_s=SEND_TIMEOUT_S)
 
 
 @dataclass

@@ -70,3 +70,4 @@ def test_keys_the_stores_cleaning_deleted_are_counted_apart() -> None:
     v = judge_partition(ReplicationMode.ASYNC, C(), acks, {"new"}, 9_000, 9_000, 0, min_offset=1_000)
     assert v.cleaned == 1 and v.examples["cleaned"] == ["old"]
     assert v.absent == 1 and not v.ok  # "gone" lay above the log's start: lost
+

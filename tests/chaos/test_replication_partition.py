@@ -18,10 +18,19 @@ from chaos.leftovers import Ledger
 from chaos.load import LoadSpec
 from chaos.replication import ReplicationFault, ReplicationResult, ReplicationSpec, run_replication
 from chaos.replication_matrix import format_table, summary_rows
+from chaos.replication_partition import SEND_TIMEOUT_S, partition_load
 from chaos.replication_verdict import ReplicationMode
 from harness.records import validate_run
 
 PARTITIONS = [f for f in ReplicationFault if f.is_partition]
+
+
+def test_only_a_master_slave_cut_waits_longer_than_slave_timeout() -> None:
+    default = LoadSpec()
+    assert default.send_timeout_s < SEND_TIMEOUT_S
+    assert partition_load(default, "partition_master_slave").send_timeout_s == SEND_TIMEOUT_S
+    assert partition_load(default, "partition_clients_master") is default
+    assert partition_load(default, "master_kill9") is default
 
 
 def _spec(tmp_path: Path, fault: ReplicationFault, mode: ReplicationMode, impl: str = "reference",
