@@ -472,6 +472,7 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
     if spec.broker_impl == "rocketmq" and (reason := rocketmq.unavailable(spec.rocketmq_home)) is not None:
         return ReplicationResult(spec, None, skipped=reason)
     if spec.fault is ReplicationFault.MASTER_POWER_LOSS and (reason := unsupported_reason()) is not None:
+        return ReplicationResult(spec, None, skipped=reason)
     if spec.fault.is_partition and (reason := netns.unavailable()) is not None:
         return ReplicationResult(spec, None, skipped=reason)
     ledger = ledger if ledger is not None else Ledger()
@@ -543,7 +544,7 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
             if cuts is not None or spec.fault in SLAVE_FAULTS:  # the master lives: read it back
                 _drain_live_master(group, result, say)
                 if cuts is not None and result.drain is not None:
-                    result.partition = cuts.outcome(workload, result.drain)
+                    result.partition = cuts.outcome(workload, result.drain, result.master_end)
             else:
                 _drain_slave(group, result, say)
     except Exception as e:  # noqa: BLE001 - a cell's boundary: the verdict records it; cleanup below still runs

@@ -150,9 +150,8 @@ class PartitionCycles:
         self.record.add_fault(FaultKind.HEAL, self.master.name, ts_ns=partition.healed_ns, cycle=i, cut=cut.value)
         return rec
 
-    def outcome(self, workload: Workload, drain: DrainStats) -> PartitionOutcome:
-        """After the load stopped, the slave settled and the drain: the master's ends, the drain's extra copies."""
-        s = try_status(self.master.addr, self.record.clock)
-        return PartitionOutcome(list(self.windows), s.max_offset if s is not None else -1,
-                                max(0, s.min_offset) if s is not None else 0,
+    def outcome(self, workload: Workload, drain: DrainStats, master_end: int) -> PartitionOutcome:
+        """After the drain (chaos.replication: the master's end and, in ``workload.final_min_offset``, its
+        commit-log min offset, sampled once the slave settled): the cuts and the drain's extra copies."""
+        return PartitionOutcome(list(self.windows), master_end, workload.final_min_offset,
                                 max(0, drain.messages - len(workload.drained) - len(workload.corrupted)))
