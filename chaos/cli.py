@@ -284,7 +284,9 @@ def replication(replication: str, faults: str, flush: str, cycles: int, runs_dir
     store deleted (master_disk_destroyed) or its loop image crashed (master_power_loss, root + loop devices);
     the topic is drained from the slave. SYNC_MASTER must keep every SEND_OK; ASYNC_MASTER's loss is reported
     with the replication lag at the crash. Slave faults (slave_kill9, slave_paused): the slave must catch up,
-    both stores pass checkStore, and the master keeps every acknowledged send."""
+    both stores pass checkStore, and the master keeps every acknowledged send. Partition faults
+    (partition_master_slave, partition_clients_master; root): the group runs on the lab network, is cut under
+    load and healed; the topic is read back from the master and no acknowledged message may be missing."""
     spec = replication_matrix.ReplicationMatrixSpec(
         modes=_modes(replication), faults=_master_faults(faults), flushes=_flushes(flush), cycles=cycles,
         runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),

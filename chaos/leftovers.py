@@ -1,12 +1,15 @@
 """This module owns the ledger of what chaos runs set up outside their own process — broker processes,
-mounts, loop devices, scratch directories — and the cleanup of an interrupted run's leftovers.
+mounts, loop devices, scratch directories, the lab network's namespaces, links and route (chaos/netns.py) — and
+the cleanup of an interrupted run's leftovers.
 
 Every resource is written to a small JSON state file *before* it exists (so a crash between the two leaves
 a harmless stale line, never an unlisted mount) and taken off when it is gone. Each line names the process
 that owns it (pid plus its /proc start time, so a recycled pid is not mistaken for the owner).
 ``cleanup()`` undoes the lines whose owner is dead, or all of them with ``force``: processes first (only
 ours: pid and start time must match), then mounts, then loop devices (only while still backed by the
-recorded file), then directories. sysctl values are restored by sysctl_profiles' own state file.
+recorded file), then directories, then network namespaces (with any process still in them: a namespace only
+this lab made holds only its processes), links and routes. sysctl values are restored by sysctl_profiles' own
+state file.
 
 The state file: ``$RMQ_LAB_CHAOS_STATE``, else ``/run/rmq-lab-chaos/state.json`` for root, else
 ``$TMPDIR/rmq-lab-chaos-<uid>/state.json``. Updates hold an exclusive ``flock`` on ``<file>.lock``.
@@ -38,10 +41,17 @@ class ResourceKind(enum.StrEnum):
     MOUNT = "mount"
     LOOP = "loop"
     PATH = "path"
+    NETNS = "netns"  # a network namespace (ip netns)
+    LINK = "link"  # a network interface in the root namespace: a lab's bridge or a veth's root end
+    ROUTE = "route"  # a lab's "unreachable <subnet>" route in the root namespace
 
 
 # Undo order: a process may hold files on a mount; a mount holds its loop device; the image lives in a path.
-UNDO_ORDER: Final = (ResourceKind.PROCESS, ResourceKind.MOUNT, ResourceKind.LOOP, ResourceKind.PATH)
+# A namespace goes before the links (its veth pair goes with it), the route last (it guards the lab's subnet
+# while the bridge is still there or half gone).
+UNDO_ORDER: Final = (ResourceKind.PROCESS, ResourceKind.MOUNT, ResourceKind.LOOP, ResourceKind.PATH,
+                     ResourceKind.NETNS, ResourceKind.LINK, ResourceKind.ROUTE)
+LAB_ROUTE_METRIC: Final = 4000  # far beneath a connected route (metric 0) and any default route
 
 
 def default_state_path() -> Path:
@@ -161,10 +171,10 @@ class Ledger:
 # ---- undoing one resource ------------------------------------------------------------------------------
 
 
-def run_cmd(args: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+def run_cmd(args: list[str], timeout_s: float = 60.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run a system tool; raises RuntimeError with its stderr when it fails."""
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False, input=stdin)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise RuntimeError(f"{' '.join(args)}: {e}") from e
     if done.returncode != 0:
@@ -240,6 +250,36 @@ def detach_loop(device: str, backing: str | None) -> None:
     run_cmd(["losetup", "-d", device])
 
 
+def delete_netns(name: str) -> None:
+    """End the processes still in namespace ``name`` (``ip netns pids``), then delete it (its veth pair and
+    nftables tables go with it). Nothing to do when it is gone."""
+    if not Path(f"/run/netns/{name}").exists():
+        return
+    with contextlib.suppress(RuntimeError):
+        for pid in run_cmd(["ip", "netns", "pids", name]).stdout.split():
+            terminate_process(int(pid), process_start_time(int(pid)))
+    run_cmd(["ip", "netns", "delete", name])
+
+
+def delete_link(name: str) -> None:
+    """Delete a link unless it is gone: a veth goes with its peer's namespace, which the kernel tears down a
+    moment after ``ip netns delete`` returns, so "not found" after a race is success too."""
+    path = Path(f"/sys/class/net/{name}")
+    if not path.exists():
+        return
+    try:
+        run_cmd(["ip", "link", "delete", name])
+    except RuntimeError:
+        if path.exists():
+            raise
+
+
+def delete_unreachable_route(subnet: str, metric: int = LAB_ROUTE_METRIC) -> None:
+    shown = run_cmd(["ip", "route", "show", "exact", subnet, "type", "unreachable"]).stdout
+    if f"metric {metric}" in shown:
+        run_cmd(["ip", "route", "delete", "unreachable", subnet, "metric", str(metric)])
+
+
 def undo(entry: Entry) -> str:
     """Undo one resource; returns what was done (raises RuntimeError when it could not be undone)."""
     if entry.kind is ResourceKind.PROCESS:
@@ -258,6 +298,15 @@ def undo(entry: Entry) -> str:
         if device is not None:
             detach_loop(device, backing)
         return f"detached {device or 'nothing'} ({backing})"
+    if entry.kind is ResourceKind.NETNS:
+        delete_netns(entry.ident)
+        return f"deleted network namespace {entry.ident}"
+    if entry.kind is ResourceKind.LINK:
+        delete_link(entry.ident)
+        return f"deleted link {entry.ident}"
+    if entry.kind is ResourceKind.ROUTE:
+        delete_unreachable_route(entry.ident, int(entry.detail.get("metric", LAB_ROUTE_METRIC)))
+        return f"deleted route unreachable {entry.ident}"
     path = Path(entry.ident)
     if path.exists():
         if is_mounted(path):

@@ -12,6 +12,9 @@ loses its master, and the topic is read back from the slave alone.
   for ``slave_pause_s`` (a SYNC_MASTER answers FLUSH_SLAVE_TIMEOUT after slaveTimeout, 3 s, meanwhile) and
   resumed. Each cycle waits until the slave's end reaches the master's; the drain reads the master, every
   acknowledged send must be there, and both stores are checked (checkStore) after a clean stop.
+- ``partition_master_slave``, ``partition_clients_master``: the group runs on the lab network (a host per broker,
+  root only) and each cycle cuts it and heals it under load; the master lives, so the topic is read back from
+  it (chaos/replication_partition.py, judged by chaos/partition_verdict.py).
 
 With ``cycles`` N, the first N - 1 cycles kill -9 the master and restart it on its store (the slave reconnects
 and goes on replicating; a SYNC_MASTER answers SLAVE_NOT_AVAILABLE meanwhile) and wait until it answers a plain
@@ -38,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from chaos import netns
 from chaos.drain_source import BrokerSource
 from chaos.experiment import (
     BASE_BROKER_CONF,
@@ -56,6 +60,7 @@ from chaos.leftovers import Ledger, ResourceKind
 from chaos.load import DrainStats, LoadSpec, Workload
 from chaos.loopfs import LoopFs, SwapTiming, unsupported_reason
 from chaos.power_loss import read_checkpoint
+from chaos.replication_partition import PartitionCycles, PartitionOutcome, judge_partitioned, partition_load
 from chaos.replication_verdict import ReplicationMode, ReplicationVerdict, judge
 from chaos.sampler import BrokerSample, Sampler, first_status, try_status
 from chaos.store_check import check_store_at_cell_end
@@ -86,10 +91,17 @@ class ReplicationFault(enum.StrEnum):
     MASTER_POWER_LOSS = "master_power_loss"
     SLAVE_KILL9 = "slave_kill9"
     SLAVE_PAUSED = "slave_paused"
+    PARTITION_MASTER_SLAVE = "partition_master_slave"
+    PARTITION_CLIENTS_MASTER = "partition_clients_master"
 
     @property
     def kind(self) -> FaultKind:
         return FaultKind(self.value)
+
+    @property
+    def is_partition(self) -> bool:
+        """Cut and healed on the lab network (chaos/replication_partition.py), the master alive throughout."""
+        return self in (ReplicationFault.PARTITION_MASTER_SLAVE, ReplicationFault.PARTITION_CLIENTS_MASTER)
 
 
 # The faults that leave the master alive: the drain reads it, and nothing acknowledged may be missing.
@@ -138,6 +150,7 @@ class ReplicationResult:
     store_check: dict[str, Any] | None = None  # the slave's store, after its clean stop
     master_store_check: dict[str, Any] | None = None  # slave faults: the master's store, after its clean stop
     broker_version: str | None = None
+    partition: PartitionOutcome | None = None  # the partition faults' cuts and the master's settled end
     seconds: float = 0.0
     error: str | None = None
 
@@ -162,10 +175,23 @@ class ReplicationResult:
             "unreplicated_bytes": v.unreplicated_bytes if v else None,
             "promised_final_window": self.cycles[-1].extra.get("promised_in_window") if self.cycles else None,
             "diverged_cycles": sum(1 for a in ahead if a > 0) if ahead else None,
+            "duplicated": chk.duplicated if chk else None,
+            "stored_twice": self.partition.stored_twice if self.partition else None,
+            "cleaned": v.cleaned if v and self.spec.fault.is_partition else None,
+            "answers_cut": _answers_cut(self.cycles) if self.spec.fault.is_partition else None,
             "ok": self.ok, "violations": list(v.violations) if v else ([self.error] if self.error else []),
             "findings": list(v.findings) if v else [],
             "run_dir": str(self.run_dir) if self.run_dir else None, "seconds": round(self.seconds, 1),
         }
+
+
+def _answers_cut(cycles: list[CycleRecord]) -> dict[str, int]:
+    """The answers heard while a partition was in force, over all its cycles."""
+    out: dict[str, int] = {}
+    for c in cycles:
+        for answer, n in c.extra.get("answers", {}).items():
+            out[answer] = out.get(answer, 0) + n
+    return dict(sorted(out.items()))
 
 
 class _Group:
@@ -421,7 +447,7 @@ def wait_replicating(master: BrokerProcess, slave: BrokerProcess, topic: str, cl
     from reference_broker.client import protocol as cp
 
     deadline = time.monotonic() + timeout_s
-    with RemotingClient("127.0.0.1", master.port, timeout_s=10) as c:
+    with RemotingClient(master.host, master.port, timeout_s=10) as c:
         while True:
             r = c.invoke(cp.send_request("CHAOS_PROBE_PG", topic, 0, b"probe", "",
                                          born_timestamp=int(time.time() * 1000)))
@@ -447,13 +473,16 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
         return ReplicationResult(spec, None, skipped=reason)
     if spec.fault is ReplicationFault.MASTER_POWER_LOSS and (reason := unsupported_reason()) is not None:
         return ReplicationResult(spec, None, skipped=reason)
+    if spec.fault.is_partition and (reason := netns.unavailable()) is not None:
+        return ReplicationResult(spec, None, skipped=reason)
     ledger = ledger if ledger is not None else Ledger()
     t_start = time.monotonic()
     seed = spec.seed if spec.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     params = {"fault": spec.fault.value, "replication": spec.mode.value, "flush": spec.flush.value,
               "cycles": spec.cycles, "profile": spec.profile, "broker_impl": spec.broker_impl, "seed": seed,
-              "gap_s": list(spec.gap_s), "load": asdict(spec.load), **_fault_params(spec)}
+              "gap_s": list(spec.gap_s), "load": asdict(load := partition_load(spec.load, spec.fault.value)),
+              **_fault_params(spec)}
     record, work, client_log = open_cell(spec.scenario, spec.runs_dir, spec.work_dir, params, spec.command,
                                          ledger)
     result = ReplicationResult(spec, record.run_dir)
@@ -465,8 +494,9 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
             conf = {**BASE_BROKER_CONF, "flushDiskType": spec.flush.value, "brokerRole": spec.mode.value,
                     **spec.broker_conf}
             fs = _master_disk(spec, stack, work, ledger)  # entered before the brokers: unmounted after they end
+            lab = stack.enter_context(netns.Lab(ledger)) if spec.fault.is_partition else None
             topo = Topology(work / "topo", broker_conf=conf, brokers=0, impl=spec.broker_impl,
-                            rocketmq_home=spec.rocketmq_home)
+                            rocketmq_home=spec.rocketmq_home, lab=lab)
             stack.callback(topo.stop)
             topo.start()
             assert topo.namesrv is not None
@@ -487,7 +517,7 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
             slave_knows_topic(topo.namesrv_addr, slave, master.conf["brokerName"], topic, queues)
             wait_route(topo.namesrv_addr, topic)
             wait_replicating(master, slave, probe_topic, record.clock)
-            workload = Workload(topo.namesrv_addr, spec.load, record, record.clock)
+            workload = Workload(topo.namesrv_addr, load, record, record.clock)
             stack.callback(workload.close)
             workload.start()
             sampler = Sampler(lambda: master.addr, lambda: master.pid if master.alive else None,
@@ -496,11 +526,13 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
             stack.callback(sampler.stop)
             wait_first_ack(workload)
             group = _Group(spec, record, master, slave, workload, ledger, rng=rng, fs=fs)
+            cuts = (PartitionCycles(spec.fault.value, lab, record, master, slave, workload)
+                    if lab is not None else None)
             say(f"{spec.scenario}: group up, replicating, load running; {spec.cycles} cycles")
             for i in range(spec.cycles):
                 time.sleep(rng.uniform(*spec.gap_s))
                 final = i == spec.cycles - 1
-                rec = group.fault(i, final)
+                rec = cuts.cycle(i) if cuts is not None else group.fault(i, final)
                 result.cycles.append(rec)
                 say(f"  cycle {i + 1}/{spec.cycles}: {rec.kind}, lag {rec.extra['lag_bytes']:,} B"
                     + (f", restart {rec.recovery_s:.2f} s" if rec.recovery_s is not None else "")
@@ -509,7 +541,12 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
                     break
             workload.stop_producing()
             workload.stop_consuming()
-            (_drain_live_master if spec.fault in SLAVE_FAULTS else _drain_slave)(group, result, say)
+            if cuts is not None or spec.fault in SLAVE_FAULTS:  # the master lives: read it back
+                _drain_live_master(group, result, say)
+                if cuts is not None and result.drain is not None:
+                    result.partition = cuts.outcome(workload, result.drain, result.master_end)
+            else:
+                _drain_slave(group, result, say)
     except Exception as e:  # noqa: BLE001 - a cell's boundary: the verdict records it; cleanup below still runs
         result.error = f"{type(e).__name__}: {e}"
         say(f"{spec.scenario}: error: {result.error}")
@@ -589,16 +626,21 @@ def _judge(result: ReplicationResult, workload: Workload | None) -> None:
     unreplicated = (max(0, final.written_bound - result.slave_end)
                     if final is not None and final.written_bound >= 0 and result.slave_end >= 0 else -1)
     drain = result.drain
-    result.verdict = judge(
-        result.spec.mode, result.check, workload.acked() if workload is not None else {},
-        set(workload.drained) if workload is not None else set(), result.slave_end,
-        final.extra.get("lag_bytes", -1) if final is not None else -1, unreplicated,
-        corrupted=len(workload.corrupted) if workload is not None else 0,
-        drain_complete=drain is not None and drain.complete,
-        drain_problems=drain.problems if drain is not None else ["no drain"],
-        cycle_errors=[f"cycle {c.cycle}: {c.error}" for c in result.cycles if not c.ok],
-        error=result.error, master_alive=result.spec.fault in SLAVE_FAULTS,
-        diverged=sum(1 for c in result.cycles if c.extra.get("slave_ahead_bytes", 0) > 0))
+    if result.spec.fault.is_partition:
+        result.verdict = judge_partitioned(
+            result.partition, result.spec.mode, result.check, workload, drain, result.slave_end,
+            [f"cycle {c.cycle}: {c.error}" for c in result.cycles if not c.ok], result.error)
+    else:
+        result.verdict = judge(
+            result.spec.mode, result.check, workload.acked() if workload is not None else {},
+            set(workload.drained) if workload is not None else set(), result.slave_end,
+            final.extra.get("lag_bytes", -1) if final is not None else -1, unreplicated,
+            corrupted=len(workload.corrupted) if workload is not None else 0,
+            drain_complete=drain is not None and drain.complete,
+            drain_problems=drain.problems if drain is not None else ["no drain"],
+            cycle_errors=[f"cycle {c.cycle}: {c.error}" for c in result.cycles if not c.ok],
+            error=result.error, master_alive=result.spec.fault in SLAVE_FAULTS,
+            diverged=sum(1 for c in result.cycles if c.extra.get("slave_ahead_bytes", 0) > 0))
     v = result.verdict
     for who, chk in (("slave", result.store_check), ("master", result.master_store_check)):
         if chk is not None and chk.get("exit_code") != 0:
@@ -620,5 +662,6 @@ def _chaos_json(result: ReplicationResult) -> dict[str, Any]:
         "drain": asdict(result.drain) if result.drain else None,
         "slave": {"conf": result.slave_conf, "end_offset": result.slave_end, "store_check": result.store_check},
         "master": {"end_offset": result.master_end, "store_check": result.master_store_check},
+        "partition": result.partition.to_json() if result.partition else None,
         "cycles": [c.to_json() for c in result.cycles],
     }

@@ -1,5 +1,7 @@
 """This module owns the replication matrix: broker x flush mode x replication mode x fault, each cell a fresh group (a
-master and a slave) with its own run record (chaos.replication), and the summary table and gate over them.
+master and a slave) with its own run record (chaos.replication), and the summary table and gate over them. For a
+partition fault the "absent" columns count acknowledged keys missing from the master (read back after the heal),
+and the notes give the answers heard while the group was cut.
 
 The gate fails on a reference-broker cell whose verdict failed (a SYNC_MASTER that lost a SEND_OK, a slave
 that does not serve what it holds) and on any cell that could not run as planned; a RocketMQ cell's violations
@@ -75,7 +77,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("lost", "lost"), ("lost_promised", "lost promised"), ("absent", "absent on slave"),
     ("absent_promised", "absent promised"), ("lost_share", "lost share"), ("lag_bytes", "lag B (final)"),
     ("lag_bytes_max", "lag B (max)"), ("unreplicated_bytes", "unreplicated B"),
-    ("promised_final_window", "SEND_OK (final window)"), ("diverged_cycles", "diverged"), ("verdict", "verdict"),
+    ("promised_final_window", "SEND_OK (final window)"), ("diverged_cycles", "diverged"), ("duplicated", "dup"),
+    ("stored_twice", "stored twice"), ("verdict", "verdict"),
 )
 
 
@@ -95,6 +98,12 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         name = f"{row['broker_impl']}/{row['fault']}/{row['replication']}/{row['flush']}"
         if row.get("skipped"):
             notes.append(f"  {name}: skipped: {row['skipped']}")
+        if row.get("answers_cut") is not None:  # a partition: absent = not on the master, which stayed alive
+            answers = ", ".join(f"{k} {v:,}" for k, v in row["answers_cut"].items()) or "none"
+            notes.append(f"  {name}: answers while cut: {answers}")
+        if row.get("cleaned"):
+            notes.append(f"  {name}: {row['cleaned']:,} acknowledged keys lay below the master's commit-log min "
+                         "offset: deleted by the store's disk-space cleaning, not counted as lost")
         notes += [f"  {name}: {v}" for v in row.get("violations") or []]
         notes += [f"  {name}: finding: {f}" for f in row.get("findings") or []]
         if row.get("run_dir"):

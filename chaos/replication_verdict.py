@@ -90,6 +90,7 @@ class ReplicationVerdict:
     lag_bytes: int  # master's max offset - slave's, sampled just before the final fault (-1: unknown)
     unreplicated_bytes: int  # master's written end at the crash - the slave's end once settled (-1: unknown)
     diverged: int = 0  # master_power_loss: cycles whose recovered master was behind the slave
+    cleaned: int = 0  # partitions: acknowledged keys below the master's min offset, deleted by disk-space cleaning
     violations: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)  # what follows from diverged logs (see the module doc)
     examples: dict[str, list[str]] = field(default_factory=dict)
@@ -115,17 +116,8 @@ def judge(mode: ReplicationMode, check: CheckLike | None, acks: Mapping[str, Ack
                            examples={"absent_promised": promised[:10], "absent_master_only": master_only[:10],
                                      "absent_below_slave_end": below[:10]})
     out = v.violations
-    if error is not None:
-        out.append(f"the experiment failed: {error}")
-    out += [f"fault: {e}" for e in cycle_errors]
-    if check is None:
-        out.append("no check result")
-    elif check.unexpected:
-        out.append(f"{check.unexpected} keys received that were never sent")
-    if corrupted:
-        out.append(f"{corrupted} bodies read back corrupted")
-    if not drain_complete:
-        out.append("the drain from the slave did not complete: " + "; ".join(drain_problems[:3]))
+    out += run_violations(error, cycle_errors, check)
+    out += readback_violations("slave", corrupted, drain_complete, drain_problems)
     # Loss: a violation, or a finding once the logs diverged.
     out = v.findings if diverged else v.violations
     if check is not None and mode is ReplicationMode.SYNC and check.lost_promised:
@@ -144,3 +136,23 @@ def judge(mode: ReplicationMode, check: CheckLike | None, acks: Mapping[str, Ack
                              "diverged (4.9.8 HAConnection resumes at the slave's offset)")
     v.ok = not v.violations
     return v
+
+
+def run_violations(error: str | None, cycle_errors: Sequence[str], check: CheckLike | None) -> list[str]:
+    """What fails any replication experiment before its figures are read: it failed, a fault did not run, the
+    checker found no result or keys nobody sent."""
+    out = [] if error is None else [f"the experiment failed: {error}"]
+    out += [f"fault: {e}" for e in cycle_errors]
+    if check is None:
+        out.append("no check result")
+    elif check.unexpected:
+        out.append(f"{check.unexpected} keys received that were never sent")
+    return out
+
+
+def readback_violations(source: str, corrupted: int, drain_complete: bool, drain_problems: Sequence[str]) -> list[str]:
+    """What fails the read-back from ``source`` (the broker drained): corrupted bodies, an incomplete drain."""
+    out = [f"{corrupted} bodies read back corrupted"] if corrupted else []
+    if not drain_complete:
+        out.append(f"the drain from the {source} did not complete: " + "; ".join(drain_problems[:3]))
+    return out

@@ -10,6 +10,14 @@ directory (``impl="rocketmq"``, harness/rocketmq.py), with the same broker.conf 
 A broker group is a master and its slaves (classic HA, not DLedger): each its own process, store and ports, the
 same ``brokerName``; a slave has ``brokerRole=SLAVE`` and ``brokerId`` 1, 2, ... and replicates the master's
 commit log from the master's HA port (haListenPort, listenPort + 1 unless the conf sets it).
+
+With a lab network (``lab=``, chaos/netns.py: a network namespace per test host, joined by a bridge in the root
+namespace) each broker runs on a host of its own (``ip netns exec``, which execs: the pid is the broker's),
+listening on RocketMQ's default port 10911 at the host's address, which is its brokerIP1 (and RocketMQ's
+brokerIP2, the HA address it registers), its slave's haMasterAddress and ``BrokerProcess.addr``. The name server
+stays in the root namespace, bound to the bridge's address: it sits with the clients, so "clients <-> master"
+is one address to cut (chaos/partition.py), and the brokers reach it over their veth like any client. Without a
+lab everything is on 127.0.0.1, as before.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Protocol
 
 from harness import rocketmq
 from harness.ports import free_port
@@ -32,6 +40,26 @@ from harness.rocketmq import BrokerImpl
 READY_TIMEOUT_S = 30.0
 BOOT_LINE_BROKER = "boot success"
 BOOT_LINE_NAMESRV = "The Name Server boot success"
+LOOPBACK: Final = "127.0.0.1"
+LAB_LISTEN_PORT: Final = 10911  # BrokerConfig/NettyServerConfig default listenPort (4.9.8): each host is its own
+
+
+class LabHost(Protocol):
+    """A test host of a lab network (chaos.netns.Host)."""
+
+    @property
+    def addr(self) -> str: ...
+
+    def exec_prefix(self) -> list[str]: ...
+
+
+class NetLab(Protocol):
+    """A lab network (chaos.netns.Lab): the root namespace's address on it, and a host per broker name."""
+
+    @property
+    def gateway(self) -> str: ...
+
+    def host(self, name: str) -> LabHost: ...
 
 
 class LaunchError(RuntimeError):
@@ -143,10 +171,11 @@ class BrokerProcess(Process):
     port: int = 0
     store_root: Path = Path()
     conf: dict[str, str] = field(default_factory=dict)
+    host: str = LOOPBACK  # the address it listens on: its lab host's, or loopback
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def role(self) -> str:
@@ -191,12 +220,13 @@ def write_broker_conf(path: Path, conf: Mapping[str, Any]) -> None:
 class Topology:
     """``with Topology(root) as topo:`` — one name server and ``brokers`` brokers, all local subprocesses, of
     the reference broker or (``impl="rocketmq"``) of the RocketMQ distribution at ``rocketmq_home``
-    (harness/rocketmq.find_home: ``$ROCKETMQ_HOME`` or the one beside the repository when None)."""
+    (harness/rocketmq.find_home: ``$ROCKETMQ_HOME`` or the one beside the repository when None). With ``lab``
+each broker runs on a host of that lab network (see the module doc)."""
 
     def __init__(self, root: Path | str | None = None, broker_conf: Mapping[str, Any] | None = None,
                  brokers: int = 1, python: str = sys.executable, impl: BrokerImpl = "reference",
                  rocketmq_home: Path | str | None = None, rocketmq_heap: str | None = None,
-                 slaves: int = 0) -> None:
+                 slaves: int = 0, lab: NetLab | None = None) -> None:
         if impl not in rocketmq.IMPLS:
             raise ValueError(f"unknown broker implementation {impl!r}: one of {', '.join(rocketmq.IMPLS)}")
         self.impl: BrokerImpl = impl
@@ -220,14 +250,16 @@ class Topology:
         self.namesrv: Process | None = None
         self.namesrv_port = 0
         self.brokers: list[BrokerProcess] = []
+        self.lab = lab
+        self.namesrv_host = lab.gateway if lab is not None else LOOPBACK
 
     @property
     def namesrv_addr(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
+        return f"{self.namesrv_host}:{self.namesrv_port}"
 
     def start(self) -> Topology:
         try:
-            self.namesrv_port = free_port()
+            self.namesrv_port = free_port(self.namesrv_host)
             if self.rocketmq_home is not None:
                 conf = self.root / "namesrv.conf"
                 # kvConfigPath under the topology's root: RocketMQ's default is the user's home.
@@ -237,7 +269,7 @@ class Topology:
                                        self.root / "namesrv.log", BOOT_LINE_NAMESRV, **self._java("namesrv"))
             else:
                 self.namesrv = Process("namesrv", [self.python, "-m", "reference_broker", "namesrv", "--host",
-                                                   "127.0.0.1", "-p", str(self.namesrv_port), "--kv-config-path",
+                                                   self.namesrv_host, "-p", str(self.namesrv_port), "--kv-config-path",
                                                    str(self.root / "namesrv" / "kvConfig.json")],
                                        self.root / "namesrv.log", BOOT_LINE_NAMESRV)
             self.namesrv.start()
@@ -260,13 +292,22 @@ class Topology:
 
     def add_broker(self, name: str, extra: Mapping[str, Any] | None = None) -> BrokerProcess:
         home = self.rocketmq_home
-        port = rocketmq.broker_port() if home is not None else free_port()
+        prefix: list[str] = []
+        if self.lab is not None:
+            lab_host = self.lab.host(name)
+            ip, port, prefix = lab_host.addr, LAB_LISTEN_PORT, lab_host.exec_prefix()
+        else:
+            ip, port = LOOPBACK, rocketmq.broker_port() if home is not None else free_port()
         store_root = self.root / name / "store"
         store_root.mkdir(parents=True, exist_ok=True)
         conf: dict[str, str] = {
             "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0",
-            "listenPort": str(port), "storePathRootDir": str(store_root), "brokerIP1": "127.0.0.1",
+            "listenPort": str(port), "storePathRootDir": str(store_root), "brokerIP1": ip,
         }
+        if home is not None and self.lab is not None:
+            # 4.9.8 registers haServerAddr as brokerIP2:haListenPort, brokerIP2 defaulting to the first
+            # non-loopback address it finds (the reference broker uses brokerIP1 and has no such key).
+            conf["brokerIP2"] = ip
         conf.update(env_broker_conf())
         conf.update({k: str(v) for k, v in self.broker_conf.items()})
         conf.update({k: str(v) for k, v in (extra or {}).items()})
@@ -276,14 +317,14 @@ class Topology:
         conf_path = self.root / name / "broker.conf"
         write_broker_conf(conf_path, conf)
         if home is not None:
-            bp = BrokerProcess(name, rocketmq.broker_args(home, self.namesrv_addr, conf_path),
+            bp = BrokerProcess(name, prefix + rocketmq.broker_args(home, self.namesrv_addr, conf_path),
                                self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root,
-                               conf=conf, **self._java(name))
+                               conf=conf, host=ip, **self._java(name))
         else:
-            bp = BrokerProcess(name, [self.python, "-m", "reference_broker", "broker", "--host", "127.0.0.1",
+            bp = BrokerProcess(name, [*prefix, self.python, "-m", "reference_broker", "broker", "--host", ip,
                                       "-n", self.namesrv_addr, "-c", str(conf_path)],
                                self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root,
-                               conf=conf)
+                               conf=conf, host=ip)
         self.brokers.append(bp)  # before it starts: stop() then ends it even if its start fails
         bp.start()
         return bp
@@ -303,7 +344,7 @@ class Topology:
         conf: dict[str, Any] = {"brokerName": master.conf["brokerName"], "brokerId": str(broker_id),
                                 "brokerRole": "SLAVE", "slaveReadEnable": "true"}
         if self.rocketmq_home is not None:
-            conf["haMasterAddress"] = f"127.0.0.1:{master.ha_port}"
+            conf["haMasterAddress"] = f"{master.host}:{master.ha_port}"
         conf.update(extra or {})
         return self.add_broker(name or f"{master.name}-s{broker_id}", extra=conf)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent developer/CI setup: system tools (fio, fincore) and the .venv.
+# Idempotent developer/CI setup: system tools (fio, fincore, nft, ip) and the .venv.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,6 +18,9 @@ if ! command -v fincore >/dev/null 2>&1; then
     missing+=(fincore)
     packages+=(FINCORE)  # resolved once the package lists are fresh
 fi
+# nft (nftables) and ip (iproute2): the lab network's partitions (chaos/netns.py, chaos/partition.py; root).
+command -v nft >/dev/null 2>&1 || { missing+=(nft); packages+=(nftables); }
+command -v ip >/dev/null 2>&1 || { missing+=(ip); packages+=(iproute2); }
 command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 \
     || { missing+=(javac); packages+=(openjdk-17-jdk-headless); }
 ldconfig -p 2>/dev/null | grep -q 'libstdc++\.so\.6 ' || { missing+=(libstdc++); packages+=(libstdc++6); }
@@ -43,7 +46,7 @@ if ((${#missing[@]})); then
         log "         need a Java runtime, and the venv needs ensurepip."
     fi
 fi
-for tool in fio fincore java javac; do
+for tool in fio fincore java javac nft ip; do
     command -v "$tool" >/dev/null 2>&1 || log "WARNING: $tool is still missing; the figures that need it are skipped."
 done
 

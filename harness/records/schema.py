@@ -144,6 +144,10 @@ class FaultKind(StrEnum):
     # The slave killed -9 (then restarted) or SIGSTOPped (then resumed) while the master lives on.
     SLAVE_KILL9 = "slave_kill9"
     SLAVE_PAUSED = "slave_paused"
+    # A broker group cut by nftables on the lab network and healed (chaos/replication_partition.py): params carry
+    # the cut and heal times, the lag at both and the answers heard meanwhile; a HEAL line follows.
+    PARTITION_MASTER_SLAVE = "partition_master_slave"
+    PARTITION_CLIENTS_MASTER = "partition_clients_master"
 
 
 class MetricName(StrEnum):
