@@ -413,17 +413,12 @@ class _Group:
         return last
 
 
-def slave_knows_topic(namesrv: str, slave: BrokerProcess, broker_name: str, topic: str, queues: int,
+def slave_knows_topic(slave: BrokerProcess, broker_name: str, topic: str, queues: int,
                       timeout_s: float = 40.0) -> None:
     """The slave serves the drain, so it must know the topic (a pull of an unknown one is TOPIC_NOT_EXIST).
-    The reference slave takes it from an UPDATE_AND_CREATE_TOPIC; 4.9.8's refuses that on a slave
-    (AdminBrokerProcessor.validateSlave) and copies the master's topics itself (SlaveSynchronize.syncAll,
-    every 10 s): then wait until a pull on it is answered."""
-    try:
-        admin.update_topic(namesrv, topic, queues, queues, broker_addr=slave.addr)
-        return
-    except admin.AdminError:
-        pass
+    Neither broker's slave takes an UPDATE_AND_CREATE_TOPIC (AdminBrokerProcessor.validateSlave, 4.9.8): each
+    copies the master's topics itself (SlaveSynchronize.syncAll, 3 s after its start, then every 10 s), so
+    wait until a pull on the topic is answered."""
     source = BrokerSource(slave.addr, broker_name, queues, "CHAOS_PROBE_CG")
     source.start()
     try:
@@ -504,17 +499,18 @@ def run_replication(spec: ReplicationSpec, *, ledger: Ledger | None = None, log:
             master = topo.add_broker(
                 "broker-a", extra=None if fs is None else {"storePathRootDir": str(fs.mountpoint / "store")})
             cell_ledger_proc(ledger, master, "master")
+            topic, queues = spec.load.topic, spec.load.queues
+            probe_topic = topic + PROBE_TOPIC_SUFFIX
+            # The topics first: the slave's first synchronization (3 s after it starts) then copies them.
+            for t in (topic, probe_topic):
+                admin.update_topic(topo.namesrv_addr, t, queues, queues, broker_addr=master.addr)
             slave = topo.add_slave(master)
             cell_ledger_proc(ledger, slave, "slave")
             result.slave_conf = dict(slave.conf)
             status = first_status(master.addr, record.clock)
             result.broker_version = status.version if status else None
             record.update_meta(broker=dict(master.conf), broker_impl=result.broker_version)
-            topic, queues = spec.load.topic, spec.load.queues
-            probe_topic = topic + PROBE_TOPIC_SUFFIX
-            for t in (topic, probe_topic):
-                admin.update_topic(topo.namesrv_addr, t, queues, queues, broker_addr=master.addr)
-            slave_knows_topic(topo.namesrv_addr, slave, master.conf["brokerName"], topic, queues)
+            slave_knows_topic(slave, master.conf["brokerName"], topic, queues)
             wait_route(topo.namesrv_addr, topic)
             wait_replicating(master, slave, probe_topic, record.clock)
             workload = Workload(topo.namesrv_addr, load, record, record.clock)
