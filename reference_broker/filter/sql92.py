@@ -35,7 +35,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Final
 
@@ -765,16 +765,24 @@ class Selector:
 
     expression: str
     root: Node
+    overflows: bool = field(default=False, compare=False)  # set by matches() on the first RecursionError
 
     def evaluate(self, properties: Context) -> Value:
         return self.root.evaluate(properties)
 
     def matches(self, properties: Context) -> bool:
+        if self.overflows:
+            return False
         try:
             return self.root.evaluate(properties) is True
-        except (SelectorEvalError, ArithmeticError, RecursionError):
-            # RecursionError: a chain of thousands of ORs nests that deep; 4.9.8's evaluation then overflows
-            # its stack, which ExpressionMessageFilter catches as no match too.
+        except (SelectorEvalError, ArithmeticError):
+            return False
+        except RecursionError:
+            # A chain of thousands of ORs nests that deep; 4.9.8's evaluation then overflows its stack, which
+            # ExpressionMessageFilter catches as no match too. Remembered: a chain's left spine is evaluated
+            # first whatever the properties, so it overflows every time, and unwinding a thousand frames per
+            # record made a pull over a queue of records cost seconds of the broker's loop (found by the fuzzer).
+            object.__setattr__(self, "overflows", True)
             return False
 
 

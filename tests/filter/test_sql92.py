@@ -736,3 +736,13 @@ def test_random_selectors_answer_as_rocketmq_498_filter_module(rocketmq_home: Pa
     assert not diffs, diffs[:10]
     kinds = {t.split(" ")[0] for t in theirs}
     assert {"true", "false", "null", "PARSE", "EVAL"} <= kinds  # the run covered every kind of answer
+
+
+def test_an_overflowing_chain_is_no_match_and_is_not_evaluated_again():
+    """A chain of thousands of ORs overflows the evaluation's stack (as 4.9.8's does): no match, and the
+    selector remembers it, so a pull does not unwind a thousand frames per record."""
+    sel = compile_selector(" OR ".join(["a = '1'"] * 1400))  # 15 KiB
+    assert not sel.overflows
+    assert sel.matches({"a": "1"}) is False
+    assert sel.overflows
+    assert sel.matches({"a": "1"}) is False and sel.matches({}) is False
