@@ -94,22 +94,23 @@ class ConsumerOffsetManager(ConfigManager):
     def config_file_path(self) -> Path:
         return self.store_root / "config" / "consumerOffset.json"
 
-    def encode(self, pretty: bool = False) -> str:
+    def _offset_json(self) -> dict[str, Any]:
         # copies: the writer thread encodes while the loop commits offsets (see config_manager.py)
         table = {key: {str(q): off for q, off in sorted(dict(m).items())}
                  for key, m in list(self.offset_table.items())}
-        return dump_json({"offsetTable": table}, pretty)
+        return {"offsetTable": table}
+
+    def encode(self, pretty: bool = False) -> str:
+        return dump_json(self._offset_json(), pretty)
 
     def file_text(self) -> str:
-        text = self.encode(pretty=True)
-        commits = dict(self.slave_commits)  # a copy: the writer thread encodes while the loop commits
-        if not commits:
-            return text
-        obj = json.loads(text)
-        table: dict[str, dict[str, int]] = {}
-        for (key, queue_id), offset in sorted(commits.items()):
-            table.setdefault(key, {})[str(queue_id)] = offset
-        obj[SLAVE_COMMIT_KEY] = table
+        obj = self._offset_json()
+        commits = dict(self.slave_commits)  # a copy, for the same reason
+        if commits:
+            table: dict[str, dict[str, int]] = {}
+            for (key, queue_id), offset in sorted(commits.items()):
+                table.setdefault(key, {})[str(queue_id)] = offset
+            obj[SLAVE_COMMIT_KEY] = table
         return dump_json(obj, True)
 
     def decode(self, text: str) -> None:
