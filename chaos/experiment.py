@@ -22,7 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -309,6 +309,14 @@ class ExperimentResult:
         """One row of the matrix table."""
         chk, v, rec = self.check, self.verdict, self.recovery_times()
         windows = [c.window_bytes for c in self.cycles if c.window_bytes >= 0]
+        if v is not None and not v.complete:
+            # Not drained (chaos.verdict rule 8): what the consumer had not seen is no loss count.
+            return {**self._summary(None, None, rec, windows), "complete": False, "not_seen": v.absent}
+        return {**self._summary(chk, v, rec, windows), "complete": True, "not_seen": None}
+
+    def _summary(self, chk: CheckResult | None, v: Verdict | None, rec: list[float],
+                 windows: list[int]) -> dict[str, Any]:
+        verdict = self.verdict
         return {
             "broker_impl": self.spec.broker_impl,
             "fault": self.spec.fault.value, "flush": self.spec.flush.short, "profile": self.spec.profile,
@@ -334,7 +342,8 @@ class ExperimentResult:
             "quarantined_intact_records": sum(c.quarantined_intact_records for c in self.cycles),
             "recovery_s_median": round(statistics.median(rec), 4) if rec else None,
             "recovery_s_max": round(max(rec), 4) if rec else None,
-            "ok": self.ok, "violations": list(v.violations) if v else ([self.error] if self.error else []),
+            "ok": self.ok,
+            "violations": list(verdict.violations) if verdict else ([self.error] if self.error else []),
             "run_dir": str(self.run_dir) if self.run_dir else None, "seconds": round(self.seconds, 1),
         }
 
@@ -433,17 +442,13 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
             cell = Cell(spec, record, topo, broker, store_root, workload, ledger, rng)
             cell.broker_started = broker_started
             say(f"{spec.scenario}: broker up, load running; {spec.cycles} cycles")
-            for i in range(spec.cycles):
-                time.sleep(rng.uniform(*spec.gap_s))
-                rec = fault.cycle(cell, i)
-                result.cycles.append(rec)
-                say(f"  cycle {i + 1}/{spec.cycles}: {_cycle_line(rec)}")
-                if not rec.ok:
-                    break
-            if all(c.ok for c in result.cycles):
-                for rec in fault.extra_phases(cell):
-                    result.cycles.append(rec)
-                    say(f"  {rec.kind}: {_cycle_line(rec)}")
+            try:
+                _run_cycles(spec, fault, cell, rng, result, say)
+            except Exception as e:  # noqa: BLE001 - a cycle that failed outright stops the cycles, not the drain
+                # An experiment that stops early still drains what the broker holds: without it every
+                # acknowledged message not yet consumed would read as missing (chaos.verdict: "incomplete").
+                result.error = f"{type(e).__name__}: {e}"
+                say(f"{spec.scenario}: stopped early: {result.error}; draining what the broker holds")
             _await_service(result.cycles, workload)
             workload.stop_producing()
             workload.wait_caught_up(5.0)  # the drain finds the rest; this only lets the live consumer finish
@@ -587,6 +592,20 @@ def _judge(result: ExperimentResult, workload: Workload | None) -> None:
     for c in result.cycles:
         apply_store_check(result.verdict, c.store_check, f"after the recovery of cycle {c.cycle}")
     apply_store_check(result.verdict, result.store_check)
+
+
+def _run_cycles(spec: ExperimentSpec, fault: Fault, cell: Cell, rng: random.Random, result: ExperimentResult,
+                say: Callable[[str], None]) -> None:
+    for i in range(spec.cycles):
+        time.sleep(rng.uniform(*spec.gap_s))
+        rec = fault.cycle(cell, i)
+        result.cycles.append(rec)
+        say(f"  cycle {i + 1}/{spec.cycles}: {_cycle_line(rec)}")
+        if not rec.ok:
+            return
+    for rec in fault.extra_phases(cell):
+        result.cycles.append(rec)
+        say(f"  {rec.kind}: {_cycle_line(rec)}")
 
 
 def _cycle_line(rec: CycleRecord) -> str:

@@ -99,6 +99,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("broker_impl", "broker"), ("fault", "fault"), ("flush", "flush"), ("profile", "profile"), ("cycles", "cycles"),
     ("acknowledged", "acked"),
     ("lost", "lost"), ("lost_bytes", "lost B"), ("absent", "absent"), ("absent_bytes", "absent B"),
+    ("not_seen", "not drained"),
     ("window_bytes_max", "unflushed B (max)"),
     ("duplicated", "dup"), ("recovered", "recovered"), ("unexpected", "unexpected"),
     ("lookups_sampled", "looked up"), ("lookups_missed", "lookup missed"), ("lookups_excused", "lookup lost"),
@@ -110,7 +111,8 @@ def summary_rows(results: Iterable[ExperimentResult]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         row = r.summary()
-        row["verdict"] = "skipped" if r.skipped is not None else ("ok" if r.ok else "FAIL")
+        row["verdict"] = ("skipped" if r.skipped is not None else "ok" if r.ok
+                          else "INCOMPLETE" if not row["complete"] else "FAIL")
         if row["sysctl_applied"] is False and r.skipped is None:
             row["profile"] = f"{row['profile']} (not applied)"
         rows.append(row)
@@ -215,6 +217,8 @@ def _kind(r: ExperimentResult) -> FindingKind:
     """From the verdict's figures: acknowledged messages gone or unreachable, or corrupted, is a loss; a fault
     cycle that did not recover, a stall; anything else (a store check, a remark), a difference."""
     v, chk = r.verdict, r.check
+    if v is not None and not v.complete:
+        return FindingKind.STALL if any(not c.ok for c in r.cycles if c.cycle >= 0) else FindingKind.DIFFERENCE
     if (v is not None and (v.absent or v.unreachable or v.corrupted)) or (chk is not None and chk.lost):
         return FindingKind.LOSS
     if any(not c.ok for c in r.cycles if c.cycle >= 0):

@@ -34,6 +34,9 @@ Rules (the issue's "tox -e crash fails when ..."):
 7. After each restart after a crash, every sampled acknowledged message is found by key, by UNIQ_KEY and by
    offsetMsgId (chaos.lookups) — unless the final drain did not find it either: a message the crash took is
    judged by rule 3, not here. A probe that could not run at all fails the verdict too.
+8. An experiment whose final drain did not complete (it stopped early with the broker down, or the drain
+   failed) is "incomplete: not drained": it fails the gate, but rules 3 and 7 are not judged and nothing is
+   called lost — an acknowledged message its consumer had not yet received may well still be in the broker.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from typing import Any, Protocol
 from chaos.lookups import LookupCheck, LookupTotals, total
 
 FLUSH_TIMEOUT_STATUS = "FLUSH_DISK_TIMEOUT"
+INCOMPLETE = "incomplete"  # the first word of rule 8's violation
 
 
 class CycleLike(Protocol):
@@ -125,6 +129,7 @@ class CrashLoss:
 class Verdict:
     ok: bool
     violations: list[str]
+    complete: bool = True  # False: the experiment was not drained, so its loss was not judged (rule 8)
     corrupted: int = 0
     unreachable: int = 0
     absent: int = 0  # acknowledged, not in the broker at the end
@@ -196,13 +201,29 @@ def evaluate(fault: str, flush: str, check: CheckLike | None, cycles: Sequence[C
     for c in cycles:
         if not c.ok:
             v.append(f"{c.kind} cycle {c.cycle}: {c.error or 'did not recover'}")
-    if not drain_complete:
-        v.append("final drain incomplete: " + "; ".join(drain_problems))
-
     power_loss = fault.startswith("power_loss")
     # The loss rules judge every acknowledged message that is gone: never delivered, or not in the broker.
     absent = {**lost, **absent}
     crash_cycles = [c for c in cycles if c.cycle >= 0 and c.kind in ("kill9", "power_loss", "power_loss_torn")]
+    if fault == "kill9":
+        for c in crash_cycles:
+            if c.recovered_offset >= 0 and c.written_offset >= 0 and c.recovered_offset < c.written_offset:
+                v.append(f"kill9 cycle {c.cycle}: the log recovered to {c.recovered_offset}, before the written "
+                         f"offset {c.written_offset} sampled before the kill")
+            # No damage is injected by a kill: the only thing recovery may cut (and quarantine) is the one
+            # record being written when the process died. Intact records cut, or more than one record's
+            # bytes, mean the store itself damaged its log.
+            if c.quarantined_intact_records > 0 or c.quarantined_bytes > record_size:
+                v.append(f"kill9 cycle {c.cycle}: recovery quarantined {c.quarantined_bytes} bytes "
+                         f"({c.quarantined_intact_records} intact records) though no damage was injected")
+    if not drain_complete:
+        # Rule 8: without a final drain, "not delivered yet" cannot be told from "gone": the experiment is
+        # incomplete, and what its consumer had not received is counted, never called loss.
+        v.append(f"{INCOMPLETE}: not drained ({'; '.join(drain_problems) or 'no drain'}); {len(absent)} "
+                 f"acknowledged messages not seen by a consumer were not judged")
+        offsets = [a.commit_log_offset for a in absent.values()]
+        return Verdict(ok=False, violations=v, complete=False, corrupted=corrupted, unreachable=unreachable,
+                       absent=len(absent), absent_offsets=(min(offsets), max(offsets)) if offsets else None)
     flush_timeouts = {k for k, a in absent.items() if _status_name(a.status) == FLUSH_TIMEOUT_STATUS}
     per_crash: list[CrashLoss] = []
     lost_log_bytes = 0
@@ -230,17 +251,6 @@ def evaluate(fault: str, flush: str, check: CheckLike | None, cycles: Sequence[C
             if cl.lost and (cl.window_bytes < 0 or cl.lost_log_bytes > cl.window_bytes):
                 v.append(f"crash {cl.cycle}: lost {cl.lost_log_bytes} commit-log bytes ({cl.lost} messages), "
                          f"more than the unflushed window {cl.window_bytes}")
-    if fault == "kill9":
-        for c in crash_cycles:
-            if c.recovered_offset >= 0 and c.written_offset >= 0 and c.recovered_offset < c.written_offset:
-                v.append(f"kill9 cycle {c.cycle}: the log recovered to {c.recovered_offset}, before the written "
-                         f"offset {c.written_offset} sampled before the kill")
-            # No damage is injected by a kill: the only thing recovery may cut (and quarantine) is the one
-            # record being written when the process died. Intact records cut, or more than one record's
-            # bytes, mean the store itself damaged its log.
-            if c.quarantined_intact_records > 0 or c.quarantined_bytes > record_size:
-                v.append(f"kill9 cycle {c.cycle}: recovery quarantined {c.quarantined_bytes} bytes "
-                         f"({c.quarantined_intact_records} intact records) though no damage was injected")
     looked = total(lookups, absent) if lookups else None
     if looked is not None:
         if looked.missed_total:

@@ -239,3 +239,28 @@ def test_a_kill9_quarantine_of_intact_records_fails_the_gate_a_torn_power_loss_o
     torn = crash(0, 100, 500, 900)
     torn.quarantined_bytes, torn.quarantined_intact_records = REC * 40, 30
     assert judge("power_loss_torn", "SYNC_FLUSH", [torn]).ok
+
+
+def test_an_undrained_experiment_is_incomplete_not_a_loss():
+    """The soak's crash-33 case: the cell stopped early with 234,635 acknowledged sends not yet consumed and no
+    drain; the verdict must say "incomplete", count them, and call none of them missing or lost."""
+    unseen = {f"k{i}": Ack(100 * i, 50) for i in range(5)}
+    v = judge("power_loss", "SYNC_FLUSH", [crash(0, 100, 500, 900)], lost=unseen, drain_complete=False,
+              drain_problems=["broker not running at the end"])
+    assert not v.ok and not v.complete
+    assert v.violations == ["incomplete: not drained (broker not running at the end); 5 acknowledged messages "
+                            "not seen by a consumer were not judged"]
+    assert v.absent == 5 and not any("missing" in x or "lost" in x for x in v.violations)
+
+
+def test_an_undrained_experiment_still_reports_what_does_not_need_the_drain():
+    c = crash(0, 100, 500, 900, recovered=800, kind="kill9")
+    v = judge("kill9", "SYNC_FLUSH", [c], drain_complete=False, corrupted=2)
+    assert not v.complete
+    assert any("corrupted" in x for x in v.violations)
+    assert any("before the written offset" in x for x in v.violations)
+
+
+def test_a_drained_experiment_is_complete():
+    v = judge("kill9", "SYNC_FLUSH", [], absent={"k": Ack(600, 50)})
+    assert v.complete and not v.ok
