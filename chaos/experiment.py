@@ -287,6 +287,7 @@ class ExperimentResult:
     seconds: float = 0.0
     error: str | None = None
     final_min_offset: int = 0  # the commit log's min offset when the drain ran
+    lag_held_s: float = 0.0  # time the producer waited for the consumer to come within LoadSpec.max_lag
     # Absent messages looked up directly in the commit log: (probed, found intact there, example keys).
     unreachable: tuple[int, int, list[str]] = (0, 0, [])
     store_check: dict[str, Any] | None = None  # the offline check after the final clean stop (store_check.py)
@@ -317,6 +318,7 @@ class ExperimentResult:
     def _summary(self, chk: CheckResult | None, v: Verdict | None, rec: list[float],
                  windows: list[int]) -> dict[str, Any]:
         verdict = self.verdict
+        crashes = sum(1 for c in self.cycles if c.cycle >= 0 and c.kind in CRASH_KINDS)
         return {
             "broker_impl": self.spec.broker_impl,
             "fault": self.spec.fault.value, "flush": self.spec.flush.short, "profile": self.spec.profile,
@@ -345,6 +347,8 @@ class ExperimentResult:
             "ok": self.ok,
             "violations": list(verdict.violations) if verdict else ([self.error] if self.error else []),
             "run_dir": str(self.run_dir) if self.run_dir else None, "seconds": round(self.seconds, 1),
+            "lag_held_s": self.lag_held_s,
+            "crashes_per_hour": round(crashes * 3600 / self.seconds, 1) if crashes and self.seconds > 0 else None,
         }
 
 
@@ -451,6 +455,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
                 say(f"{spec.scenario}: stopped early: {result.error}; draining what the broker holds")
             _await_service(result.cycles, workload)
             workload.stop_producing()
+            result.lag_held_s = round(workload.lag_held_s, 2)
             workload.wait_caught_up(5.0)  # the drain finds the rest; this only lets the live consumer finish
             workload.stop_consuming()
             if broker.alive:
@@ -475,6 +480,8 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
     write_json_atomic(record.run_dir / CHAOS_FILE, _chaos_json(result))
     return result
 
+
+CRASH_KINDS = frozenset({"kill9", "power_loss", "power_loss_torn"})  # the cycles that crash the broker
 
 UNREACHABLE_PROBES = 5000
 

@@ -8,7 +8,8 @@ the checker reads the same rows whoever sent: a SendResult of any status is "ok"
 (FLUSH_DISK_TIMEOUT and the slave statuses are stored, but kept apart in ``Ack.status`` because a flush timeout
 is not a durability promise); a refusal is "fail"; a send whose request may have been written without an answer
 is "unknown" — maybe stored. After a failure the producer waits ``fail_backoff_s``, as an application would,
-instead of spinning on a refusing broker.
+instead of spinning on a refusing broker. It also waits while it is more than ``max_lag`` sends ahead of the
+consumer, so the consumer stays close behind and a verdict does not hinge on a long final drain.
 
 Consumer: a PushConsumer (CLUSTERING, from the first offset, offsets committed to the broker), whose listener
 checks each body against its key (chaos.payload) and always returns CONSUME_SUCCESS. After a broker crash it
@@ -56,6 +57,11 @@ class LoadSpec:
     rate: float = 0.0  # sends per second; 0 = as fast as the in-flight window allows (closed loop)
     send_timeout_s: float = 3.0
     fail_backoff_s: float = 0.02
+    # The consumer kept close behind: no new send while the newest acknowledged key is more than this many
+    # sends ahead of the newest one delivered (0 = no bound). A verdict then never hinges on a long final
+    # drain, and an experiment that stops early has little left unseen. Keys the broker lost do not hold the
+    # producer back: the lag is measured between the newest keys, not by counting the undelivered.
+    max_lag: int = 20_000
     producer_group: str = "CHAOS_PG"
     consumer_group: str = "CHAOS_CG"
     drain_group: str = "CHAOS_DRAIN"
@@ -78,6 +84,12 @@ class DrainStats:
     complete: bool = True
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+
+def _seq(key: str) -> int:
+    """A key's sequence number (chaos.payload.make_key: ``worker-000000123``); 0 for a foreign key."""
+    tail = key.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else 0
 
 
 def _client_config(namesrv: str, name: str) -> ClientConfig:
@@ -121,6 +133,9 @@ class Workload:
         self._stop = threading.Event()
         self._last_failed = False
         self._record_size = 0
+        self._acked_seq = 0  # the newest acknowledged key's sequence number
+        self._received_seq = 0  # the newest intact key's delivered to the live consumer
+        self.lag_held_s = 0.0  # time the producer waited for the consumer (max_lag)
         self.rate = spec.rate
         self.recent_errors: deque[tuple[int, int, str]] = deque(maxlen=256)  # (end_ns, code, remark)
         self._producer = Producer(spec.producer_group, namesrv, send_msg_timeout_s=spec.send_timeout_s,
@@ -271,6 +286,11 @@ class Workload:
             if self._last_failed:
                 self._last_failed = False
                 time.sleep(spec.fail_backoff_s)
+            if spec.max_lag and self._acked_seq - self._received_seq > spec.max_lag:
+                time.sleep(0.01)
+                self.lag_held_s += 0.01
+                next_ns = 0
+                continue
             intended = -1
             if self.rate > 0:
                 now = self.clock.now_ns()
@@ -315,6 +335,7 @@ class Workload:
                     phys = -1
                 with self._lock:
                     self.acks.setdefault(key, Ack(phys, end, result.send_status, result.msg_id))
+                    self._acked_seq = max(self._acked_seq, _seq(key))
                     self._ok_end_ns.append(end)
                     if result.send_status is SendStatus.SEND_OK:
                         self._send_ok_end_ns.append(end)
@@ -352,6 +373,8 @@ class Workload:
             self.deliveries += 1
             if d.verdict is BodyVerdict.INTACT:
                 self.received.add(d.key)
+                if not drain:
+                    self._received_seq = max(self._received_seq, _seq(d.key))
             else:
                 self.corrupted.append(d.key)
 

@@ -103,7 +103,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("window_bytes_max", "unflushed B (max)"),
     ("duplicated", "dup"), ("recovered", "recovered"), ("unexpected", "unexpected"),
     ("lookups_sampled", "looked up"), ("lookups_missed", "lookup missed"), ("lookups_excused", "lookup lost"),
-    ("recovery_s_median", "recovery s (med)"), ("recovery_s_max", "recovery s (max)"), ("verdict", "verdict"),
+    ("recovery_s_median", "recovery s (med)"), ("recovery_s_max", "recovery s (max)"),
+    ("crashes_per_hour", "crashes/h"), ("verdict", "verdict"),
 )
 
 
