@@ -29,6 +29,7 @@ from typing import Protocol
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
 from reference_broker.common.quarantine_names import totals
+from reference_broker.store import start_phases as phases
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.clean import (
     CleanCommitLogService,
@@ -107,6 +108,7 @@ class MessageStore:
         root.mkdir(parents=True, exist_ok=True)
         self.abort_file = root / "abort"
         self.lock_path = root / "lock"
+        self.start_phases = phases.StartPhases()
         self.checkpoint = StoreCheckpoint(root / "checkpoint")
         self.commit_log = CommitLog(config, self.checkpoint)
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
@@ -184,11 +186,17 @@ class MessageStore:
         raise_open_files_limit()
         self.last_exit_ok = not self.abort_file.exists()
         log.info("last shutdown %s", "normally" if self.last_exit_ok else "abnormally")
-        ok = self.commit_log.load() and self._load_consume_queues()
+        ph = self.start_phases
+        with ph.phase(phases.LOAD_COMMIT_LOG):
+            ok = self.commit_log.load()
+        if ok:
+            with ph.phase(phases.LOAD_CONSUME_QUEUES):
+                ok = self._load_consume_queues()
         if not ok:
             return False
         if self.config.message_index_enable:
-            self.index_service.load(self.last_exit_ok)
+            with ph.phase(phases.LOAD_INDEX):
+                self.index_service.load(self.last_exit_ok)
         self.recover(self.last_exit_ok)
         return True
 
@@ -214,20 +222,26 @@ class MessageStore:
                             self.config.consume_queue_alloc_chunk_bytes)
 
     def recover(self, last_exit_ok: bool) -> None:
-        max_phy_of_cq = self._recover_consume_queues()
+        ph = self.start_phases
+        with ph.phase(phases.RECOVER_CONSUME_QUEUES):
+            max_phy_of_cq = self._recover_consume_queues()
         if last_exit_ok:
-            self.commit_log.recover_normally(max_phy_of_cq, self._truncate_logics)
+            with ph.phase(phases.RECOVER_COMMIT_LOG):
+                self.commit_log.recover_normally(max_phy_of_cq, self._truncate_logics)
         else:
-            end = self.commit_log.recover_abnormally(max_phy_of_cq, self.dispatcher.dispatch_recovered,
-                                                     self._truncate_logics)
+            with ph.phase(phases.RECOVER_COMMIT_LOG):
+                end = self.commit_log.recover_abnormally(max_phy_of_cq, self.dispatcher.dispatch_recovered,
+                                                         self._truncate_logics)
             # Entries of records the log lost go; then a fresh safe point, so that a second crash before
             # the next flush round does not cut back to a header the truncation made stale. (Otherwise
             # the old safe point stays true: the index was only appended to since.)
-            if (self.config.message_index_enable and self.index_service.safe_point_recovery
-                    and self.index_service.truncate_from(end)):
-                self.checkpoint.note_index_safe_point(self.index_service.take_safe_point(end))
-                self.checkpoint.flush()
-        self._recover_topic_queue_table()
+            with ph.phase(phases.TRUNCATE_INDEX):
+                if (self.config.message_index_enable and self.index_service.safe_point_recovery
+                        and self.index_service.truncate_from(end)):
+                    self.checkpoint.note_index_safe_point(self.index_service.take_safe_point(end))
+                    self.checkpoint.flush()
+        with ph.phase(phases.RECOVER_TOPIC_QUEUE_TABLE):
+            self._recover_topic_queue_table()
 
     def _recover_consume_queues(self) -> int:
         max_phy = -1
@@ -262,8 +276,10 @@ class MessageStore:
         self.reput.reput_from_offset = max(max_phy, self.commit_log.get_min_offset(), 0)
         self.reput.start()
         # Dispatch catches up before the store serves anything (DefaultMessageStore.start).
-        while self.reput.behind() > 0:
-            time.sleep(0.001)
+        with self.start_phases.phase(phases.DISPATCH_TAIL):
+            while self.reput.behind() > 0:
+                time.sleep(0.001)
+        log.info("store start phases (ms): %s", self.start_phases.runtime_value())
         last = self.commit_log.mapped_file_queue.get_last_mapped_file()
         if self.commit_log.mapped_file_queue.staging and last is not None:
             last.enable_staging()  # the recovered tail file takes new records through the buffer too
@@ -563,6 +579,7 @@ class MessageStore:
             "quarantinedBytes": str(q.bytes),
             "quarantinedIntactRecords": str(q.intact_records),
             "badRecordsSkipped": str(self.reads.bad_records_skipped),
+            phases.RUNTIME_KEY: self.start_phases.runtime_value(),
         }
 
     @property
