@@ -14,10 +14,11 @@ then); its unflushed column is -1 (unknown). Its times include the JVM's start (
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,16 @@ from harness.launcher import Topology
 from harness.records import FaultKind, RunRecord, wall_clock
 from harness.rocketmq import BrokerImpl
 from reference_broker.client import ClientConfig, Message, MQClientError, Producer
+from reference_broker.store.start_phases import (
+    DISPATCH_TAIL,
+    RECOVER_COMMIT_LOG,
+    RUNTIME_KEY,
+    parse_runtime_value,
+)
 from reference_broker.tools import admin
 
 TOPIC = "RecoveryBench"
+RECOVERY_WORK_PHASES = (RECOVER_COMMIT_LOG, DISPATCH_TAIL)
 
 
 @dataclass(frozen=True)
@@ -38,10 +46,21 @@ class RecoveryRow:
     case: str  # clean | kill9-flushed | kill9-tail | kill9-no-checkpoint
     unflushed_bytes: int
     checkpoint: bool
-    recovery_s: float
+    recovery_s: float  # process start to the boot line
+    # The store's own timing of its start (reference_broker.store.start_phases), seconds per phase; empty for
+    # a broker that reports none (RocketMQ 4.9.8).
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def work_s(self) -> float | None:
+        """The recovery work: scanning the log's tail (re-dispatching what it scans after a crash) and
+        dispatching what the consume queues lack — the part that should grow with the tail, not the log."""
+        if not self.phases:
+            return None
+        return sum(self.phases.get(k, 0.0) for k in RECOVERY_WORK_PHASES)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "work_s": self.work_s}
 
 
 def _fill(namesrv: str, nbytes: int, body: int, tag: str) -> None:
@@ -95,10 +114,17 @@ def _unflushed(s: BrokerSample) -> int:
     return s.unflushed if s.flushed_offset >= 0 else -1
 
 
-def _timed_start(topo: Topology) -> float:
+def _timed_start(topo: Topology) -> tuple[float, dict[str, float]]:
+    """The restart's time from process start to the boot line, and the store's phases as it reports them."""
     t0 = time.monotonic()
-    topo.brokers[0].start(timeout_s=600)
-    return time.monotonic() - t0
+    broker = topo.brokers[0]
+    broker.start(timeout_s=600)
+    took = time.monotonic() - t0
+    phases: dict[str, float] = {}
+    if topo.impl == "reference":
+        with contextlib.suppress(admin.AdminError, OSError):
+            phases = parse_runtime_value(admin.broker_status(broker.addr).get(RUNTIME_KEY, ""))
+    return took, phases
 
 
 def bench_conf(file_bytes: int) -> dict[str, Any]:
@@ -135,11 +161,11 @@ def bench_log_size(log_bytes: int, *, work_dir: Path | None = None, file_bytes: 
             size = _wait_flushed(broker.addr).max_offset
 
             broker.stop()
-            rows.append(RecoveryRow(size, "clean", 0, True, _timed_start(topo)))
+            rows.append(RecoveryRow(size, "clean", 0, True, *_timed_start(topo)))
 
             s = _wait_flushed(broker.addr)
             kill("kill9-flushed", s)
-            rows.append(RecoveryRow(size, "kill9-flushed", _unflushed(s), True, _timed_start(topo)))
+            rows.append(RecoveryRow(size, "kill9-flushed", _unflushed(s), True, *_timed_start(topo)))
 
             # RocketMQ answers runtime info only once its stats service sampled (F4): wait for that before the
             # burst, so the status right after it is read at once and the tail is still unflushed at the kill.
@@ -147,22 +173,24 @@ def bench_log_size(log_bytes: int, *, work_dir: Path | None = None, file_bytes: 
             _fill(topo.namesrv_addr, burst_bytes, body, "burst")
             s = read_status(broker.addr, wall_clock())
             kill("kill9-tail", s)
-            rows.append(RecoveryRow(s.max_offset, "kill9-tail", _unflushed(s), True, _timed_start(topo)))
+            rows.append(RecoveryRow(s.max_offset, "kill9-tail", _unflushed(s), True, *_timed_start(topo)))
 
             s = _wait_flushed(broker.addr)
             kill("kill9-no-checkpoint", s)
             (broker.store_root / "checkpoint").unlink(missing_ok=True)
             rows.append(RecoveryRow(s.max_offset, "kill9-no-checkpoint", _unflushed(s), False,
-                                    _timed_start(topo)))
+                                    *_timed_start(topo)))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return rows
 
 
 def format_rows(rows: list[RecoveryRow]) -> str:
-    lines = [f"{'log MiB':>8}  {'case':<20}  {'unflushed KiB':>13}  {'checkpoint':>10}  {'recovery s':>10}"]
+    lines = [f"{'log MiB':>8}  {'case':<20}  {'unflushed KiB':>13}  {'checkpoint':>10}  {'recovery s':>10}  "
+             f"{'work s':>8}"]
     for r in rows:
         unflushed = "unknown" if r.unflushed_bytes < 0 else f"{r.unflushed_bytes / 1024:.0f}"
+        work = "-" if r.work_s is None else f"{r.work_s:.3f}"
         lines.append(f"{r.log_bytes / 2**20:8.0f}  {r.case:<20}  {unflushed:>13}  "
-                     f"{('yes' if r.checkpoint else 'no'):>10}  {r.recovery_s:10.3f}")
+                     f"{('yes' if r.checkpoint else 'no'):>10}  {r.recovery_s:10.3f}  {work:>8}")
     return "\n".join(lines)

@@ -165,9 +165,12 @@ RECOVERY_CASES: Final = ("clean", "kill9-flushed", "kill9-tail", "kill9-no-check
 
 
 def write_recovery_run(out_dir: Path, index: int, times: dict[tuple[int, str], float],
-                       sizes_mib: list[int], tail_bytes: int = 8 * MIB) -> str:
+                       sizes_mib: list[int], tail_bytes: int = 8 * MIB,
+                       work: dict[tuple[int, str], float] | None = None) -> str:
     """A recovery-bench record: per size (in order) the four cases with the given restart times in seconds;
-    the tail and no-checkpoint rows sit ``tail_bytes`` past the size, as the bench's burst leaves them."""
+    the tail and no-checkpoint rows sit ``tail_bytes`` past the size, as the bench's burst leaves them. With
+    ``work``, each row also carries the store's start phases: that recovery work, split between the log's
+    scan and the tail's dispatch, and a fixed 0.05 s of loading."""
     run_id = run_id_for("recovery", index)
     rows = []
     for size in sizes_mib:
@@ -178,6 +181,10 @@ def write_recovery_run(out_dir: Path, index: int, times: dict[tuple[int, str], f
             rows.append({"log_bytes": size * MIB + (tail_bytes if after_burst else 0), "case": case,
                          "unflushed_bytes": tail_bytes if case == "kill9-tail" else 0,
                          "checkpoint": case != "kill9-no-checkpoint", "recovery_s": times[(size, case)]})
+            if work is not None:
+                w = work[(size, case)]
+                rows[-1].update(work_s=w, phases={"loadCommitLog": 0.05, "recoverCommitLog": 0.75 * w,
+                                                  "dispatchTail": 0.25 * w})
     t0 = T0_NS + index * RUN_SPACING_NS
     meta = _meta(run_id, "recovery", "ASYNC_FLUSH", {"sizes_mib": sizes_mib, "file_mib": 32}, t0,
                  t0 + 60 * 10**9, None, {"recovery": rows})

@@ -36,6 +36,13 @@ def test_reference_broker_rows_and_record(tmp_path: Path) -> None:
     assert rows[1].unflushed_bytes == 0 and rows[3].checkpoint is False
     assert load_meta(run_dir)["broker_impl"].startswith("reference_broker")
     assert [f["kind"] for f in load_faults(run_dir)] == ["kill9"] * 3
+    # The store timed its own start: every restart reports its phases, and the recovery work is among them.
+    for r in rows:
+        assert {"loadCommitLog", "recoverConsumeQueues", "recoverCommitLog", "dispatchTail"} <= set(r.phases), r
+        assert r.work_s is not None and 0 <= r.work_s < r.recovery_s
+    assert "truncateIndex" in rows[2].phases and "truncateIndex" not in rows[0].phases  # only after a crash
+    recorded = load_meta(run_dir)["results"]["recovery"]
+    assert recorded[2]["phases"] == rows[2].phases and recorded[2]["work_s"] == rows[2].work_s
 
 
 @pytest.mark.e2e
@@ -46,3 +53,4 @@ def test_rocketmq_rows_and_record(tmp_path: Path, rocketmq_home: Path) -> None:
     assert all(r.recovery_s > 0 for r in rows)
     assert all(r.unflushed_bytes == -1 for r in rows[1:]), "4.9.8 reports no flushed offset"
     assert load_meta(run_dir)["broker_impl"] == "V4_9_8"
+    assert all(r.phases == {} and r.work_s is None for r in rows), "4.9.8 reports no start phases"

@@ -90,3 +90,23 @@ def test_report_page_plot_and_findings(spark, tmp_path):
     assert "recovery_vs_log.png" in page and run_id in page and "held" in page
     findings = json.loads((tmp_path / "out" / "recovery" / "findings.json").read_text())
     assert [(f["claim"], f["verdict"], f["runs"]) for f in findings] == [("recovery-checkpoint", "held", [run_id])]
+
+
+def test_rows_with_the_store_phases_are_judged_on_the_recovery_work(spark, tmp_path):
+    # Process times say "grows" for the checkpointed restarts (a busy machine: 0.30 → 1.40 s), but the store's
+    # own recovery work is flat with the checkpoint and grows without it: judged on the work, held.
+    noisy = {**HELD, (128, "kill9-flushed"): 1.40, (128, "kill9-tail"): 1.45}
+    work = {(32, "clean"): 0.08, (32, "kill9-flushed"): 0.02, (32, "kill9-tail"): 0.10,
+            (32, "kill9-no-checkpoint"): 0.30, (128, "clean"): 0.30, (128, "kill9-flushed"): 0.02,
+            (128, "kill9-tail"): 0.11, (128, "kill9-no-checkpoint"): 1.10}
+    write_recovery_run(tmp_path, 0, noisy, SIZES, work=work)
+    rows = [row for r in discover_runs(tmp_path) for row in rc.rows_of(r)]
+    cells = {(c.size_mib, c.case): c for c in rc.aggregate(spark, rows)}
+    assert cells[(128, "kill9-no-checkpoint")].work_median_s == pytest.approx(1.10)
+    finding = rc.judge(list(cells.values()), ("r",), rc._clean_phases(rows))
+    assert finding.verdict is Verdict.HELD, finding.detail
+    assert finding.measured.startswith("recovery work") and "store's own timing" in finding.detail
+    assert "its largest phase: recoverCommitLog" in finding.measured
+    # The same runs without the phases are judged on process time, and the noise makes it not held.
+    write_recovery_run(tmp_path / "plain", 0, noisy, SIZES)
+    assert _finding(spark, tmp_path / "plain").verdict is Verdict.NOT_HELD
