@@ -9,7 +9,8 @@ run records (never from constants), states the figure it measured, the runs it u
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
@@ -36,6 +37,8 @@ class Verdict(StrEnum):
     NOT_MEASURED = "not measured yet"
     # Measured, but the runs hold too little of what the claim is about to judge it (e.g. too few promised sends).
     INCONCLUSIVE = "inconclusive"
+    # Judged run by run, the runs disagree: shown with the runs instead of flipping with the pooled figure.
+    UNSETTLED = "unsettled"
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Finding:
     runs: tuple[str, ...] = ()  # run ids used
     detail: str = ""  # why this verdict (threshold, caveats)
     figures: dict[str, float] = field(default_factory=dict)  # machine-readable figures behind `measured`
+    per_run: dict[str, str] = field(default_factory=dict)  # run id -> that run's own verdict (``settle``)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -102,7 +106,29 @@ class Finding:
         return cls(claim=ClaimId(d["claim"]), verdict=Verdict(d["verdict"]), measured=str(d["measured"]),
                    report=str(d["report"]), runs=tuple(str(r) for r in d.get("runs", ())),
                    detail=str(d.get("detail", "")),
-                   figures={str(k): float(v) for k, v in dict(d.get("figures", {})).items()})
+                   figures={str(k): float(v) for k, v in dict(d.get("figures", {})).items()},
+                   per_run={str(k): Verdict(v).value for k, v in dict(d.get("per_run", {})).items()})
+
+
+def settle(pooled: Finding, per_run: Mapping[str, Finding]) -> Finding:
+    """A claim judged over repeated runs: ``pooled`` is the judgement over all of them, ``per_run`` each run's
+    own. Runs that disagree (some held, some not) make the claim "unsettled", with the count, rather than let
+    the pooled figure decide; runs that agree keep the pooled verdict, and the page says "held in k of n"."""
+    verdicts = {rid: f.verdict for rid, f in per_run.items()}
+    judged = [v for v in verdicts.values() if v in (Verdict.HELD, Verdict.NOT_HELD)]
+    held = sum(1 for v in judged if v is Verdict.HELD)
+    verdict, measured = pooled.verdict, pooled.measured
+    if len(judged) > 1:
+        if 0 < held < len(judged):
+            verdict = Verdict.UNSETTLED
+            measured = f"unsettled: held in {held} of {len(judged)} runs; pooled, {measured}"
+        else:
+            measured = f"held in {held} of {len(judged)} runs; {measured}"
+    detail = pooled.detail
+    if len(verdicts) > 1:
+        detail += " Run by run: " + ", ".join(f"{rid} {v.value}" for rid, v in sorted(verdicts.items())) + "."
+    return replace(pooled, verdict=verdict, measured=measured, detail=detail,
+                   per_run={rid: v.value for rid, v in verdicts.items()})
 
 
 def write_findings(report_dir: Path, findings: list[Finding]) -> Path:

@@ -19,6 +19,7 @@ VERDICT_STYLE: Final = {
     Verdict.NOT_HELD: "background:#f6d5d5;color:#7a1010;font-weight:bold",
     Verdict.NOT_MEASURED: "background:#fdf0c8;color:#5c4a00",
     Verdict.INCONCLUSIVE: "background:#e4e4ec;color:#303048",
+    Verdict.UNSETTLED: "background:#f3e0c8;color:#6a3a00;font-weight:bold",
 }
 _LEFT: Final = "text-align:left;vertical-align:top"
 MAX_RUNS_LISTED: Final = 50  # a claim judged on more runs lists the first ones and counts the rest
@@ -84,12 +85,14 @@ def claims_table(findings: Sequence[Finding], out_dir: Path) -> str:
 
 
 def claim_verdict(findings: Sequence[Finding], claim: ClaimId) -> Verdict:
-    """One claim's verdict: not held if any finding says so, else held if any finding holds it (a report that
-    could not judge it takes nothing away), else inconclusive if one measured it without enough evidence, else
-    not measured yet."""
+    """One claim's verdict: not held if any finding says so, else unsettled if a finding's runs disagree, else
+    held if any finding holds it (a report that could not judge it takes nothing away), else inconclusive if one
+    measured it without enough evidence, else not measured yet."""
     verdicts = {f.verdict for f in findings if f.claim == claim}
     if Verdict.NOT_HELD in verdicts:
         return Verdict.NOT_HELD
+    if Verdict.UNSETTLED in verdicts:
+        return Verdict.UNSETTLED
     if Verdict.HELD in verdicts:
         return Verdict.HELD
     if Verdict.INCONCLUSIVE in verdicts:

@@ -83,7 +83,8 @@ def write_site_index(out_dir: Path, runs_dir: Path | None = None) -> Path:
     counts = verdict_counts(findings)
     page.paragraph(
         f"{len(CLAIMS)} claims from RocketMQ's design documents: {counts[Verdict.HELD]} held, "
-        f"{counts[Verdict.NOT_HELD]} not held, {counts[Verdict.INCONCLUSIVE]} inconclusive, "
+        f"{counts[Verdict.NOT_HELD]} not held, {counts[Verdict.UNSETTLED]} unsettled, "
+        f"{counts[Verdict.INCONCLUSIVE]} inconclusive, "
         f"{counts[Verdict.NOT_MEASURED]} not measured yet on this machine "
         "by the reference broker.")
     page.paragraph(

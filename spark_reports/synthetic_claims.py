@@ -172,7 +172,7 @@ def write_recovery_run(out_dir: Path, index: int, times: dict[tuple[int, str], f
     ``work``, each row also carries the store's start phases: that recovery work, split between the log's
     scan and the tail's dispatch, and a fixed 0.05 s of loading."""
     run_id = run_id_for("recovery", index)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for size in sizes_mib:
         for case in RECOVERY_CASES:
             if (size, case) not in times:

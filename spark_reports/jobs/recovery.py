@@ -21,7 +21,7 @@ from typing import Any, Final
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_reports.claims import ClaimId, Finding, Verdict
+from spark_reports.claims import ClaimId, Finding, Verdict, settle
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.report_io import finish_report, make_report_dir
@@ -188,6 +188,11 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     cells = aggregate(spark, rows) if rows else []
     used = tuple(sorted({r.run_id for r in rows}))
     finding = judge(cells, used, _clean_phases(rows))
+    by_run: dict[str, list[Row]] = {}
+    for row in rows:
+        by_run.setdefault(row.run_id, []).append(row)
+    if len(by_run) > 1:  # each run judged alone too: runs that disagree make the claim unsettled
+        finding = settle(finding, {rid: judge(aggregate(spark, rr), (rid,)) for rid, rr in by_run.items()})
 
     page = Page("Recovery: restart time against the commit log's size")
     page.paragraph(

@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 from click.testing import CliRunner
 
 from spark_reports.claims import CLAIMS, ClaimId, Finding, Verdict, write_findings
-from spark_reports.claims_html import VERDICT_STYLE, verdict_counts
+from spark_reports.claims_html import VERDICT_STYLE, claim_verdict, verdict_counts
 from spark_reports.cli import cli as spark_cli
 from spark_reports.html_report import Page, local_references
 from spark_reports.jobs import flush_compare, loss, queues, recovery
@@ -83,7 +83,7 @@ def test_one_row_per_claim_each_finding_shown_with_verdict_runs_and_evidence(tmp
     unjudged = [r for r in rows if len(r) == 7 and r[4][1] == "not measured yet" and r[6][1] == "–"]
     assert len(unjudged) == len(CLAIMS) - 2
     assert set(local_references(page)) == {"loss/index.html", "findings.html"}  # only pages that exist are linked
-    assert f"1 held, 1 not held, 0 inconclusive, {len(CLAIMS) - 2} not measured yet" in page
+    assert f"1 held, 1 not held, 0 unsettled, 0 inconclusive, {len(CLAIMS) - 2} not measured yet" in page
 
 
 def test_a_claim_is_not_held_if_any_finding_says_so():
@@ -201,3 +201,23 @@ def test_rocketmq_runs_are_judged_apart_through_the_command_line(spark, tmp_path
     sync = parser.rows[1]
     assert sync[1][1].startswith("held 0 of 300") and sync[2][1].startswith("held 0 of 200")
     assert sync[3][1] == "agree"
+
+
+def test_runs_that_disagree_make_a_claim_unsettled_and_runs_that_agree_are_counted() -> None:
+    from spark_reports.claims import settle
+
+    def f(verdict: Verdict, rid: str = "all") -> Finding:
+        return Finding(ClaimId.RECOVERY_CHECKPOINT, verdict, "x 1.0 s", "recovery", (rid,), "rule.")
+
+    mixed = settle(f(Verdict.HELD), {"r1": f(Verdict.HELD, "r1"), "r2": f(Verdict.NOT_HELD, "r2"),
+                                     "r3": f(Verdict.HELD, "r3")})
+    assert mixed.verdict is Verdict.UNSETTLED
+    assert mixed.measured.startswith("unsettled: held in 2 of 3 runs")
+    assert "r2 not held" in mixed.detail and mixed.per_run == {"r1": "held", "r2": "not held", "r3": "held"}
+    assert claim_verdict([mixed], ClaimId.RECOVERY_CHECKPOINT) is Verdict.UNSETTLED
+    agreed = settle(f(Verdict.HELD), {"r1": f(Verdict.HELD, "r1"), "r2": f(Verdict.HELD, "r2"),
+                                      "r3": f(Verdict.NOT_MEASURED, "r3")})
+    assert agreed.verdict is Verdict.HELD and agreed.measured.startswith("held in 2 of 2 runs")
+    assert Finding.from_json(mixed.to_json()) == mixed
+    one = settle(f(Verdict.NOT_HELD), {"r1": f(Verdict.NOT_HELD, "r1")})
+    assert one.verdict is Verdict.NOT_HELD and one.measured == "x 1.0 s"
