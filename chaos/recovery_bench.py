@@ -28,7 +28,7 @@ from harness.launcher import Topology
 from harness.records import FaultKind, RunRecord, wall_clock
 from harness.rocketmq import BrokerImpl
 from reference_broker.client import ClientConfig, Message, MQClientError, Producer
-from reference_broker.store.start_phases import (
+from reference_broker.common.start_phases import (
     DISPATCH_TAIL,
     RECOVER_COMMIT_LOG,
     RUNTIME_KEY,
@@ -47,7 +47,7 @@ class RecoveryRow:
     unflushed_bytes: int
     checkpoint: bool
     recovery_s: float  # process start to the boot line
-    # The store's own timing of its start (reference_broker.store.start_phases), seconds per phase; empty for
+    # The store's own timing of its start (reference_broker.common.start_phases), seconds per phase; empty for
     # a broker that reports none (RocketMQ 4.9.8).
     phases: dict[str, float] = field(default_factory=dict)
 

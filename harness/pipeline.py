@@ -65,7 +65,8 @@ def stages(runs: Path, reports: Path, backlog_s: int, cycles: int, why_not_root:
         return [py, "-m", "locust", "-f", str(root / "scenarios" / f"{scenario}.py"), "--headless", "-t",
                 f"{seconds}s", "--run-dir", str(runs), "--only-summary", *extra]
 
-    todo: list[Stage] = []
+    todo: list[Stage] = [Stage("machine noise before: load average and a quick fio baseline",
+                               [py, "-m", "harness.machine_noise", str(runs), "--label", "before"], required=False)]
     for impl in impls:
         other = impl != "reference"
         tag = f" [{impl}]" if other else ""
@@ -115,6 +116,8 @@ def stages(runs: Path, reports: Path, backlog_s: int, cycles: int, why_not_root:
             todo.append(Stage(f"disk fill past 90 % (loop-mounted filesystem){tag}",
                               [py, "-m", "chaos", "disk-fill", "--cycles", "2", "--no-clean-phase", "--runs-dir",
                                str(runs), *with_impl], required=False))
+    todo.append(Stage("machine noise after: load average and a quick fio baseline",
+                      [py, "-m", "harness.machine_noise", str(runs), "--label", "after"], required=False))
     todo.append(Stage("Spark reports", [py, "-m", "spark_reports", "all", "--runs", str(runs), "--out",
                                         str(reports)]))
     return todo

@@ -5,10 +5,12 @@ the reports may run in any order and a report run alone still updates its claims
 is "not measured yet". The machine section states where the runs were made (meta.json host facts).
 """
 
+import time
 from collections import Counter
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
+from harness.records import noise
 from spark_reports import REPORT_NAMES
 from spark_reports.claims import CLAIMS, Verdict, read_findings
 from spark_reports.claims_html import brokers_table, claims_table, verdict_counts
@@ -127,6 +129,31 @@ def write_site_index(out_dir: Path, runs_dir: Path | None = None) -> Path:
     else:
         page.paragraph("Not stated here (no runs directory given); each report's \"Runs used\" section names the "
                        "machine of every run.", note=True)
+    _noise_section(page, runs_dir)
     index = out_dir / "index.html"
     page.write(index)
     return index
+
+
+def _noise_section(page: Page, runs_dir: Path | None) -> None:
+    """The machine's noise when the runs were made (harness.machine_noise): load average and fio, before and
+    after the experiments."""
+    samples = noise.read(runs_dir) if runs_dir is not None else []
+    page.heading("The machine's noise at the time")
+    if not samples:
+        page.paragraph("Not sampled (python -m harness.machine_noise RUNS --label before|after; the main job does "
+                       "it before and after its experiments).", note=True)
+        return
+
+    def fio(entry: dict[str, Any], key: str, scale: float) -> str:
+        value = (entry.get("fio") or {}).get(key)
+        return "–" if not isinstance(value, (int, float)) else f"{value / scale:,.0f}"
+
+    rows = [(str(e.get("label", "")), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(int(e.get("ts_ns", 0)) / 1e9)),
+             " / ".join(f"{x:.2f}" for x in e["loadavg"]), str(e.get("cpus", "")),
+             fio(e, "seq_write_bytes_per_s", 1e6), fio(e, "fdatasync_4k_iops", 1), fio(e, "randread_4k_iops", 1))
+            for e in samples]
+    page.table(["sample", "UTC", "load average (1 / 5 / 15 min)", "CPUs", "fio seq write (MB/s)",
+                "fio 4 KiB fdatasync (IOPS)", "fio 4 KiB random read (IOPS)"], rows, text_columns=4)
+    page.paragraph("A load average above the CPU count, or fio figures that fell between before and after, mean a "
+                   "busy machine: read the timing claims with that in mind.", note=True)

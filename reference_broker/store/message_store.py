@@ -28,8 +28,8 @@ from typing import Protocol
 
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
+from reference_broker.common import start_phases as phases
 from reference_broker.common.quarantine_names import totals
-from reference_broker.store import start_phases as phases
 from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.clean import (
     CleanCommitLogService,

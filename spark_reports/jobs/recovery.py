@@ -9,7 +9,7 @@ order, and named by the size asked for (meta params ``sizes_mib``) when the run 
 Judges RECOVERY_CHECKPOINT (docs/claims.md): after kill -9 with the checkpoint, recovery scans only from the
 checkpoint, so its time should not grow with the log; without the checkpoint it scans the whole log, which
 grows with the log and is slower. The rule is in ``judge`` and its constants. A row that carries the store's
-own timing of its start (``phases``, ``work_s``: reference_broker.store.start_phases) is judged on the recovery
+own timing of its start (``phases``, ``work_s``: reference_broker.common.start_phases) is judged on the recovery
 work itself — scanning the log's tail and dispatching what the queues lack — rather than on process start to
 boot line, which adds the interpreter's start and the files' loading (noise on a busy machine).
 """
@@ -165,7 +165,7 @@ def judge(cells: list[Cell], run_ids: tuple[str, ...], clean_phases: dict[str, f
     if not slower:
         failed.append(f"it is not ×{SLOWER_RATIO:g} slower than with the checkpoint")
     basis = ("Times are the store's own timing of its recovery work (scanning the log's tail and dispatching "
-             "what the consume queues lack: reference_broker.store.start_phases), without the process's start."
+             "what the consume queues lack: reference_broker.common.start_phases), without the process's start."
              if by_work else "Times run from the broker process's start to its boot line, so they include a "
              "fixed start-up cost (the clean stop's restart shows it).")
     detail = (f"Medians over the runs at the smallest ({small} MiB) and largest ({large} MiB) log. Held when each "

@@ -10,6 +10,7 @@ from locust.argument_parser import LocustArgumentParser
 
 from chaos.cli import main as chaos_main
 from harness.__main__ import main as harness_main
+from harness.machine_noise import main as noise_main
 from harness.pipeline import stages
 from harness.rocketmq import parse_impls
 from scenarios.options import SCENARIO_OPTIONS, Settings, register
@@ -57,6 +58,10 @@ def test_every_command_parses(why: str | None, tmp_path: Path) -> None:
             parser.parse_args(argv[argv.index("--run-dir"):argv.index("--only-summary")]
                               + argv[argv.index("--only-summary") + 1:])  # exits on an unknown option
             continue
+        if module == "harness.machine_noise":
+            with noise_main.make_context("machine_noise", argv[3:]) as ctx:
+                assert ctx.params["label"] in ("before", "after")
+            continue
         group = {"chaos": chaos_main, "spark_reports": spark_cli, "harness": harness_main}[module]
         name, *args = argv[3:]
         command = group.get_command(click.Context(group), name)  # type: ignore[attr-defined]
@@ -68,9 +73,12 @@ def test_every_command_parses(why: str | None, tmp_path: Path) -> None:
 def test_each_broker_runs_every_experiment_and_the_reports_run_once() -> None:
     both = stages(Path("/r/runs"), Path("/r/reports"), 30, 3, None, ("reference", "rocketmq"))
     one = stages(Path("/r/runs"), Path("/r/reports"), 30, 3, None)
-    experiments = one[:-1]
-    assert len(both) == 2 * len(experiments) + 1 and both[-1] == one[-1]
-    theirs = both[len(experiments):-1]
+    # The machine's noise is sampled once before the experiments and once after them, whatever the brokers.
+    assert [s.argv[-1] for s in (one[0], one[-2])] == ["before", "after"]
+    assert both[0] == one[0] and both[-2] == one[-2]
+    experiments = one[1:-2]
+    assert len(both) == 2 * len(experiments) + 3 and both[-1] == one[-1]
+    theirs = both[1 + len(experiments):-2]
     assert all(s.argv[-2:] == ["--broker-impl", "rocketmq"] and s.name.endswith("[rocketmq]") for s in theirs)
     assert not any(s.required for s in theirs), "RocketMQ's stages are reported and skipped if they fail"
     assert [s.argv[:-2] for s in theirs] == [s.argv for s in experiments]

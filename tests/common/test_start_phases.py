@@ -1,10 +1,12 @@
-"""reference_broker.store.start_phases: the store's start timed phase by phase, and its runtime-info text."""
+"""reference_broker.common.start_phases: the store's start timed phase by phase, and its runtime-info text."""
 
 from __future__ import annotations
 
 import time
 
-from reference_broker.store.start_phases import StartPhases, parse_runtime_value
+import pytest
+
+from reference_broker.common.start_phases import StartPhases, parse_runtime_value
 
 
 def test_phases_keep_start_order_add_up_and_round_trip_through_the_runtime_text() -> None:
@@ -23,11 +25,8 @@ def test_phases_keep_start_order_add_up_and_round_trip_through_the_runtime_text(
 
 def test_a_phase_that_raises_is_still_timed() -> None:
     ph = StartPhases()
-    try:
-        with ph.phase("x"):
-            raise OSError("boom")
-    except OSError:
-        pass
+    with pytest.raises(OSError, match="boom"), ph.phase("x"):
+        raise OSError("boom")
     assert "x" in ph.seconds
 
 
