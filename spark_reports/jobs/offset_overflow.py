@@ -23,6 +23,8 @@ from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_ev
 
 NAME = "offset-overflow"
 ONE_SECOND_NS = 1_000_000_000
+BUCKET_NS = 10_000_000  # the peak's counting bucket: 10 ms
+BUCKETS_PER_WINDOW = ONE_SECOND_NS // BUCKET_NS
 HUNDRED_MILLION = 10**8  # the seed counts messages in 亿
 CLAIM_YEARS = 616  # the claim: 4 KiB × 10^10 messages a day overflow only after 616 years (the seed: 616.9314558)
 CLAIM_BYTES = 4096
@@ -87,22 +89,23 @@ def measured_rows(spark: SparkSession, runs: list[RunInfo]) -> list[MeasuredRow]
     """Per run: the most acknowledged sends in any 1 s window (by ack time) and the horizons at that rate."""
     events = load_events(spark, runs, ["op", "key", "topic", "end_ns", "outcome", "bytes"])
     acks = events.where((F.col("op") == "send") & (F.col("outcome") == "ok"))
-    # A range frame over ack times: for each ack at t, the acks in [t, t + 1 s). Exact, not binned.
-    frame = Window.partitionBy("run_id").orderBy("end_ns").rangeBetween(0, ONE_SECOND_NS - 1)
-    per_ack = acks.select(
-        "run_id", "end_ns", "bytes",
-        F.octet_length("topic").alias("topic_bytes"),
-        F.octet_length("key").alias("key_bytes"),
-        F.count(F.lit(1)).over(frame).alias("in_window"),
-    )
-    per_run = per_ack.groupBy("run_id").agg(
-        F.count(F.lit(1)).alias("acknowledged"),
+    # The peak, cheaply: acks counted per 10 ms bucket, then a sliding sum over 100 buckets (a 1 s window
+    # aligned to 10 ms). A million acks become a few thousand buckets, so the window sorts little; the peak
+    # differs from the exact one (any [t, t + 1 s)) by at most the acks of one 10 ms bucket.
+    buckets = acks.groupBy("run_id", F.floor(F.col("end_ns") / F.lit(BUCKET_NS)).alias("bucket")).agg(
+        F.count(F.lit(1)).alias("n"))
+    frame = Window.partitionBy("run_id").orderBy("bucket").rangeBetween(0, BUCKETS_PER_WINDOW - 1)
+    windows = buckets.select("run_id", "bucket", F.sum("n").over(frame).alias("in_window"))
+    peaks = windows.groupBy("run_id").agg(
         F.max("in_window").alias("peak"),
-        F.min_by("end_ns", F.struct(-F.col("in_window"), F.col("end_ns"))).alias("peak_start"),
+        F.min_by("bucket", F.struct(-F.col("in_window"), F.col("bucket"))).alias("peak_bucket"))
+    sizes = acks.groupBy("run_id").agg(
+        F.count(F.lit(1)).alias("acknowledged"),
         F.avg("bytes").alias("body"),
-        F.avg("topic_bytes").alias("topic"),
-        F.avg("key_bytes").alias("key"),
+        F.avg(F.octet_length("topic")).alias("topic"),
+        F.avg(F.octet_length("key")).alias("key"),
     )
+    per_run = sizes.join(peaks, "run_id").withColumn("peak_start", F.col("peak_bucket") * F.lit(BUCKET_NS))
     per_run = per_run.withColumn("properties", F.lit(om.PROPERTIES_FIXED_BYTES) + F.col("key"))
     per_run = per_run.withColumn(
         "record", F.lit(om.COMMITLOG_RECORD_FIXED_BYTES) + F.col("body") + F.col("topic") + F.col("properties"))
@@ -182,8 +185,9 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     page.paragraph(f"4 KiB at 10^10 messages a day: {om.format_seed(four_k.years)} years (the seed: 616.9314558).")
     page.heading("At the measured peak ingest rate")
     page.paragraph(
-        "Peak rate: the most acknowledged sends whose ack time (end_ns) falls in any 1-second window [t, t + 1 s), "
-        "computed exactly with a range window. Record size: RocketMQ 4.9.8's commit-log record is 91 + body + topic "
+        "Peak rate: the most acknowledged sends whose ack time (end_ns) falls in any 1-second window, from counts "
+        "per 10 ms and a sliding sum of 100 of them (within one 10 ms bucket's acks of the exact peak). Record "
+        "size: RocketMQ 4.9.8's commit-log record is 91 + body + topic "
         f"+ properties bytes (IPv4 hosts). Run records do not carry properties, so they are assumed to be "
         f"KEYS=<key>, UNIQ_KEY=<32 hex digits>, WAIT=true ({om.PROPERTIES_FIXED_BYTES} bytes + the key), the set a "
         "RocketMQ 4.x producer writes for a keyed message without tags. The horizon assumes the peak is sustained "

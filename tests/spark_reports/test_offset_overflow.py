@@ -53,13 +53,15 @@ def test_measured_peak_rate_and_horizon_match_the_synthetic_runs(spark, synth):
     for run_id, expected in synth.expected.items():
         row = rows[run_id]
         assert row.acknowledged == expected.check["acknowledged"]
-        assert row.peak_acks_per_s == expected.peak_acks_per_s
+        # Counted per 10 ms and summed over 100 buckets: never above the exact peak, and short of it by at
+        # most one bucket's acks.
+        assert expected.peak_acks_per_s - expected.peak_bucket_max <= row.peak_acks_per_s <= expected.peak_acks_per_s
         assert row.mean_body_bytes == pytest.approx(expected.mean_body_bytes)
         key_len = len("w0-000000001")
         record = om.commitlog_record_bytes(expected.mean_body_bytes, len("SynthTopic"),
                                            om.assumed_properties_bytes(key_len))
         assert row.record_bytes == pytest.approx(record)
-        per_day = expected.peak_acks_per_s * om.SECONDS_PER_DAY
+        per_day = row.peak_acks_per_s * om.SECONDS_PER_DAY
         assert row.commitlog_years == pytest.approx(om.years_until_overflow(record, per_day))
         assert row.consume_queue_years == pytest.approx(om.years_until_overflow(20, per_day))
 

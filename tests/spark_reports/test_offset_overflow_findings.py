@@ -13,8 +13,11 @@ def test_findings_file_holds_616_years_and_the_fastest_runs_horizon(reports, syn
     finding = items[0]
     assert finding["verdict"] == Verdict.HELD.value
     assert finding["measured"].startswith("616.9314558 years at 4 KiB × 10^10 messages a day")
-    peak = max(e.peak_acks_per_s for e in synth.expected.values())
-    assert finding["figures"]["peak_acks_per_s"] == peak
+    peak = int(finding["figures"]["peak_acks_per_s"])
+    fastest = max(synth.expected.values(), key=lambda e: e.peak_acks_per_s)
+    # The fastest run's peak, counted per 10 ms bucket: within one bucket's acks below the exact figure.
+    assert max(e.peak_acks_per_s - e.peak_bucket_max for e in synth.expected.values()) <= peak
+    assert peak <= fastest.peak_acks_per_s
     assert f"{peak:,} msg/s" in finding["measured"]
     assert set(finding["runs"]) == set(synth.expected)
 
