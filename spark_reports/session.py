@@ -33,6 +33,13 @@ def resolve_master(master: str | None) -> str | None:
     return None if launched_by_spark_submit() else DEFAULT_MASTER
 
 
+def _loopback_master(master: str) -> bool:
+    """A cluster master on this machine's loopback (spark_reports.standalone): the driver binds there too, so
+    the executors reach it without the lab touching another interface."""
+    host = master.split("://", 1)[-1].rsplit(":", 1)[0]
+    return master.startswith("spark://") and host in ("127.0.0.1", "localhost")
+
+
 def build_session(master: str | None = None, *, app_name: str = APP_NAME,
                   driver_memory: str | None = None) -> SparkSession:
     """Get or create the session on ``resolve_master(master)``."""
@@ -44,7 +51,7 @@ def build_session(master: str | None = None, *, app_name: str = APP_NAME,
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     if master is not None:
         builder = builder.master(master)
-    if master is not None and master.startswith("local"):
+    if master is not None and (master.startswith("local") or _loopback_master(master)):
         # Without this Spark binds to the first non-loopback interface; the lab stays on 127.0.0.1.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1")
