@@ -16,7 +16,7 @@ import pytest
 from spark_reports.standalone import StandaloneCluster
 from spark_reports.synthetic import default_specs, generate
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 def _reports(runs: Path, out: Path, *master: str) -> None:
