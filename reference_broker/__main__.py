@@ -274,6 +274,33 @@ def broker(namesrv_addr: str | None, config_file: Path | None, host: str) -> Non
         sys.exit(code)
 
 
+@main.command("filtersrv")
+@click.option("--broker", "broker_addr", required=True, metavar="HOST:PORT", help="The broker to serve.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Listen address (loopback).")
+@click.option("-p", "--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Listen port (0: any free port, as 4.2.0's filter server).")
+@click.option("--parent-pid", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Exit when this process (the broker) is gone.")
+@click.option("--register-interval-s", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
+              help="REGISTER_FILTER_SERVER to the broker this often.")
+@click.option("--cpu-s", type=click.IntRange(min=1), default=60, show_default=True,
+              help="RLIMIT_CPU of each sandboxed filter worker (over its life).")
+@click.option("--memory-mib", type=click.IntRange(min=64), default=256, show_default=True,
+              help="RLIMIT_AS of each sandboxed filter worker.")
+@click.option("--budget-ms", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Time budget of one match(message) call.")
+def filtersrv(broker_addr: str, host: str, port: int, parent_pid: int, register_interval_s: float, cpu_s: int,
+              memory_mib: int, budget_ms: int) -> None:
+    """Run a filter server (RocketMQ 4.2.0's FilterServer; the broker starts filterServerNums of them)."""
+    from reference_broker.filtersrv.filter_worker import SandboxLimits
+    from reference_broker.filtersrv.serve import run_filtersrv
+
+    code = run_filtersrv(broker_addr, host, port, SandboxLimits(cpu_s, memory_mib, budget_ms),
+                         register_interval_s, parent_pid, announce=lambda line: click.echo(line, err=True))
+    if code:
+        sys.exit(code)
+
+
 def _add_admin() -> None:
     from reference_broker.tools.admin_cli import admin_cli
 

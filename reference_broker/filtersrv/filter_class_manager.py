@@ -1,0 +1,77 @@
+"""FilterClassManager (filtersrv/.../FilterClassManager.java, 4.2.0): the filters consumers uploaded, by
+(consumer group, topic), each with its own sandboxed worker (filter_worker.py).
+
+REGISTER_MESSAGE_FILTER_CLASS carries className and classCRC = CRC32 of the body (the source). As in 4.2.0 an
+upload with the CRC already registered for that group and topic is a no-op (consumers re-upload with every
+heartbeat); a new CRC replaces the filter. Here the source is compiled in a new worker *before* it replaces
+the old one, so a bad upload leaves the group's working filter in place and answers with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from reference_broker.common.crc import crc32
+from reference_broker.filtersrv.filter_worker import MAX_SOURCE_BYTES, FilterWorker, SandboxLimits, WorkerError
+
+log = logging.getLogger(__name__)
+
+
+class FilterClassError(ValueError):
+    """An upload refused; the message is the reply's remark."""
+
+
+@dataclass
+class FilterClassInfo:
+    class_name: str
+    class_crc: int
+    worker: FilterWorker
+
+
+class FilterClassManager:
+    def __init__(self, limits: SandboxLimits) -> None:
+        self.limits = limits
+        self.table: dict[tuple[str, str], FilterClassInfo] = {}
+        self._lock = threading.Lock()
+
+    def register(self, group: str, topic: str, class_name: str, class_crc: int, body: bytes) -> bool:
+        """Blocking (starts a worker). True when the filter was (re)placed, False when the same CRC was
+        already registered; FilterClassError when refused."""
+        if len(body) > MAX_SOURCE_BYTES:
+            raise FilterClassError(f"the filter source is {len(body)} bytes, over the limit of {MAX_SOURCE_BYTES}")
+        actual = crc32(body)
+        if actual != class_crc:
+            raise FilterClassError(f"classCRC {class_crc} does not match the body's CRC32 {actual}")
+        with self._lock:
+            old = self.table.get((group, topic))
+        if old is not None and old.class_crc == class_crc and old.class_name == class_name:
+            return False
+        try:
+            source = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FilterClassError(f"the filter source is not UTF-8: {exc}") from None
+        worker = FilterWorker(source, self.limits, f"{group}/{topic}")
+        try:
+            worker.start()
+        except WorkerError as exc:
+            raise FilterClassError(str(exc)) from None
+        with self._lock:
+            old = self.table.get((group, topic))
+            self.table[(group, topic)] = FilterClassInfo(class_name, class_crc, worker)
+        if old is not None:
+            old.worker.kill()
+        log.info("filter class registered: group %s topic %s class %s crc %d (sandbox: %s)", group, topic,
+                 class_name, class_crc, ",".join(worker.layers))
+        return True
+
+    def find(self, group: str, topic: str) -> FilterClassInfo | None:
+        with self._lock:
+            return self.table.get((group, topic))
+
+    def shutdown(self) -> None:
+        with self._lock:
+            infos, self.table = list(self.table.values()), {}
+        for info in infos:
+            info.worker.kill()
