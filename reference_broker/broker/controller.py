@@ -123,7 +123,8 @@ class BrokerController:
             delay_offsets=self._delay_offsets)
         # The filter servers (4.2.0's FilterServer): processes only when filterServerNums > 0.
         self.filter_server_manager = FilterServerManager(
-            broker_config.filter_server_nums, f"127.0.0.1:{broker_config.listen_port}",
+            broker_config.filter_server_nums,
+            f"{host if host not in ('', '0.0.0.0') else '127.0.0.1'}:{broker_config.listen_port}",
             store_config.store_path_root_dir / "logs", self.register_to_namesrv_soon)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
