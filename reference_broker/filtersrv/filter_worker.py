@@ -68,7 +68,7 @@ class FilterWorker:
         self.label = label
         self.proc: subprocess.Popen[bytes] | None = None
         self.layers: list[str] = []
-        self.restarts = 0
+        self.starts = 0  # workers started for this source (a killed one is replaced at the next call)
         self._lock = threading.Lock()
 
     # ---- life cycle ---------------------------------------------------------------------------------
@@ -78,6 +78,7 @@ class FilterWorker:
                 str(self.limits.memory_mib), str(os.getpid())]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         self.proc = proc
+        self.starts += 1
         try:
             hello = self._read(START_TIMEOUT_S)
             layers = json.loads(hello[1:]) if hello.startswith(b"H") else None
@@ -116,9 +117,7 @@ class FilterWorker:
         """The worker's verdicts on a batch; starts a worker first if there is none."""
         with self._lock:
             if self.proc is None or self.proc.poll() is not None:
-                if self.proc is not None:
-                    self.kill()
-                    self.restarts += 1
+                self.kill()  # reaps one that died between calls
                 try:
                     self.start()
                 except WorkerError as exc:
@@ -132,7 +131,7 @@ class FilterWorker:
                 return Verdicts(Outcome.KILLED, error=f"the filter ran past its deadline of {deadline_s:.1f} s "
                                                       "and its worker was killed")
             except (OSError, EOFError, ValueError) as exc:
-                code = self.proc.poll() if self.proc is not None else None
+                code = _exit_code(self.proc)
                 self.kill()
                 return Verdicts(Outcome.KILLED, error=f"the filter worker died ({_exit_text(code)}): {exc}")
             if reply.startswith(b"E"):
@@ -177,6 +176,16 @@ class FilterWorker:
                 raise EOFError("the worker closed its pipe")
             out += chunk
         return bytes(out)
+
+
+def _exit_code(proc: subprocess.Popen[bytes] | None) -> int | None:
+    """The exit status of a worker whose pipe just closed (it is exiting: wait a moment for it)."""
+    if proc is None:
+        return None
+    try:
+        return proc.wait(0.5)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _text(raw: bytes) -> str:

@@ -188,6 +188,10 @@ def confine(limits: Limits) -> list[str]:
         except (ValueError, OSError):
             pass
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # Modules set-up loaded (ctypes, signal, ...) would be imported again without an "import" event: forget
+    # them, so that the uploaded code's import of one is refused too (this module keeps its own references).
+    for name in [n for n in sys.modules if n.split(".")[0] in REFUSED_IMPORTS]:
+        del sys.modules[name]
     sys.addaudithook(audit_hook)
     applied.append("audit-hook")
     return applied
