@@ -70,8 +70,11 @@ class FiltersrvController:
         self.parent_pid = parent_pid
         self.server = RemotingServer()
         self.classes = FilterClassManager(limits or SandboxLimits())
-        # Worker calls block on pipes: one thread per concurrent batch, so a slow group delays only itself.
-        self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="filtersrv")
+        # Registrations (a worker start each) and the broker registration; a filter's batches run on its own
+        # thread (FilterClassInfo.executor).
+        self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="filtersrv")
+        # Its own thread: uploads that take their whole start timeout must not delay it past the broker's expiry.
+        self.register_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="filtersrv-register")
         self.broker = RemotingClient.from_addr(broker_addr, timeout_s=3.0)
         self.broker_name = ""
         self._tasks: list[asyncio.Task[None]] = []
@@ -99,6 +102,7 @@ class FiltersrvController:
         self.broker.close()
         self.classes.shutdown()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.register_executor.shutdown(wait=False, cancel_futures=True)
 
     # ---- registration with the broker ---------------------------------------------------------------
     def register_once(self) -> bool:
@@ -117,7 +121,7 @@ class FiltersrvController:
     async def _register_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await loop.run_in_executor(self.executor, self.register_once)
+            await loop.run_in_executor(self.register_executor, self.register_once)
             await asyncio.sleep(self.register_interval_s)
 
     async def _watch_parent(self) -> None:
@@ -204,7 +208,10 @@ class FiltersrvController:
             records, messages = split_records(resp.body)
         except RecordError as exc:
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, f"the broker's records do not decode: {exc}")
-        verdicts = await loop.run_in_executor(self.executor, info.worker.match, messages)
+        try:
+            verdicts = await loop.run_in_executor(info.executor, info.worker.match, messages)
+        except RuntimeError:  # the filter was replaced meanwhile (its executor shut down): the pull is retried
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, "the filter class was replaced, pull again")
         if verdicts.outcome is not Outcome.OK:
             log.warning("filter of %s/%s: %s", group, topic, verdicts.error)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR,

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Final
 
 from reference_broker.common.crc import crc32
 from reference_broker.filtersrv.filter_worker import MAX_SOURCE_BYTES, FilterWorker, SandboxLimits, WorkerError
 
 log = logging.getLogger(__name__)
+
+# Ours (4.2.0 had no bound): each filter is a process, so a flood of uploads under new group names must not
+# fork without end.
+MAX_FILTERS: Final = 256
 
 
 class FilterClassError(ValueError):
@@ -28,6 +34,13 @@ class FilterClassInfo:
     class_name: str
     class_crc: int
     worker: FilterWorker
+    # The thread this filter's batches run on: a filter that hangs until its deadline holds only its own
+    # thread, never a shared pool that other groups' pulls need.
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "filter-worker"))
+
+    def close(self) -> None:
+        self.worker.kill()
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 class FilterClassManager:
@@ -46,8 +59,11 @@ class FilterClassManager:
             raise FilterClassError(f"classCRC {class_crc} does not match the body's CRC32 {actual}")
         with self._lock:
             old = self.table.get((group, topic))
+            full = old is None and len(self.table) >= MAX_FILTERS
         if old is not None and old.class_crc == class_crc and old.class_name == class_name:
             return False
+        if full:
+            raise FilterClassError(f"this filter server already holds {MAX_FILTERS} filters")
         try:
             source = body.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -61,7 +77,7 @@ class FilterClassManager:
             old = self.table.get((group, topic))
             self.table[(group, topic)] = FilterClassInfo(class_name, class_crc, worker)
         if old is not None:
-            old.worker.kill()
+            old.close()
         log.info("filter class registered: group %s topic %s class %s crc %d (sandbox: %s)", group, topic,
                  class_name, class_crc, ",".join(worker.layers))
         return True
@@ -74,4 +90,4 @@ class FilterClassManager:
         with self._lock:
             infos, self.table = list(self.table.values()), {}
         for info in infos:
-            info.worker.kill()
+            info.close()

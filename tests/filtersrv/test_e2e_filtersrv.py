@@ -111,6 +111,9 @@ def test_hostile_filters_cost_only_their_own_group(topo: Topology) -> None:
     attacks = _attacks(broker_pid, broker.port, marker)
     sent = flow.send(topo, "FsAttack", 0, 40)
     collector = flow.Collector(topo, "FsAttack", "FsGoodGroup", flow.GOOD_SOURCE).start()
+    # One attacker through the client library too: its pulls keep failing and being retried meanwhile.
+    pushed_attacker = flow.Collector(topo, "FsAttack", "AtkPushLoop",
+                                     "def match(m):\n    while True:\n        pass\n").start()
     replies: dict[str, list[RemotingCommand]] = {}
     uploads: dict[str, RemotingCommand] = {}
 
@@ -141,7 +144,9 @@ def test_hostile_filters_cost_only_their_own_group(topo: Topology) -> None:
         assert collector.got() == _expected(sent + more)
         assert not marker.exists()
         assert flow.filtersrv_pids(broker_pid), "the filter server itself is still up"
+        assert pushed_attacker.got() == set()
     finally:
+        pushed_attacker.shutdown()
         collector.shutdown()
         marker.unlink(missing_ok=True)
 

@@ -19,6 +19,7 @@ from reference_broker.client.subscription import build_class_filter_subscription
 from reference_broker.common import message as mc
 from reference_broker.common.crc import crc32
 from reference_broker.common.record import RecordError, prepare_record, write_record
+from reference_broker.filtersrv import filter_class_manager
 from reference_broker.filtersrv.controller import split_records
 from reference_broker.filtersrv.filter_class_manager import FilterClassError, FilterClassManager
 from reference_broker.filtersrv.filter_worker import Outcome, SandboxLimits
@@ -75,6 +76,14 @@ def test_a_bad_upload_is_refused_and_the_working_filter_stays(manager: FilterCla
     assert info is not None and info.class_crc == crc32(GOOD)
     verdicts = info.worker.match([("T", "A", "", b"", {})])
     assert verdicts.outcome is Outcome.OK and verdicts.matched == (True,)
+
+
+def test_the_number_of_filters_is_bounded(manager: FilterClassManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(filter_class_manager, "MAX_FILTERS", 1)
+    manager.register("g", "T", "F", crc32(GOOD), GOOD)
+    with pytest.raises(FilterClassError, match="already holds 1 filters"):
+        manager.register("h", "T", "F", crc32(GOOD), GOOD)
+    assert manager.register("g", "T", "F", crc32(OTHER), OTHER) is True  # replacing one is not a new one
 
 
 class _Ctx:
