@@ -34,7 +34,11 @@ from reference_broker.broker.client_manager import ConsumerManager, ProducerMana
 from reference_broker.broker.client_processor import ClientManageProcessor
 from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
 from reference_broker.broker.end_transaction import EndTransactionProcessor
-from reference_broker.broker.filter_server_manager import SUPERVISE_INTERVAL_S, FilterServerManager
+from reference_broker.broker.filter_server_manager import (
+    SUPERVISE_INTERVAL_S,
+    FilterServerManager,
+    FilterServerRefused,
+)
 from reference_broker.broker.outer_api import BrokerOuterAPI
 from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTERVAL_SHORT_S, PullRequestHoldService
 from reference_broker.broker.pull_processor import PullMessageProcessor
@@ -301,7 +305,10 @@ class BrokerController:
         addr = cmd.ext_fields.get("filterServerAddr")
         if not addr:
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, "the custom field <filterServerAddr> is null")
-        self.filter_server_manager.register(ctx, addr)
+        try:
+            self.filter_server_manager.register(ctx, addr)
+        except FilterServerRefused as exc:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         return create_response(cmd, ResponseCode.SUCCESS, None, {
             "brokerId": str(self.broker_config.broker_id), "brokerName": self.broker_config.broker_name})
 

@@ -38,6 +38,14 @@ FILTER_SERVER_MAX_IDLE_S: Final = 30.0  # FilterServerManager.FILTER_SERVER_MAX_
 SUPERVISE_INTERVAL_S: Final = 1.0  # ours: 4.2.0 looked every 30 s (createFilterServer)
 RESTART_BACKOFF_S: Final = 1.0
 STOP_TIMEOUT_S: Final = 5.0
+# Ours (4.2.0 takes any address, any number): a client keeping its connection open cannot grow the table,
+# nor REGISTER_BROKER's body, without bound.
+MAX_REGISTERED: Final = 64
+MAX_ADDR_CHARS: Final = 255
+
+
+class FilterServerRefused(ValueError):
+    """A REGISTER_FILTER_SERVER refused; the message is the remark."""
 
 
 @dataclass
@@ -129,9 +137,15 @@ class FilterServerManager:
 
     # ---- registrations --------------------------------------------------------------------------------
     def register(self, ctx: ConnectionContext | None, addr: str) -> None:
-        """REGISTER_FILTER_SERVER (registerFilterServer): a new address makes the broker re-register soon."""
+        """REGISTER_FILTER_SERVER (registerFilterServer): a new address makes the broker re-register soon;
+        FilterServerRefused for an address that is not ``host:port`` or past the table's bound."""
+        host, _, port = addr.rpartition(":")
+        if not host or len(addr) > MAX_ADDR_CHARS or not port.isdigit() or not 0 < int(port) < 65536:
+            raise FilterServerRefused(f"the filter server address {addr[:64]!r} is not host:port")
         info = self.table.get(addr)
         if info is None:
+            if len(self.table) >= max(MAX_REGISTERED, 2 * self.count):
+                raise FilterServerRefused(f"this broker already has {len(self.table)} filter servers")
             self.table[addr] = FilterServerInfo(addr, ctx, time.monotonic())
             log.info("Receive a New Filter Server %s", addr)
             self.on_change()

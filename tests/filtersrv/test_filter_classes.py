@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from reference_broker.broker import filter_server_manager as fsm
-from reference_broker.broker.filter_server_manager import FilterServerManager
+from reference_broker.broker.filter_server_manager import FilterServerManager, FilterServerRefused
 from reference_broker.client.route import TopicRouteData
 from reference_broker.client.subscription import build_class_filter_subscription
 from reference_broker.common import message as mc
@@ -111,6 +111,24 @@ def test_the_broker_keeps_registered_filter_servers_until_they_close_or_go_quiet
     assert m.build_new_filter_server_list() == []
     assert len(changes) == 4
     assert m.pids() == []  # filterServerNums=0: no process
+
+
+@pytest.mark.parametrize("addr", ["", "nohost", ":1", "h:0", "h:65536", "h:x", "h:" + "1" * 300])
+def test_the_broker_refuses_a_filter_server_address_that_is_not_host_port(tmp_path: Path, addr: str) -> None:
+    m = FilterServerManager(0, "127.0.0.1:1", tmp_path, lambda: None)
+    with pytest.raises(FilterServerRefused):
+        m.register(None, addr)
+    assert m.build_new_filter_server_list() == []
+
+
+def test_the_brokers_filter_server_table_is_bounded(tmp_path: Path) -> None:
+    m = FilterServerManager(0, "127.0.0.1:1", tmp_path, lambda: None)
+    for port in range(1, fsm.MAX_REGISTERED + 1):
+        m.register(None, f"127.0.0.1:{port}")
+    with pytest.raises(FilterServerRefused, match="already has"):
+        m.register(None, "127.0.0.1:9999")
+    m.register(None, "127.0.0.1:1")  # re-registering a known one still works
+    assert len(m.build_new_filter_server_list()) == fsm.MAX_REGISTERED
 
 
 def test_a_pull_body_splits_into_its_records_byte_for_byte() -> None:
