@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 # Ours (4.2.0 had no bound): each filter is a process, so a flood of uploads under new group names must not
 # fork without end.
 MAX_FILTERS: Final = 256
+UPLOAD_LOCK_STRIPES: Final = 64
 
 
 class FilterClassError(ValueError):
@@ -48,6 +49,10 @@ class FilterClassManager:
         self.limits = limits
         self.table: dict[tuple[str, str], FilterClassInfo] = {}
         self._lock = threading.Lock()
+        # One upload at a time per (group, topic): the consumers of a group upload together at each heartbeat,
+        # and the second must find the first's filter rather than start a worker of its own. Striped, so that
+        # uploads under ever new names cannot grow a table of locks.
+        self._upload_locks = [threading.Lock() for _ in range(UPLOAD_LOCK_STRIPES)]
 
     def register(self, group: str, topic: str, class_name: str, class_crc: int, body: bytes) -> bool:
         """Blocking (starts a worker). True when the filter was (re)placed, False when the same CRC was
@@ -57,6 +62,10 @@ class FilterClassManager:
         actual = crc32(body)
         if actual != class_crc:
             raise FilterClassError(f"classCRC {class_crc} does not match the body's CRC32 {actual}")
+        with self._upload_locks[hash((group, topic)) % UPLOAD_LOCK_STRIPES]:
+            return self._register(group, topic, class_name, class_crc, body)
+
+    def _register(self, group: str, topic: str, class_name: str, class_crc: int, body: bytes) -> bool:
         with self._lock:
             old = self.table.get((group, topic))
             full = old is None and len(self.table) >= MAX_FILTERS

@@ -76,7 +76,10 @@ class FilterWorker:
         """Start a worker and compile the source in it; WorkerError (the worker is gone) when it fails."""
         argv = [sys.executable, "-m", "reference_broker.filtersrv.sandbox", str(self.limits.cpu_s),
                 str(self.limits.memory_mib), str(os.getpid())]
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        except OSError as exc:  # out of processes or memory: this group's error, not the filter server's
+            raise WorkerError(f"the filter worker cannot be started: {exc}") from None
         self.proc = proc
         self.starts += 1
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,14 @@ def test_a_bad_upload_is_refused_and_the_working_filter_stays(manager: FilterCla
     assert info is not None and info.class_crc == crc32(GOOD)
     verdicts = info.worker.match([("T", "A", "", b"", {})])
     assert verdicts.outcome is Outcome.OK and verdicts.matched == (True,)
+
+
+def test_the_same_filter_uploaded_at_once_by_two_consumers_starts_one_worker(manager: FilterClassManager) -> None:
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: manager.register("g", "T", "F", crc32(GOOD), GOOD), range(2)))
+    assert sorted(results) == [False, True]
+    info = manager.find("g", "T")
+    assert info is not None and info.worker.starts == 1
 
 
 def test_the_number_of_filters_is_bounded(manager: FilterClassManager, monkeypatch: pytest.MonkeyPatch) -> None:
