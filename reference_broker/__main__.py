@@ -111,6 +111,16 @@ def bench_sql92(number: int) -> None:
         click.echo(f"{us:8.2f} µs  {what}")
 
 
+@bench.command("filtersrv")
+@click.option("--batches", type=click.IntRange(1), default=200, show_default=True)
+def bench_filtersrv(batches: int) -> None:
+    """What the FilterServer's sandbox costs per message: a batch through a sandboxed worker vs in-process (µs)."""
+    from reference_broker.bench.filter_bench import run_sandbox
+
+    for what, us in run_sandbox(batches):
+        click.echo(f"{us:10.2f} µs  {what}")
+
+
 @bench.command("producer")
 @_NAMESRV
 @click.option("-t", "--topic", default="BenchmarkTest", show_default=True)

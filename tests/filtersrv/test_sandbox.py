@@ -173,3 +173,12 @@ def test_the_audit_hook_refuses_what_it_names_and_lets_reads_through() -> None:
     audit_hook("open", ("/etc/hostname", "r", os.O_RDONLY))
     audit_hook("import", ("json", None, [], [], []))
     audit_hook("compile", (b"", "<x>"))
+
+
+def test_the_sandbox_benchmark_measures_both_paths() -> None:
+    from reference_broker.bench.filter_bench import run_sandbox
+
+    rows = run_sandbox(batches=2, batch_size=4, body_size=16)
+    assert [what.split(" (")[0].split(",")[0] for what, _ in rows] == [
+        "match() in a sandboxed worker", "the same match() in this process", "a worker's start"]
+    assert all(us > 0 for _, us in rows)
