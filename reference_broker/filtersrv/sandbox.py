@@ -15,7 +15,8 @@ uploaded source is compiled:
 - PR_SET_PDEATHSIG: it dies with its filter server (and an EOF on stdin ends it too);
 - an audit hook (PEP 578) refusing process creation, os.system, os.kill and signals, sockets, opening a file
   for writing, file-system changes and ctypes, as defence in depth behind the limits above;
-- a per-message time budget (SIGALRM raises inside ``match``); the filter server's hard deadline per batch
+- a per-message CPU-time budget (ITIMER_PROF: SIGPROF raises inside ``match``; CPU time, so a worker that a
+  loaded machine leaves waiting is not charged for it); the filter server's hard wall-clock deadline per batch
   kills a worker that swallows that exception.
 
 Where a layer cannot be applied (not root) the worker says which in its hello, and runs with the others.
@@ -236,14 +237,14 @@ def serve(limits: Limits, rfd: int = 0, wfd: int = 1) -> None:
     applied = confine(limits)
     write_frame(wfd, b"H" + json.dumps(applied).encode())
     source, budget_ms = marshal.loads(read_frame(rfd))
-    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGPROF, _on_alarm)
     budget_s = max(budget_ms, 1) / 1000
     try:
-        signal.setitimer(signal.ITIMER_REAL, budget_s * 10)  # the module's top level gets ten budgets
+        signal.setitimer(signal.ITIMER_PROF, budget_s * 10)  # the module's top level gets ten budgets
         try:
             match = compile_filter(source)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
     except BaseException as exc:  # noqa: BLE001 - whatever the source does is reported, not raised
         write_frame(wfd, b"E" + _describe(exc).encode("utf-8", "replace")[:MAX_ERROR_BYTES])
         return
@@ -256,11 +257,11 @@ def serve(limits: Limits, rfd: int = 0, wfd: int = 1) -> None:
         verdicts = bytearray()
         try:
             for topic, tags, keys, body, props in batch:
-                signal.setitimer(signal.ITIMER_REAL, budget_s)
+                signal.setitimer(signal.ITIMER_PROF, budget_s)
                 try:
                     verdicts.append(0x31 if match(_Message(topic, tags, keys, body, dict(props))) else 0x30)
                 finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    signal.setitimer(signal.ITIMER_PROF, 0)
         except BaseException as exc:  # noqa: BLE001 - the group's error reply, the worker goes on
             write_frame(wfd, b"E" + _describe(exc).encode("utf-8", "replace")[:MAX_ERROR_BYTES])
             continue

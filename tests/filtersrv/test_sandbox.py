@@ -100,6 +100,15 @@ def test_a_loop_that_swallows_the_budget_alarm_is_killed_at_the_deadline_and_the
         worker.kill()
 
 
+def test_a_sleeping_filter_uses_no_cpu_budget_but_meets_the_wall_clock_deadline() -> None:
+    worker = FilterWorker("import time\ndef match(m):\n    time.sleep(30)\n", LIMITS)
+    try:
+        verdicts = worker.match(MSGS[:1])
+        assert verdicts.outcome is Outcome.KILLED and "deadline" in verdicts.error
+    finally:
+        worker.kill()
+
+
 def test_a_worker_that_exits_is_an_error_then_replaced() -> None:
     worker = FilterWorker("import os\ndef match(m):\n    if m.tags == 'die':\n        os._exit(3)\n"
                           "    return True\n", LIMITS)
