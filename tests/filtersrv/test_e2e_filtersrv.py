@@ -174,3 +174,19 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "Z"
+
+
+def test_a_clean_broker_shutdown_stops_its_filter_servers_and_none_start_without_filter_server_nums(
+        tmp_path: Path) -> None:
+    with Topology(tmp_path / "one", broker_conf={"filterServerNums": 1}) as topo:
+        create_topic(topo, "FsStop", 1)
+        wait_for(lambda: len(flow.filter_servers(topo, "FsStop")) == 1, 30, "the filter server in the route")
+        broker = topo.brokers[0]
+        fs_pids = flow.filtersrv_pids(broker.pid)
+        assert len(fs_pids) == 1
+        assert broker.stop() == 0
+        assert not any(Path(f"/proc/{p}").exists() and _state(p) != "Z" for p in fs_pids)
+    with Topology(tmp_path / "none") as topo:
+        create_topic(topo, "FsNone", 1)
+        assert flow.filtersrv_pids(topo.brokers[0].pid) == []
+        assert flow.filter_servers(topo, "FsNone") == []
