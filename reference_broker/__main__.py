@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -298,14 +299,17 @@ def broker(namesrv_addr: str | None, config_file: Path | None, host: str) -> Non
 @click.option("--memory-mib", type=click.IntRange(min=64), default=256, show_default=True,
               help="RLIMIT_AS of each sandboxed filter worker.")
 @click.option("--budget-ms", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Time budget of one match(message) call.")
+              help="CPU-time budget of one match(message) call.")
+@click.option("--hide-path", "hidden", multiple=True, type=click.Path(file_okay=False),
+              help="A directory the sandboxed workers must not read (the broker's store); repeatable.")
 def filtersrv(broker_addr: str, host: str, port: int, parent_pid: int, register_interval_s: float, cpu_s: int,
-              memory_mib: int, budget_ms: int) -> None:
+              memory_mib: int, budget_ms: int, hidden: tuple[str, ...]) -> None:
     """Run a filter server (RocketMQ 4.2.0's FilterServer; the broker starts filterServerNums of them)."""
     from reference_broker.filtersrv.filter_worker import SandboxLimits
     from reference_broker.filtersrv.serve import run_filtersrv
 
-    code = run_filtersrv(broker_addr, host, port, SandboxLimits(cpu_s, memory_mib, budget_ms),
+    code = run_filtersrv(broker_addr, host, port, SandboxLimits(cpu_s, memory_mib, budget_ms,
+                                                                 tuple(os.path.abspath(h) for h in hidden)),
                          register_interval_s, parent_pid, announce=lambda line: click.echo(line, err=True))
     if code:
         sys.exit(code)

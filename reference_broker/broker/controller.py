@@ -129,7 +129,8 @@ class BrokerController:
         self.filter_server_manager = FilterServerManager(
             broker_config.filter_server_nums,
             f"{host if host not in ('', '0.0.0.0') else '127.0.0.1'}:{broker_config.listen_port}",
-            store_config.store_path_root_dir / "logs", self.register_to_namesrv_soon)
+            store_config.store_path_root_dir / "logs", self.register_to_namesrv_soon,
+            ["--hide-path", str(store_config.store_path_root_dir.resolve())])
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._periodic: list[asyncio.Task[None]] = []

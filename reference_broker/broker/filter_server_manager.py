@@ -4,7 +4,8 @@
 and kept the registered ones by channel, dropping one idle for 30 s (FILTER_SERVER_MAX_IDLE_TIME_MILLS). Here
 the broker supervises its filter servers as child processes, by PID:
 
-- each runs ``python -m reference_broker filtersrv --broker <this broker> --parent-pid <broker pid>``; its
+- each runs ``python -m reference_broker filtersrv --broker <this broker> --parent-pid <broker pid>
+  --hide-path <storePathRootDir>`` (its workers cannot read the store); its
   stdout and stderr go to ``{storePathRootDir}/logs/filtersrv-<i>.log``;
 - ``supervise()`` (every second on the loop) restarts one that has exited (at most once per
   ``RESTART_BACKOFF_S``); shutdown sends SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``, and reaps;

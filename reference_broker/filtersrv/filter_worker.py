@@ -53,6 +53,9 @@ class SandboxLimits:
     cpu_s: int = DEFAULT_CPU_S
     memory_mib: int = DEFAULT_MEMORY_MIB
     budget_ms: int = DEFAULT_BUDGET_MS
+    # Directories the worker must not even read (the broker's store: every group's messages), covered in its
+    # mount namespace by an empty read-only tmpfs (as root; else left to the files' permissions).
+    hidden_paths: tuple[str, ...] = ()
 
 
 class WorkerError(Exception):
@@ -75,7 +78,7 @@ class FilterWorker:
     def start(self) -> None:
         """Start a worker and compile the source in it; WorkerError (the worker is gone) when it fails."""
         argv = [sys.executable, "-m", "reference_broker.filtersrv.sandbox", str(self.limits.cpu_s),
-                str(self.limits.memory_mib), str(os.getpid())]
+                str(self.limits.memory_mib), str(os.getpid()), *self.limits.hidden_paths]
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         except OSError as exc:  # out of processes or memory: this group's error, not the filter server's

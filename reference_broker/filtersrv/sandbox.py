@@ -10,7 +10,9 @@ uploaded source is compiled:
   bounded allocation is a MemoryError), RLIMIT_FSIZE 0 (no file grows), RLIMIT_NPROC 0 for the unprivileged
   uid (no fork);
 - as root: its own network namespace (only a down loopback: no connect, not even to the broker), its own mount
-  namespace with read-only empty tmpfs over the world-writable directories (/tmp, /var/tmp, /dev/shm), then
+  namespace with read-only empty tmpfs over the world-writable directories (/tmp, /var/tmp, /dev/shm) and over
+  the hidden paths it is given (the broker's store: its error replies would otherwise be a way out for other
+  groups' messages), then
   uid/gid ``nobody`` with no supplementary groups, so it can signal no other process; PR_SET_NO_NEW_PRIVS;
 - PR_SET_PDEATHSIG: it dies with its filter server (and an EOF on stdin ends it too);
 - an audit hook (PEP 578) refusing process creation, os.system, os.kill and signals, sockets, opening a file
@@ -132,7 +134,8 @@ def read_frame(fd: int, limit: int = MAX_IN_FRAME) -> bytes:
 class Limits:
     """What the filter server asks of a worker (command-line arguments of this module)."""
 
-    def __init__(self, cpu_s: int, memory_mib: int, parent_pid: int) -> None:
+    def __init__(self, cpu_s: int, memory_mib: int, parent_pid: int, hidden: tuple[str, ...] = ()) -> None:
+        self.hidden = hidden
         self.cpu_s = cpu_s
         self.memory_mib = memory_mib
         self.parent_pid = parent_pid
@@ -161,6 +164,10 @@ def confine(limits: Limits) -> list[str]:
                 if all(libc.mount(b"none", d.encode(), b"tmpfs", ro, b"size=4k") == 0
                        for d in WORLD_WRITABLE_DIRS if os.path.isdir(d)):
                     applied.append("ro-tmp")
+                # After /tmp: a hidden directory under /tmp is already out of sight (and no longer a mount point).
+                if limits.hidden and all(libc.mount(b"none", d.encode(), b"tmpfs", ro, b"size=4k") == 0
+                                         for d in limits.hidden if os.path.isdir(d)):
+                    applied.append("hidden-paths")
         try:
             import pwd
 
@@ -269,10 +276,10 @@ def serve(limits: Limits, rfd: int = 0, wfd: int = 1) -> None:
 
 
 def main(argv: list[str]) -> None:
-    cpu_s, memory_mib, parent_pid = (int(a) for a in argv)
+    cpu_s, memory_mib, parent_pid = (int(a) for a in argv[:3])
     # Our own fds: stdin/stdout are the pipes; stderr the filter server's log. Uploaded code writing to them
     # can garble only its own group's answers.
-    serve(Limits(cpu_s, memory_mib, parent_pid))
+    serve(Limits(cpu_s, memory_mib, parent_pid, tuple(argv[3:])))
 
 
 if __name__ == "__main__":

@@ -191,3 +191,29 @@ def test_the_sandbox_benchmark_measures_both_paths() -> None:
     assert [what.split(" (")[0].split(",")[0] for what, _ in rows] == [
         "match() in a sandboxed worker", "the same match() in this process", "a worker's start"]
     assert all(us > 0 for _, us in rows)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="mount namespaces need root")
+def test_a_hidden_directory_reads_as_empty_in_the_worker(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Outside /tmp (which the worker sees as an empty tmpfs anyway): a directory under the working tree.
+    secret_dir = Path.cwd() / f".sandbox-secret-{uuid.uuid4().hex}"
+    secret_dir.mkdir()
+    try:
+        (secret_dir / "commitlog").write_text("other groups' messages")
+        os.chmod(secret_dir, 0o755)
+        os.chmod(secret_dir / "commitlog", 0o644)
+        source = f"import os\ndef match(m):\n    return bool(os.listdir({str(secret_dir)!r}))\n"
+        plain = FilterWorker(source, LIMITS)
+        hidden = FilterWorker(source, SandboxLimits(10, 256, 100, hidden_paths=(str(secret_dir),)))
+        try:
+            seen = plain.match(MSGS[:1])
+            if seen.outcome is Outcome.OK:  # the directory is reachable by nobody here
+                assert seen.matched == (True,)
+            assert hidden.match(MSGS[:1]).matched == (False,)
+            assert "hidden-paths" in hidden.layers
+        finally:
+            plain.kill()
+            hidden.kill()
+    finally:
+        (secret_dir / "commitlog").unlink()
+        secret_dir.rmdir()
