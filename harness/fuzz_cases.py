@@ -38,7 +38,7 @@ SERVED_CODES: Final[tuple[int, ...]] = (
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_BROKER_RUNTIME_INFO,
     RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.QUERY_MESSAGE,
     RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.GET_BROKER_CONFIG, RequestCode.END_TRANSACTION,
-    RequestCode.CHECK_CLIENT_CONFIG, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+    RequestCode.CHECK_CLIENT_CONFIG, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.REGISTER_FILTER_SERVER,
 )
 UNSERVED_CODES: Final[tuple[int, ...]] = (
     RequestCode.QUERY_BROKER_OFFSET, RequestCode.REGISTER_BROKER, 0, -1, 32767, 9999)
@@ -361,6 +361,7 @@ _SIMPLE: Final[dict[int, Callable[[random.Random], _Req]]] = {
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: _simple(
         {"topic": "FuzzTopic", "group": "FuzzGroup", "timestamp": "1700000000000", "isForce": "true"},
         frozenset({"timestamp"})),
+    RequestCode.REGISTER_FILTER_SERVER: _simple({"filterServerAddr": "127.0.0.1:1"}, frozenset()),
 }
 
 

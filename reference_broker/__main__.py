@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -109,6 +110,16 @@ def bench_sql92(number: int) -> None:
 
     for what, us in run(number):
         click.echo(f"{us:8.2f} µs  {what}")
+
+
+@bench.command("filtersrv")
+@click.option("--batches", type=click.IntRange(1), default=200, show_default=True)
+def bench_filtersrv(batches: int) -> None:
+    """What the FilterServer's sandbox costs per message: a batch through a sandboxed worker vs in-process (µs)."""
+    from reference_broker.bench.filter_bench import run_sandbox
+
+    for what, us in run_sandbox(batches):
+        click.echo(f"{us:10.2f} µs  {what}")
 
 
 @bench.command("producer")
@@ -270,6 +281,36 @@ def broker(namesrv_addr: str | None, config_file: Path | None, host: str) -> Non
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="-n") from None
     code = run_broker(broker_config, store_config, host, announce=click.echo)
+    if code:
+        sys.exit(code)
+
+
+@main.command("filtersrv")
+@click.option("--broker", "broker_addr", required=True, metavar="HOST:PORT", help="The broker to serve.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Listen address (loopback).")
+@click.option("-p", "--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Listen port (0: any free port, as 4.2.0's filter server).")
+@click.option("--parent-pid", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Exit when this process (the broker) is gone.")
+@click.option("--register-interval-s", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
+              help="REGISTER_FILTER_SERVER to the broker this often.")
+@click.option("--cpu-s", type=click.IntRange(min=1), default=60, show_default=True,
+              help="RLIMIT_CPU of each sandboxed filter worker (over its life).")
+@click.option("--memory-mib", type=click.IntRange(min=64), default=256, show_default=True,
+              help="RLIMIT_AS of each sandboxed filter worker.")
+@click.option("--budget-ms", type=click.IntRange(min=1), default=100, show_default=True,
+              help="CPU-time budget of one match(message) call.")
+@click.option("--hide-path", "hidden", multiple=True, type=click.Path(file_okay=False),
+              help="A directory the sandboxed workers must not read (the broker's store); repeatable.")
+def filtersrv(broker_addr: str, host: str, port: int, parent_pid: int, register_interval_s: float, cpu_s: int,
+              memory_mib: int, budget_ms: int, hidden: tuple[str, ...]) -> None:
+    """Run a filter server (RocketMQ 4.2.0's FilterServer; the broker starts filterServerNums of them)."""
+    from reference_broker.filtersrv.filter_worker import SandboxLimits
+    from reference_broker.filtersrv.serve import run_filtersrv
+
+    code = run_filtersrv(broker_addr, host, port, SandboxLimits(cpu_s, memory_mib, budget_ms,
+                                                                 tuple(os.path.abspath(h) for h in hidden)),
+                         register_interval_s, parent_pid, announce=lambda line: click.echo(line, err=True))
     if code:
         sys.exit(code)
 

@@ -44,3 +44,53 @@ def run(number: int = 20_000, repeat: int = 7) -> list[tuple[str, float]]:
         assert isinstance(selector.matches(props), bool)
         rows.append((f"evaluate {expr}", best(lambda s=selector: s.matches(props))))
     return rows
+
+
+# ---- the FilterServer's sandbox -------------------------------------------------------------------------
+
+FILTER_SOURCE: Final = ("def match(message):\n"
+                        "    return message.tags == 'TagA' and int(message.properties.get('amount', '0')) > 100\n")
+
+
+def run_sandbox(batches: int = 200, batch_size: int = 32, body_size: int = 1024) -> list[tuple[str, float]]:
+    """(what, microseconds per message): a batch of ``batch_size`` messages through a sandboxed filter worker
+    (filtersrv/filter_worker.py: marshal, a pipe each way, the worker's per-message alarm) against the same
+    ``match`` called in this process; and a worker's start (interpreter, confinement, compile), per start."""
+    import time
+
+    from reference_broker.filtersrv.controller import split_records
+    from reference_broker.filtersrv.filter_worker import FilterWorker, Outcome, SandboxLimits
+    from reference_broker.filtersrv.sandbox import compile_filter
+
+    _, messages = split_records(sample_record(body_size) * batch_size)
+    t0 = time.perf_counter()
+    starts = 5
+    for _ in range(starts):
+        w = FilterWorker(FILTER_SOURCE, SandboxLimits())
+        w.start()
+        w.kill()
+    start_us = (time.perf_counter() - t0) / starts * 1e6
+    worker = FilterWorker(FILTER_SOURCE, SandboxLimits())
+    try:
+        worker.start()
+        assert worker.match(messages).outcome is Outcome.OK
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            worker.match(messages)
+        sandboxed_us = (time.perf_counter() - t0) / (batches * batch_size) * 1e6
+    finally:
+        worker.kill()
+
+    class _Msg:
+        def __init__(self, m: tuple[str, str | None, str, bytes, dict[str, str]]) -> None:
+            self.topic, self.tags, self.keys, self.body, self.properties = m
+
+    match = compile_filter(FILTER_SOURCE)
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        for m in messages:
+            match(_Msg(m))
+    direct_us = (time.perf_counter() - t0) / (batches * batch_size) * 1e6
+    return [(f"match() in a sandboxed worker, batches of {batch_size} ({body_size} B bodies)", sandboxed_us),
+            ("the same match() in this process", direct_us),
+            ("a worker's start (interpreter, confinement, compile), per start", start_us)]

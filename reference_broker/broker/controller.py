@@ -34,6 +34,11 @@ from reference_broker.broker.client_manager import ConsumerManager, ProducerMana
 from reference_broker.broker.client_processor import ClientManageProcessor
 from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
 from reference_broker.broker.end_transaction import EndTransactionProcessor
+from reference_broker.broker.filter_server_manager import (
+    SUPERVISE_INTERVAL_S,
+    FilterServerManager,
+    FilterServerRefused,
+)
 from reference_broker.broker.outer_api import BrokerOuterAPI
 from reference_broker.broker.pull_hold import CHECK_INTERVAL_LONG_S, CHECK_INTERVAL_SHORT_S, PullRequestHoldService
 from reference_broker.broker.pull_processor import PullMessageProcessor
@@ -47,8 +52,8 @@ from reference_broker.broker.transaction_check import TransactionalMessageCheckS
 from reference_broker.common import transaction as tx
 from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.ha import HAClient, HAService, attach_ha
-from reference_broker.remoting.codes import FLAG_ONEWAY, RequestCode
-from reference_broker.remoting.command import RemotingCommand, create_request
+from reference_broker.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from reference_broker.remoting.command import RemotingCommand, create_request, create_response
 from reference_broker.remoting.server import ConnectionContext, Handler, RemotingServer
 from reference_broker.store.clean import disk_partition_space_used_percent
 from reference_broker.store.config import ROCKETMQ_KEYS, BrokerRole, MessageStoreConfig
@@ -120,6 +125,12 @@ class BrokerController:
             self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager,
             broker_config, config_properties=self.config_properties, runtime_info=self.runtime_info,
             delay_offsets=self._delay_offsets)
+        # The filter servers (4.2.0's FilterServer): processes only when filterServerNums > 0.
+        self.filter_server_manager = FilterServerManager(
+            broker_config.filter_server_nums,
+            f"{host if host not in ('', '0.0.0.0') else '127.0.0.1'}:{broker_config.listen_port}",
+            store_config.store_path_root_dir / "logs", self.register_to_namesrv_soon,
+            ["--hide-path", str(store_config.store_path_root_dir.resolve())])
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._periodic: list[asyncio.Task[None]] = []
@@ -181,10 +192,12 @@ class BrokerController:
         for code in ADMIN_CODES:
             routes[code] = self.admin_processor.handle
         routes[RequestCode.INVOKE_BROKER_TO_RESET_OFFSET] = self.reset_offset_processor.handle
+        routes[RequestCode.REGISTER_FILTER_SERVER] = self._register_filter_server
         for route, handler in routes.items():
             server.register(route, handler)
         self._codes = list(routes)
         server.close_hooks.append(self.client_processor.on_channel_close)
+        server.close_hooks.append(self.filter_server_manager.on_channel_close)
         self.topic_config_manager.on_change = self.register_to_namesrv_soon
         if listen:
             await server.start(self.host, bc.listen_port)
@@ -206,6 +219,10 @@ class BrokerController:
         if listen and self.slave_sync is not None:
             self._every(SYNC_PERIOD_S, self.slave_sync.sync_all, first_after_s=SYNC_INITIAL_DELAY_S)
         self._every(SCAN_NOT_ACTIVE_CHANNEL_S, self._scan_channels)
+        if listen and self.filter_server_manager.count > 0:
+            # BrokerController.start: filterServerManager.start() (4.2.0), here supervised by PID.
+            self.filter_server_manager.start()
+            self._every(SUPERVISE_INTERVAL_S, self.filter_server_manager.supervise)
         # BrokerController.initialize: brokerStats.record() at each local midnight.
         self._every(DAY_S, self.broker_stats.record,
                     first_after_s=seconds_until_next_morning(datetime.datetime.now()))
@@ -221,6 +238,8 @@ class BrokerController:
             self.hold_service.shutdown()  # held pulls re-execute and answer on their open connections
             await asyncio.sleep(0.05)  # let those answers reach the sockets
         await self.server.stop()
+        if self.filter_server_manager.count > 0:
+            await asyncio.get_running_loop().run_in_executor(None, self.filter_server_manager.shutdown)
         pending = [t for t in (*self._periodic, *self._tasks) if not t.done()]
         for task in pending:
             task.cancel()
@@ -279,6 +298,20 @@ class BrokerController:
 
     def _scan_channels(self) -> None:
         self.client_processor.scan_not_active()
+        self.filter_server_manager.scan_not_active()
+
+    def _register_filter_server(self, ctx: ConnectionContext, cmd: RemotingCommand) -> RemotingCommand:
+        """REGISTER_FILTER_SERVER (AdminBrokerProcessor.registerFilterServer, 4.2.0): remember the filter server
+        by its connection; answer with this broker's id and name."""
+        addr = cmd.ext_fields.get("filterServerAddr")
+        if not addr:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, "the custom field <filterServerAddr> is null")
+        try:
+            self.filter_server_manager.register(ctx, addr)
+        except FilterServerRefused as exc:
+            return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        return create_response(cmd, ResponseCode.SUCCESS, None, {
+            "brokerId": str(self.broker_config.broker_id), "brokerName": self.broker_config.broker_name})
 
     async def _register_async(self) -> None:
         assert self.loop is not None
@@ -348,7 +381,8 @@ class BrokerController:
             obj["perm"] = tc.perm & self.broker_config.broker_permission
             table[name] = obj
         reply = self.outer_api.register_broker_all(self._namesrv_addrs(), self._register_header(), table,
-                                                   tcm.data_version.to_json())
+                                                   tcm.data_version.to_json(),
+                                                   self.filter_server_manager.build_new_filter_server_list())
         self.registered = self.registered or reply.ok
         # A slave without haMasterAddress follows the master the name server names (BrokerController's
         # updateMasterHAServerAddrPeriodically).

@@ -63,12 +63,13 @@ class BrokerOuterAPI:
             return client.invoke(cmd)
 
     def register_broker_all(self, namesrv_addrs: list[str], header: dict[str, str],
-                            topic_config_table: dict[str, Any], data_version: dict[str, int]) -> Registered:
-        """REGISTER_BROKER (RegisterBrokerBody: the topic table, no filter servers) on every name server.
+                            topic_config_table: dict[str, Any], data_version: dict[str, int],
+                            filter_server_list: list[str] | None = None) -> Registered:
+        """REGISTER_BROKER (RegisterBrokerBody: the topic table and the filter servers) on every name server.
         ``header`` is RegisterBrokerRequestHeader's fields; bodyCrc32 is added here."""
         body = json_dumps({"topicConfigSerializeWrapper": {"topicConfigTable": topic_config_table,
                                                            "dataVersion": data_version},
-                           "filterServerList": []})
+                           "filterServerList": filter_server_list or []})
         header = {**header, "bodyCrc32": str(crc32(body))}
         ok = False
         ha_server_addr: str | None = None

@@ -446,6 +446,45 @@ class MQClientInstance:
                         log.warning("heartbeat to %s: %s", addr, protocol.broker_error(response, addr))
                 except MQClientError as exc:
                     log.info("send heart beat to broker[%s] failed: %s", addr, exc)
+            # sendHeartbeatToAllBrokerWithLock, 4.2.0: then uploadFilterClassSource
+            self.upload_filter_class_source()
+
+    # ---- filter servers (RocketMQ <= 4.2's class-filter mode) --------------------------------
+
+    def upload_filter_class_source(self) -> None:
+        """uploadFilterClassSource (4.2.0): every class-filter subscription's source to every filter server of
+        its topic's brokers (a filter server ignores a source it already has: same CRC)."""
+        with self._lock:
+            consumers = list(self.consumers.items())
+        for group, consumer in consumers:
+            for sub in consumer.subscriptions():
+                if sub.class_filter_mode and sub.filter_class_source is not None:
+                    self._upload_filter_class(group, sub.topic, sub.filter_class_name,
+                                              sub.filter_class_source.encode("utf-8"))
+
+    def _upload_filter_class(self, group: str, topic: str, class_name: str, source: bytes) -> None:
+        """uploadFilterClassToAllFilterServer (4.2.0)."""
+        route = self.topic_routes.get(topic)
+        servers = [s for ss in (route.filter_server_table.values() if route else ()) for s in ss]
+        if not servers:
+            log.warning("uploadFilterClassToAllFilterServer, but no filter server, group %s topic %s", group, topic)
+            return
+        for addr in servers:
+            try:
+                resp = self.invoke(addr, protocol.register_message_filter_class_request(group, topic, class_name,
+                                                                                        source))
+            except MQClientError as exc:
+                log.warning("upload filter class to %s failed: %s", addr, exc)
+                continue
+            if resp.code != ResponseCode.SUCCESS:
+                log.warning("filter server %s refused the filter of %s/%s: %s", addr, group, topic, resp.remark)
+
+    def find_filter_server(self, topic: str, broker_addr: str) -> str | None:
+        """computPullFromWhichFilterServer (PullAPIWrapper, 4.2.0): one of the broker's filter servers, at
+        random; None when the route lists none."""
+        route = self.topic_routes.get(topic)
+        servers = route.filter_server_table.get(broker_addr) if route else None
+        return random.choice(servers) if servers else None
 
     # ---- consumers --------------------------------------------------------------------------
 

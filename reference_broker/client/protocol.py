@@ -17,6 +17,7 @@ from reference_broker.client.errors import MQBrokerError
 from reference_broker.client.message import MessageQueue, PullResult, PullStatus, SendResult, SendStatus
 from reference_broker.client.subscription import SubscriptionData
 from reference_broker.common import message as mc
+from reference_broker.common.crc import crc32
 from reference_broker.common.record import MessageExt, decode_messages
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, json_dumps, json_loads, next_opaque
@@ -258,6 +259,14 @@ def check_client_config_request(client_id: str, group: str, sub: SubscriptionDat
     """CHECK_CLIENT_CONFIG (46) with CheckClientRequestBody (MQClientAPIImpl.checkClientInBroker)."""
     body = json_dumps({"clientId": client_id, "group": group, "subscriptionData": sub.to_json()})
     return request(RequestCode.CHECK_CLIENT_CONFIG, {}, body)
+
+
+def register_message_filter_class_request(group: str, topic: str, class_name: str,
+                                          source: bytes) -> RemotingCommand:
+    """REGISTER_MESSAGE_FILTER_CLASS (302, MQClientAPIImpl.registerMessageFilterClass, 4.2.0): header
+    RegisterMessageFilterClassRequestHeader, classCRC = UtilAll.crc32 of the body."""
+    return request(RequestCode.REGISTER_MESSAGE_FILTER_CLASS, {
+        "consumerGroup": group, "topic": topic, "className": class_name, "classCRC": str(crc32(source))}, source)
 
 
 def heartbeat_request(body: bytes) -> RemotingCommand:

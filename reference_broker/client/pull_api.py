@@ -5,7 +5,8 @@ slaveReadEnable whose reader is far behind (more than accessMessageInMemoryMaxRa
 whichBrokerWhenConsumeSlowly (1). The next pull of that queue goes there (updatePullFromWhichNode /
 recalculatePullFromWhichNode), or to any broker of the name when that one is not in the route — the master,
 else a slave, which is how consumers keep reading while a master is down. A pull sent to a slave never carries
-the commit-offset flag (a slave does not store offsets from pulls).
+the commit-offset flag (a slave does not store offsets from pulls). A class-filter subscription's pulls go to
+one of the broker's filter servers instead (4.2.0).
 """
 
 from __future__ import annotations
@@ -49,3 +50,13 @@ class PullFromWhichNode:
 def sys_flag_for(sys_flag: int, found: FindBrokerResult) -> int:
     """pullKernelImpl: PullSysFlag.clearCommitOffsetFlag when the pull goes to a slave."""
     return sys_flag & ~PULL_FLAG_COMMIT_OFFSET if found.slave else sys_flag
+
+
+def filter_server_for(instance: MQClientInstance, mq: MessageQueue, broker_addr: str) -> str:
+    """pullKernelImpl / computPullFromWhichFilterServer (4.2.0): a class-filter pull goes to one of the broker's
+    filter servers; MQClientError when the route lists none."""
+    addr = instance.find_filter_server(mq.topic, broker_addr)
+    if addr is None:
+        raise MQClientError(ClientErrorCode.BROKER_NOT_EXIST_EXCEPTION,
+                            f"Find Filter Server Failed, Broker Addr: {broker_addr} topic: {mq.topic}")
+    return addr

@@ -54,13 +54,14 @@ from reference_broker.client.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from reference_broker.client.process_queue import ProcessQueue
-from reference_broker.client.pull_api import PullFromWhichNode, sys_flag_for
+from reference_broker.client.pull_api import PullFromWhichNode, filter_server_for, sys_flag_for
 from reference_broker.client.rebalance import PullRequest, RebalanceImpl, pull_from_where
 from reference_broker.client.scheduler import Scheduler
 from reference_broker.client.subscription import (
     EXPRESSION_TAG,
     MessageSelector,
     SubscriptionData,
+    build_class_filter_subscription,
     build_subscription,
     build_subscription_data,
 )
@@ -157,12 +158,21 @@ class PushConsumer:
 
     # ---- configuration ----------------------------------------------------------------------
 
-    def subscribe(self, topic: str, sub_expression: str | MessageSelector = "*") -> None:
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector = "*", *,
+                  filter_source: str | None = None, filter_class_name: str = "PythonMessageFilter") -> None:
         """Subscribe to ``topic`` with a tag expression ("*" or "TagA || TagB") or a MessageSelector
-        (``MessageSelector.by_sql("a > 5")``); allowed after start too."""
+        (``MessageSelector.by_sql("a > 5")``); allowed after start too.
+
+        With ``filter_source`` (Python source defining ``def match(message) -> bool``) the subscription is in
+        class-filter mode (RocketMQ <= 4.2's FilterServer): the source is uploaded to the filter servers of the
+        topic's brokers and this topic's pulls go to them; the expression is then ignored."""
         check_topic(topic)
         try:
-            self._subscriptions[topic] = build_subscription(topic, sub_expression)
+            if filter_source is not None:
+                self._subscriptions[topic] = build_class_filter_subscription(topic, filter_source,
+                                                                             filter_class_name)
+            else:
+                self._subscriptions[topic] = build_subscription(topic, sub_expression)
         except ValueError as exc:
             raise MQClientError(ClientErrorCode.CLIENT_STATE_EXCEPTION, f"subscription exception: {exc}",
                                 False) from None
@@ -421,12 +431,15 @@ class PushConsumer:
         commit_offset = 0
         if self.message_model is MessageModel.CLUSTERING:
             commit_offset = self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
-        sub_expression = sub.sub_string if self.post_subscription_when_pull else None
-        sys_flag = build_pull_sys_flag(commit_offset > 0, True, sub_expression is not None)
+        class_filter = sub.class_filter_mode
+        sub_expression = sub.sub_string if self.post_subscription_when_pull and not class_filter else None
+        sys_flag = build_pull_sys_flag(commit_offset > 0, True, sub_expression is not None, class_filter)
         try:
             instance = self._running()
             found = self._pull_from_which_node.find(instance, mq)
             addr = found.broker_addr
+            if class_filter:
+                addr = filter_server_for(instance, mq, addr)
             cmd = protocol.pull_request(self.group, mq, sub_expression, sub.expression_type, sub.sub_version,
                                         request.next_offset, self.pull_batch_size, sys_flag_for(sys_flag, found),
                                         max(commit_offset, 0),
@@ -464,7 +477,9 @@ class PushConsumer:
         except MQBrokerError as exc:
             log.warning("pull %s from %s failed: %s", mq, addr, exc)
             if exc.code in (ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST,
-                            ResponseCode.FILTER_DATA_NOT_EXIST, ResponseCode.FILTER_DATA_NOT_LATEST):
+                            ResponseCode.FILTER_DATA_NOT_EXIST, ResponseCode.FILTER_DATA_NOT_LATEST) or (
+                    sub.class_filter_mode and "not registered" in (exc.remark or "")):
+                # (a restarted filter server has not got the filter yet: the heartbeat uploads it)
                 self._running().heartbeat_soon()
             self.execute_pull_request_later(request, PULL_TIME_DELAY_S_WHEN_EXCEPTION)
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reference_broker.client.message import MessageQueue
@@ -29,6 +29,8 @@ class TopicRouteData:
     queue_datas: tuple[QueueData, ...]
     broker_datas: tuple[BrokerData, ...]
     order_topic_conf: str | None = None
+    # filterServerTable: broker address -> its filter servers (RocketMQ <= 4.2's class-filter mode)
+    filter_server_table: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, raw: bytes | str | dict[str, Any]) -> TopicRouteData:
@@ -38,9 +40,11 @@ class TopicRouteData:
             qds = tuple(QueueData.from_json(q) for q in obj.get("queueDatas") or ())
             bds = tuple(BrokerData.from_json(b) for b in obj.get("brokerDatas") or ())
             conf = obj.get("orderTopicConf")
+            fst = {str(addr): tuple(str(s) for s in servers)
+                   for addr, servers in (obj.get("filterServerTable") or {}).items()}
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed TopicRouteData: {exc!r}") from None
-        return cls(qds, bds, str(conf) if conf else None)
+        return cls(qds, bds, str(conf) if conf else None, fst)
 
     def normalized(self) -> tuple[Any, ...]:
         """A value equal for equal routes whatever the list order (topicRouteDataIsChange sorts both)."""
@@ -49,6 +53,7 @@ class TopicRouteData:
             tuple(sorted((b.broker_name, b.cluster, tuple(sorted(b.broker_addrs.items())))
                           for b in self.broker_datas)),
             self.order_topic_conf,
+            tuple(sorted((addr, tuple(sorted(servers))) for addr, servers in self.filter_server_table.items())),
         )
 
     def broker_data(self, broker_name: str) -> BrokerData | None:

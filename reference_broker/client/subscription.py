@@ -54,6 +54,9 @@ class SubscriptionData:
     sub_version: int = field(default_factory=lambda: int(time.time() * 1000))
     expression_type: str = EXPRESSION_TAG
     class_filter_mode: bool = False
+    # filterClassSource (@JSONField(serialize = false)): the uploaded filter's source, never in heartbeats
+    filter_class_source: str | None = None
+    filter_class_name: str = ""  # REGISTER_MESSAGE_FILTER_CLASS's className
 
     @property
     def matches_all(self) -> bool:
@@ -97,6 +100,17 @@ def build_subscription_data(topic: str, sub_string: str | None) -> SubscriptionD
         tags_set=frozenset(tags),
         code_set=frozenset(string_hash_code(t) for t in tags),
     )
+
+
+def build_class_filter_subscription(topic: str, source: str, class_name: str) -> SubscriptionData:
+    """DefaultMQPushConsumerImpl.subscribe(topic, fullClassName, filterClassSource) (4.2.0): classFilterMode
+    true and the source kept for the upload to filter servers. 4.2.0 also put the class name in subString;
+    here subString stays ``*`` (what the broker itself serves a class-filter subscription) and the name goes
+    only into the upload's header."""
+    if not source.strip():
+        raise ValueError("the filter source is empty")
+    return SubscriptionData(topic, SUB_ALL, class_filter_mode=True, filter_class_source=source,
+                            filter_class_name=class_name)
 
 
 def build_subscription(topic: str, selector: str | MessageSelector | None) -> SubscriptionData:
