@@ -258,9 +258,10 @@ class TxChild:
     def reap(self) -> None:
         self.proc.wait()
         self._reader.join(10)
-        with contextlib.suppress(OSError):
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
         self._stderr.close()
         self.ledger.drop(self.entry)
 
