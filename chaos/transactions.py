@@ -74,6 +74,7 @@ TX_BROKER_CONF: Final[dict[str, str]] = {"transactionCheckInterval": "500", "tra
 IMAGE_BYTES: Final = 768 << 20  # power_loss: the loop image (as chaos.power_loss's)
 RESOLVE_TIMEOUT_S: Final = 60.0  # after the load stops: every key resolved and every commit delivered by then
 READY_TIMEOUT_S: Final = 30.0
+HALF_OFFSETS_FILE: Final = "tx_half_offsets.json"
 
 
 class TxFault(enum.StrEnum):
@@ -298,7 +299,6 @@ class _Cell:
                           flushed_offset=before.flushed_offset if before else -1)
         if swap is not None:
             rec.extra.update(copy_s=round(swap.copy_s, 4))
-            self.crashes.append(Crash(t_kill, rec.flushed_offset))
         self.record.add_fault(self.spec.fault.value, self.broker.name, ts_ns=t_kill, cycle=i,
                               written_offset=rec.written_offset, flushed_offset=rec.flushed_offset)
         t0 = time.monotonic()
@@ -313,6 +313,8 @@ class _Cell:
             if entry.kind is ResourceKind.PROCESS and entry.detail.get("what") == "broker":
                 self.ledger.drop(entry)
         cell_ledger_proc(self.ledger, self.broker, "broker")
+        if swap is not None:
+            self.crashes.append(Crash(t_kill, rec.flushed_offset, rec.restored_ns))
         after = try_status(self.broker.addr, self.clock)
         rec.recovered_offset = after.max_offset if after is not None else -1
         self.record.add_fault(FaultKind.RESTART, self.broker.name, ts_ns=rec.restored_ns, cycle=i,
@@ -437,6 +439,9 @@ def run_transactions(spec: TxSpec, *, ledger: Ledger | None = None,
     _judge(result, txlog, cell)
     result.seconds = time.monotonic() - t_start
     write_json_atomic(record.run_dir / CHAOS_FILE, _chaos_json(result))
+    # The half messages' commit-log offsets (not in the events): the power-loss rule's input, kept so the
+    # verdict can be recomputed from the run directory.
+    write_json_atomic(record.run_dir / HALF_OFFSETS_FILE, txlog.half_offsets)
     return result
 
 

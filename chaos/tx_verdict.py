@@ -26,9 +26,13 @@ decisions, receive/read rows = deliveries of the real topic):
 2. ``early``: no key is delivered before its first commit decision was taken: a delivery earlier than that
    is a half message visible on the real topic.
 3. ``lost``: every key with an acknowledged half message and a commit decision is delivered — under
-   SYNC_FLUSH always; under ASYNC_FLUSH with power loss a key is excused when its half message was
-   acknowledged before a crash and lay at or past the flushed offset sampled right before that crash (the
-   unflushed window, as the flush matrix's rule 3a; chaos.verdict). A broker that reports no flushed offset
+   SYNC_FLUSH always; under ASYNC_FLUSH with power loss a key is excused when what the crash took was in the
+   unflushed window (as the flush matrix's rule 3a; chaos.verdict), charged to the first crash whose restart
+   completed after the event: its half message lay at or past the flushed offset sampled right before the
+   crash, or its commit did — the real-topic message END_TRANSACTION writes comes after every record
+   acknowledged before the commit decision, so it lay in the window when one of those did. (The check-back
+   does not bring such a commit back: the check service's progress through the half queue, kept in the
+   consumer offsets, had passed the half message before the crash.) A broker that reports no flushed offset
    (4.9.8) has no window: its ASYNC power-loss loss stands as the flush mode allows.
 4. ``unresolved``: every key whose check answers a decision (plans c, r, uc, ur) and whose half message was
    acknowledged is resolved (some tx row ok or fail) — an UNKNOW is resolved by check-back, and so is a
@@ -168,10 +172,13 @@ def gather(rows: Iterable[Mapping[str, Any]], half_offsets: Mapping[str, int] | 
 
 @dataclass(frozen=True)
 class Crash:
-    """A power-loss crash: when, and the flushed offset sampled right before it (-1: not reported)."""
+    """A power-loss crash: when, the flushed offset sampled right before it (-1: not reported), and when the
+    broker was back (no answer comes between the kill and the restart, so whatever was recorded before the
+    restart completed happened before the crash)."""
 
     fault_ns: int
     flushed_offset: int
+    restored_ns: int
 
 
 @dataclass
@@ -200,16 +207,35 @@ class TxVerdict:
         return asdict(self)
 
 
-def _in_window(f: KeyFacts, crashes: Sequence[Crash], crash_ns: Sequence[int]) -> bool:
-    """The key's half message may have been lost to a power loss: acknowledged before the first crash after its
-    acknowledgement, at or past the flushed offset sampled before it (unknown flushed offset: excused)."""
-    if f.ack_ns < 0:
-        return False
-    i = bisect.bisect_left(crash_ns, f.ack_ns)
-    if i >= len(crashes):
-        return False
-    c = crashes[i]
-    return c.flushed_offset < 0 or f.half_offset < 0 or f.half_offset >= c.flushed_offset
+class _Window:
+    """Which keys an ASYNC_FLUSH power loss may have taken (rule 3)."""
+
+    def __init__(self, crashes: Sequence[Crash], facts: Mapping[str, KeyFacts]) -> None:
+        self.crashes = sorted(crashes, key=lambda c: c.restored_ns)
+        self.restored = [c.restored_ns for c in self.crashes]
+        acks = sorted((f.ack_ns, f.half_offset) for f in facts.values() if f.ack_ns >= 0 and f.half_offset >= 0)
+        self.ack_ns = [t for t, _ in acks]
+        self.log_end: list[int] = []  # the highest half-message offset acknowledged by each ack_ns
+        for _, offset in acks:
+            self.log_end.append(max(offset, self.log_end[-1] if self.log_end else -1))
+
+    def _crash_after(self, t: int) -> Crash | None:
+        i = bisect.bisect_left(self.restored, t)
+        return self.crashes[i] if t >= 0 and i < len(self.crashes) else None
+
+    def _end_at(self, t: int) -> int:
+        i = bisect.bisect_right(self.ack_ns, t)
+        return self.log_end[i - 1] if i else -1
+
+    def excuses(self, f: KeyFacts) -> bool:
+        """The half message lay at or past the flushed offset of the first crash after its acknowledgement, or
+        the commit's real message did: it was written after every record acknowledged before the commit
+        decision, so it lay past the flushed offset when one of those did. No flushed offset reported: excused."""
+        c = self._crash_after(f.ack_ns)
+        if c is not None and (c.flushed_offset < 0 or f.half_offset < 0 or f.half_offset >= c.flushed_offset):
+            return True
+        c = self._crash_after(f.first_commit_ns)
+        return c is not None and (c.flushed_offset < 0 or self._end_at(f.first_commit_ns) >= c.flushed_offset)
 
 
 def judge(facts: Mapping[str, KeyFacts], *, power_loss_async: Sequence[Crash] = (), held: Iterable[str] = (),
@@ -218,8 +244,7 @@ def judge(facts: Mapping[str, KeyFacts], *, power_loss_async: Sequence[Crash] = 
     """The cell's verdict (rules in the module docstring). ``power_loss_async``: the crashes of an ASYNC_FLUSH
     power-loss cell, in time order (none otherwise); ``held``: the keys a killed producer held."""
     v = TxVerdict(ok=False)
-    crashes = sorted(power_loss_async, key=lambda c: c.fault_ns)
-    crash_ns = [c.fault_ns for c in crashes]
+    window = _Window(power_loss_async, facts)
     bad: dict[str, list[str]] = {}
     latencies: list[float] = []
     held_set = set(held)
@@ -244,7 +269,7 @@ def judge(facts: Mapping[str, KeyFacts], *, power_loss_async: Sequence[Crash] = 
             bad.setdefault("leaked", []).append(key)
         elif f.deliveries and f.first_delivery_ns < f.first_commit_ns:
             bad.setdefault("early", []).append(key)
-        excused = _in_window(f, crashes, crash_ns)
+        excused = bool(power_loss_async) and window.excuses(f)
         if f.acked and f.committed and not f.deliveries:
             bad.setdefault("lost_excused" if excused else "lost", []).append(key)
         if f.acked and plan.resolvable and not f.resolved:

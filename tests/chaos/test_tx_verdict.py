@@ -74,12 +74,24 @@ def test_a_decision_against_the_plan_fails() -> None:
 def test_async_power_loss_excuses_only_what_lay_past_the_flushed_offset() -> None:
     rows = [send(C, t=10), tx(C, "ok", t=20), send(UC, t=30), tx(UC, "ok", t=40)]  # neither delivered
     offsets = {C: 1_000, UC: 5_000}
-    v = judge(gather(rows, offsets), power_loss_async=[Crash(fault_ns=100, flushed_offset=4_000)])
+    v = judge(gather(rows, offsets), power_loss_async=[Crash(fault_ns=100, flushed_offset=4_000, restored_ns=200)])
     assert (v.lost, v.lost_excused) == (1, 1), "the flushed one is lost, the unflushed one excused"
     assert v.samples["lost"] == [C]
     assert not v.ok
-    late = judge(gather(rows, offsets), power_loss_async=[Crash(fault_ns=5, flushed_offset=0)])
+    late = judge(gather(rows, offsets), power_loss_async=[Crash(fault_ns=5, flushed_offset=0, restored_ns=8)])
     assert late.lost == 2, "a crash before the acknowledgement excuses nothing"
+
+
+def test_a_commit_decided_after_an_unflushed_acknowledgement_lay_in_the_window() -> None:
+    """C's half message was flushed, but its commit came after R's half (past the flushed offset) was
+    acknowledged: the real message END_TRANSACTION wrote lay past it too."""
+    rows = [send(C, t=10), send(R, t=30), tx(R, "fail", t=40), tx(C, "ok", t=50)]
+    v = judge(gather(rows, {C: 1_000, R: 5_000}),
+              power_loss_async=[Crash(fault_ns=100, flushed_offset=4_000, restored_ns=200)])
+    assert (v.lost, v.lost_excused, v.ok) == (0, 1, True)
+    early = judge(gather([send(C, t=10), tx(C, "ok", t=20), send(R, t=30)], {C: 1_000, R: 5_000}),
+                  power_loss_async=[Crash(fault_ns=100, flushed_offset=4_000, restored_ns=200)])
+    assert early.lost == 1, "committed before anything past the flushed offset was acknowledged"
 
 
 def test_held_keys_must_be_on_record_and_resolved() -> None:
