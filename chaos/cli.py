@@ -133,6 +133,14 @@ def _print_results(results: list[ExperimentResult], as_json: bool, runs_dir: Pat
         click.echo(f"\nrun records: {runs_dir.resolve()}")
 
 
+def _apply_gate(failures: list[str]) -> None:
+    """--gate: exit 1 with the failures listed, or say the gate passed."""
+    if failures:
+        click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in failures), err=True)
+        sys.exit(EXIT_GATE)
+    click.echo("\ngate passed", err=True)
+
+
 def _progress(as_json: bool) -> Callable[[str], None]:
     """Progress goes to stderr, so stdout holds only the table (or the JSON)."""
     return lambda line: click.echo(line, err=True)
@@ -296,11 +304,7 @@ def replication(replication: str, faults: str, flush: str, cycles: int, runs_dir
     rows = replication_matrix.summary_rows(results)
     click.echo(json.dumps(rows, indent=2, default=str) if as_json else replication_matrix.format_table(rows))
     if gate:
-        failures = replication_matrix.gate_failures(results, require_all)
-        if failures:
-            click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in failures), err=True)
-            sys.exit(EXIT_GATE)
-        click.echo("\ngate passed", err=True)
+        _apply_gate(replication_matrix.gate_failures(results, require_all))
 
 
 @main.command("transactions")
@@ -340,11 +344,7 @@ def transactions_cmd(faults: str, flush: str, cycles: int, runs_dir: Path, work_
     rows = transactions.summary_rows(results)
     click.echo(json.dumps(rows, indent=2, default=str) if as_json else transactions.format_table(rows))
     if gate:
-        failures = transactions.gate_failures(results, require_all)
-        if failures:
-            click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in failures), err=True)
-            sys.exit(EXIT_GATE)
-        click.echo("\ngate passed", err=True)
+        _apply_gate(transactions.gate_failures(results, require_all))
 
 
 @main.command("cleanup")

@@ -540,19 +540,12 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def gate_failures(results: Iterable[TxResult], require_all: bool = False) -> list[str]:
-    """The reference broker's failed cells (and any cell that could not run); RocketMQ's violations are
-    findings (``findings_of``), not gate failures."""
-    out = []
-    for r in results:
-        name = f"{r.spec.broker_impl} {r.spec.fault.value}/{r.spec.flush.short}"
-        if r.skipped is not None:
-            if require_all:
-                out.append(f"{name}: skipped: {r.skipped}")
-        elif r.error is not None:
-            out.append(f"{name}: {r.error}")
-        elif not r.ok and r.spec.broker_impl == "reference":
-            out.append(f"{name}: " + "; ".join(r.verdict.violations if r.verdict else []))
-    return out
+    """The reference broker's failed cells and any cell that could not run (chaos.matrix's rule); RocketMQ's
+    violations are findings (``rocketmq_findings``), not gate failures."""
+    from chaos.matrix import cell_gate_failures
+
+    return cell_gate_failures(((f"{r.spec.broker_impl}/tx/{r.spec.fault.value}/{r.spec.flush.short}",
+                                r.spec.broker_impl, r) for r in results), require_all)
 
 
 def reproduce_command(spec: TxSpec) -> str:
