@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from chaos import replication_matrix
+from chaos import replication_matrix, transactions
 from chaos.experiment import ExperimentResult, ExperimentSpec, FaultName, FlushMode, run_experiment
 from chaos.leftovers import Ledger, cleanup
 from chaos.load import LoadSpec
@@ -131,6 +131,14 @@ def _print_results(results: list[ExperimentResult], as_json: bool, runs_dir: Pat
     else:
         click.echo(format_table(rows))
         click.echo(f"\nrun records: {runs_dir.resolve()}")
+
+
+def _apply_gate(failures: list[str]) -> None:
+    """--gate: exit 1 with the failures listed, or say the gate passed."""
+    if failures:
+        click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in failures), err=True)
+        sys.exit(EXIT_GATE)
+    click.echo("\ngate passed", err=True)
 
 
 def _progress(as_json: bool) -> Callable[[str], None]:
@@ -296,11 +304,47 @@ def replication(replication: str, faults: str, flush: str, cycles: int, runs_dir
     rows = replication_matrix.summary_rows(results)
     click.echo(json.dumps(rows, indent=2, default=str) if as_json else replication_matrix.format_table(rows))
     if gate:
-        failures = replication_matrix.gate_failures(results, require_all)
-        if failures:
-            click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in failures), err=True)
-            sys.exit(EXIT_GATE)
-        click.echo("\ngate passed", err=True)
+        _apply_gate(replication_matrix.gate_failures(results, require_all))
+
+
+@main.command("transactions")
+@click.option("--faults", default="kill9,producer_kill9", show_default=True,
+              help="Faults, comma-separated: " + ", ".join(f.value for f in transactions.TxFault) + ".")
+@click.option("--flush", default="sync,async", show_default=True, help="Flush modes, comma-separated.")
+@click.option("--cycles", type=click.IntRange(min=1), default=3, show_default=True, help="Fault cycles per cell.")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+@click.option("--work-dir", type=click.Path(path_type=Path), default=None, help="Scratch space (default: $TMPDIR).")
+@click.option("--seed", type=int, default=None, help="Random seed (the fault moments).")
+@click.option("--gap", "gap", default="0.5,2", show_default=True, help="MIN,MAX seconds of load between faults.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--gate", is_flag=True, help="Exit 1 if a reference cell fails its verdict.")
+@click.option("--require-all", is_flag=True, help="With --gate, a skipped cell fails too.")
+@click.option("--broker-impl", "broker_impl", default="reference", show_default=True,
+              help="Brokers, comma-separated: reference, rocketmq, or both.")
+@_rocketmq_home_opt
+def transactions_cmd(faults: str, flush: str, cycles: int, runs_dir: Path, work_dir: Path | None, seed: int | None,
+                     gap: str, as_json: bool, gate: bool, require_all: bool, broker_impl: str,
+                     rocketmq_home: Path | None) -> None:
+    """Transactional producers (commit, rollback, UNKNOW resolved by check-back, never resolved) and a consumer
+    under broker kill -9 / power loss, or a producer killed between prepare and END_TRANSACTION: no rolled-back
+    or unresolved message delivered, none before its commit, every committed one delivered (ASYNC power loss:
+    within the unflushed window), every UNKNOW resolved by check-back."""
+    try:
+        tx_faults = [transactions.TxFault(t) for t in _split(faults)]
+    except ValueError:
+        raise click.BadParameter(f"choose from {', '.join(f.value for f in transactions.TxFault)}",
+                                 param_hint="--faults") from None
+    spec = transactions.TxMatrixSpec(faults=tx_faults, flushes=_flushes(flush), impls=_impls(broker_impl),
+                                     cycles=cycles, runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
+                                     command=tuple(sys.argv), rocketmq_home=rocketmq_home)
+    results = transactions.run_cells(spec, log=_progress(as_json))
+    for finding in transactions.rocketmq_findings(results):
+        path = findings.record(runs_dir, finding)
+        click.echo(f"finding about {finding.broker}: {finding.title} (recorded in {path})", err=True)
+    rows = transactions.summary_rows(results)
+    click.echo(json.dumps(rows, indent=2, default=str) if as_json else transactions.format_table(rows))
+    if gate:
+        _apply_gate(transactions.gate_failures(results, require_all))
 
 
 @main.command("cleanup")

@@ -194,6 +194,11 @@ class Workload:
         with self._lock:
             return {k: a for k, a in self.acks.items() if k not in self.received}
 
+    def received_keys(self) -> set[str]:
+        """A copy of the intact keys delivered so far."""
+        with self._lock:
+            return set(self.received)
+
     def missing(self) -> int:
         """Acknowledged keys not delivered yet."""
         with self._lock:

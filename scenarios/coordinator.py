@@ -237,7 +237,8 @@ class _Run:
             self.hub = co.master_hub
             setattr(co.env.parsed_options, RUN_INFO_ATTR, info.to_json())  # travels in the spawn messages
         else:
-            self.agent = Agent(info, s, "w0", fire=co.env.events.request.fire)
+            self.agent = Agent(info, s, "w0", fire=co.env.events.request.fire,
+                               driver=co.spec.driver_for(info, s, "w0"))
             self.agent.begin()
             self.hub = LocalHub(self.agent)
         hub = self.hub

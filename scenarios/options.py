@@ -59,6 +59,8 @@ class Settings:
     queue_counts: tuple[int, ...] = (1, 100, 1000, 10000)
     max_queues_per_topic: int = 1000
     phase_s: float = 0.0  # 0 = the run time split evenly over the phases
+    # transactions: each plan's share of the transactions (scenarios/tx_driver.py)
+    tx_mix: str = "commit=0.5,rollback=0.2,unknown_commit=0.2,unknown_rollback=0.1,never=0"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def params(self) -> dict[str, Any]:
@@ -148,6 +150,8 @@ SCENARIO_OPTIONS: Final[dict[str, tuple[str, Callable[[Any], Any], str]]] = {
     "max_queues_per_topic": ("--max-queues-per-topic", int, "Queues per topic at most (more queues = more "
                                                            "topics; the broker allows 1024)"),
     "phase_s": ("--phase", float, "Seconds per phase (0 = the run time split evenly)"),
+    "tx_mix": ("--tx-mix", str, "Transactions: PLAN=FRACTION,... over commit, rollback, unknown_commit, "
+                                "unknown_rollback, never (UNKNOW resolved by check-back as the plan says)"),
 }
 
 

@@ -67,7 +67,8 @@ class WorkerSide:
         info = RunInfo.from_json(raw)
         settings = settings_from(self.env.parsed_options, self.spec.defaults)
         worker = f"w{self.runner.worker_index}"
-        self.agent = Agent(info, settings, worker, fire=self.env.events.request.fire)
+        self.agent = Agent(info, settings, worker, fire=self.env.events.request.fire,
+                           driver=self.spec.driver_for(info, settings, worker))
         self.agent.begin()
         self.link.attach(self.agent, info.run_id)
 

@@ -77,3 +77,9 @@ class ScenarioSpec:
     phases: Callable[[Settings, str, str], list[Phase]] = one_topic
     controller: Controller | None = None
     broker_conf: dict[str, str] = field(default_factory=dict)  # embedded broker defaults of this scenario
+    # The load's driver per process, (info, settings, worker) -> Driver; None = the Agent's RocketMQDriver
+    # (the transactions scenario sends through a TransactionProducer).
+    driver_factory: Callable[[RunInfo, Settings, str], Driver] | None = None
+
+    def driver_for(self, info: RunInfo, settings: Settings, worker: str) -> Driver | None:
+        return None if self.driver_factory is None else self.driver_factory(info, settings, worker)

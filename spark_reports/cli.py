@@ -20,11 +20,12 @@ from spark_reports.jobs import (
     offset_overflow,
     queues,
     recovery,
+    transactions,
 )
 
 JOBS: Final[dict[str, Job]] = {job.name: job for job in (
     offset_overflow.JOB, latency.JOB, loss.JOB, flush_compare.JOB, recovery.JOB, queues.JOB, accumulation.JOB,
-    backlog_capacity.JOB)}
+    backlog_capacity.JOB, transactions.JOB)}
 assert tuple(JOBS) == REPORT_NAMES
 
 

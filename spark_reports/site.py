@@ -35,6 +35,8 @@ DESCRIPTIONS: Final = {
                     "rates hot and cold, sends during the drain, and where the drain read from (page cache or disk).",
     "backlog-capacity": "Bytes per message on disk and in the page cache (commit log + consume queue + index), "
                         "messages a disk and a RAM hold, and hot and cold backlog read rates against 5,000 msg/s.",
+    "transactions": "Transactional messages per run: committed, rolled back, unresolved, leaked and lost, "
+                    "beside the faults, and the check-back latency of the UNKNOW ones.",
 }
 
 

@@ -45,7 +45,8 @@ Events (one row per client operation)::
     store_ns      int64   receive only: the message's store timestamp (ms x 1e6), else -1
     session       string  OPTIONAL (added in v1): receive only, the consumer session (one consumer instance's
                           lifetime, e.g. "c0#2" after a restart); "" = the worker is the session; "final-read"
-                          on read rows
+                          on read rows; on tx rows who decided: "local" (the local
+                          transaction) or "check" (an answer to a check-back)
 
 Derived: send latency = end_ns - start_ns; publish delay = start_ns - intended_ns; end-to-end latency of a
 receive = its end_ns - the matching send's start_ns (join on key), or end_ns - born_ns.

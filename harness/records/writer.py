@@ -315,6 +315,14 @@ class EventWriter:
         if len(self._rows) >= self._batch:
             self._buf.full()
 
+    def record_tx(self, key: str, topic: str, decision: str, start_ns: int, end_ns: int, session: str = "") -> None:
+        """A transactional message's decision (op "tx"): ``decision`` "ok" COMMIT_MESSAGE, "fail"
+        ROLLBACK_MESSAGE, "unknown" UNKNOW; ``session`` says who decided ("local": the local transaction,
+        "check": an answer to the broker's check-back)."""
+        self._append(("tx", key, topic, -1, -1, start_ns, start_ns, end_ns, decision, -1, 0, -1, -1, session))
+        if len(self._rows) >= self._batch:
+            self._buf.full()
+
     def record_ack(self, topic: str, queue_id: int, queue_offset: int, start_ns: int, end_ns: int,
                    outcome: str = "ok", code: int = -1, session: str = "") -> None:
         """An offset commit (``key`` is empty)."""

@@ -204,3 +204,27 @@ def test_an_unknown_broker_impl_is_refused(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode != 0
     assert "--broker-impl must be one of reference, rocketmq" in proc.stdout + proc.stderr
+
+
+def test_transactions_scenario_judged_by_the_atomicity_rule(tmp_path):
+    """Transactions under locust: commits delivered, rollbacks and never-resolved ones not, UNKNOWs resolved by
+    the broker's check-back (tx rows from "check"), and the checker's verdict valid."""
+    proc, run = run_locust("transactions", tmp_path, "-t", "6s", "-u", "4", "--rate", "200",
+                           "--tx-mix", "commit=0.4,rollback=0.2,unknown_commit=0.2,unknown_rollback=0.1,never=0.1",
+                           *SMALL_BROKER)
+    detail = f"\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0 and validate_run(run) == [], detail
+    check, meta = load_check(run), load_meta(run)
+    assert check is not None and check["valid"] and "check   VALID" in proc.stdout, detail
+    assert check["lost"] == 0 and check["unexpected"] == 0 and check["acknowledged"] > 0, check
+    assert meta["scenario"] == "transactions" and meta["params"]["tx_mix"].startswith("commit=0.4")
+    assert check["tx_committed"] > 0 and check["tx_rolled_back"] > 0 and check["tx_leaked"] == 0, check
+    # Every acknowledged half message has a decision; only the committed ones count as acknowledged sends.
+    transactions = check["tx_committed"] + check["tx_rolled_back"] + check["tx_unresolved"]
+    assert transactions >= meta["results"]["load"]["ok"] > check["acknowledged"], (check, meta["results"])
+    events = load_events(run, columns=["op", "key", "outcome", "session"]).to_pylist()
+    checks = [e for e in events if e["op"] == "tx" and e["session"] == "check"]
+    assert {e["outcome"] for e in checks} >= {"ok", "fail"}, "check-backs committed and rolled back UNKNOWs"
+    received = {e["key"] for e in events if e["op"] == "receive"}
+    committed = {e["key"] for e in events if e["op"] == "tx" and e["outcome"] == "ok"}
+    assert received and received <= committed
