@@ -41,8 +41,10 @@ def test_the_producer_waits_for_a_consumer_more_than_max_lag_behind(tmp_path: Pa
             # Held: acknowledged sends stop growing at about max_lag (+ the window in flight) past the consumer.
             assert _wait(lambda: w.lag_held_s > 0.5, 30), "the producer never waited for the consumer"
             held_at = w.sent_ok
-            time.sleep(1.0)
-            assert w.sent_ok == held_at, "the producer went on while the consumer was away"
+            time.sleep(3.0)
+            # Held: only the one-a-second probe sends go out (they time the broker's return after a fault).
+            assert w.sent_ok - held_at <= 3 * spec.in_flight, "the producer went on while the consumer was away"
+            assert w.sent_ok > held_at, "no probe send while held"
             assert w.consumer_lag() <= spec.max_lag + spec.in_flight
             w.start_consumer()
             assert _wait(lambda: w.sent_ok > held_at + spec.max_lag, 30), "the producer did not resume"
