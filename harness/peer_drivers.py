@@ -211,6 +211,12 @@ class NatsDriver(Driver):
         self._rr = itertools.count()
         self._queues: dict[str, int] = {}
         self._consumers: list[_NatsConsumer] = []
+        self.connection_errors = 0
+
+    async def _on_error(self, exc: Exception) -> None:
+        """A lost connection (the server killed) is reconnected by the client and shows in the send outcomes;
+        nats-py's default callback would print each failed reconnect attempt."""
+        self.connection_errors += 1
 
     def call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = 30.0) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
@@ -226,7 +232,7 @@ class NatsDriver(Driver):
         async def connect() -> None:
             # Reconnect forever: the kill -9 fault restarts the server under a running workload.
             self._nc = await nats.connect(self.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
-                                          connect_timeout=5, allow_reconnect=True)
+                                          connect_timeout=5, allow_reconnect=True, error_cb=self._on_error)
             self.js = self._nc.jetstream(timeout=self.send_timeout_s)
 
         try:
