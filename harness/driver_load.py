@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.checker import CheckResult, check_run
 from harness.driver import Delivery, Driver, SendOutcome
+from harness.peer_drivers import ACK_PROMISES
 from harness.records import RunRecord
 from harness.records.schema import Outcome
 from harness.send_outcome import record_send
@@ -139,14 +140,18 @@ class DriverLoad:
             time.sleep(0.1)
         self._consumer.stop()
         facts = self.driver.broker_facts()
-        self.record.finish(broker=facts.get("broker", {}), broker_impl=facts.get("broker_impl"),
-                           driver=self.driver.impl, ack_promise=facts.get("ack_promise"),
-                           results={k: v for k, v in asdict(self.result).items() if k not in ("run_dir", "check")},
-                           **(extra_meta or {}))
+        broker = dict(facts.get("broker", {}))
+        promise = facts.get("ack_promise") or ACK_PROMISES.get(str(broker.get("flushDiskType")))
+        fields: dict[str, Any] = {
+            "broker": broker, "broker_impl": facts.get("broker_impl"), "driver": self.driver.impl,
+            "ack_promise": None if promise is None else str(promise),
+            "results": {k: v for k, v in asdict(self.result).items() if k not in ("run_dir", "check")}}
+        fields.update(extra_meta or {})
+        self.record.finish(**fields)
         self.result.check = check_run(self.record.run_dir, allow_loss=allow_loss)
         return self.result
 
-    def run(self, allow_loss: bool = False) -> LoadResult:
+    def run(self, allow_loss: bool = False, extra_meta: dict[str, Any] | None = None) -> LoadResult:
         self.start()
         self._stop.wait(self.shape.seconds)
-        return self.finish(allow_loss)
+        return self.finish(allow_loss, extra_meta)
