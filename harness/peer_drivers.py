@@ -204,7 +204,8 @@ class NatsDriver(Driver):
     def __init__(self, url: str, *, send_timeout_s: float = 3.0) -> None:
         self.url = url
         self.send_timeout_s = send_timeout_s
-        self.loop = asyncio.new_event_loop()
+        self.loop: asyncio.AbstractEventLoop = asyncio.new_event_loop()
+        self.loop.close()  # a fresh one per start(): a loop is closed by stop()
         self._thread: threading.Thread | None = None
         self._nc: Any = None
         self.js: Any = None
@@ -226,6 +227,7 @@ class NatsDriver(Driver):
             return
         import nats
 
+        self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="nats-driver", daemon=True)
         self._thread.start()
 
@@ -254,6 +256,7 @@ class NatsDriver(Driver):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self._thread = None
+        self.loop.close()
 
     def create_topic(self, topic: str, queues: int) -> None:
         from nats.js.api import StorageType, StreamConfig
@@ -485,6 +488,8 @@ class _RabbitPublisher:
         if self._thread.is_alive():
             self._ioloop.add_callback_threadsafe(on_loop)
             self._thread.join(10)
+        if self._ioloop is not None and not self._thread.is_alive():
+            self._ioloop.close()  # its wake-up socket pair
 
 
 class _RabbitConsumer(Consumer):
