@@ -194,9 +194,26 @@ class _NatsConsumer(Consumer):
         return sum(self._driver.queue_count(t) for t in self._topics)
 
 
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def shared_loop() -> asyncio.AbstractEventLoop:
+    """The process's one asyncio loop for nats-py, running on a thread of its own. One, not one per driver:
+    under locust (gevent) threads are greenlets of one OS thread, and asyncio allows one running loop per OS
+    thread; a single loop greenlet cooperates with the others through gevent's patched selectors."""
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None or _LOOP.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="nats-loop", daemon=True).start()
+            _LOOP = loop
+        return _LOOP
+
+
 class NatsDriver(Driver):
-    """NATS JetStream through nats-py, on a private asyncio loop in a thread of its own (callers block on
-    ``call``; send callbacks come from that thread)."""
+    """NATS JetStream through nats-py, on the process's shared asyncio loop (callers block on ``call``; send
+    callbacks come from the loop's thread)."""
 
     impl = "nats"
     ack_promise = AckPromise.PAGE_CACHE
@@ -204,9 +221,8 @@ class NatsDriver(Driver):
     def __init__(self, url: str, *, send_timeout_s: float = 3.0) -> None:
         self.url = url
         self.send_timeout_s = send_timeout_s
-        self.loop: asyncio.AbstractEventLoop = asyncio.new_event_loop()
-        self.loop.close()  # a fresh one per start(): a loop is closed by stop()
-        self._thread: threading.Thread | None = None
+        self.loop = shared_loop()
+        self._started = False
         self._nc: Any = None
         self.js: Any = None
         self._rr = itertools.count()
@@ -220,16 +236,17 @@ class NatsDriver(Driver):
         self.connection_errors += 1
 
     def call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = 30.0) -> T:
+        if not self._started:
+            self.start()  # connect on first use, as RocketMQDriver does
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._started:
             return
         import nats
 
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="nats-driver", daemon=True)
-        self._thread.start()
+        self.loop = shared_loop()
+        self._started = True
 
         async def connect() -> None:
             # Reconnect forever: the kill -9 fault restarts the server under a running workload.
@@ -246,17 +263,15 @@ class NatsDriver(Driver):
         for c in self._consumers:
             c.stop()
         self._consumers.clear()
-        if self._thread is None:
+        if not self._started:
             return
         if self._nc is not None:
             try:
                 self.call(self._nc.close(), 10)
             except Exception:  # noqa: BLE001, S110 - closing a connection to a server that may be gone
                 pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self._thread = None
-        self.loop.close()
+        self._nc = None
+        self._started = False
 
     def create_topic(self, topic: str, queues: int) -> None:
         from nats.js.api import StorageType, StreamConfig
@@ -315,6 +330,8 @@ class NatsDriver(Driver):
             return SendOutcome(Outcome.UNKNOWN, -1, error=_err(exc))
 
     def send_async(self, topic: str, key: str, body: bytes, callback: SendCallback, queue: int | None = None) -> None:
+        if not self._started:
+            self.start()
         fut = asyncio.run_coroutine_threadsafe(self._publish(topic, key, body, self._pick(topic, queue)), self.loop)
 
         def done(f: Future[SendOutcome]) -> None:
