@@ -391,17 +391,36 @@ class NatsDriver(Driver):
 
 
 class _Pending:
-    __slots__ = ("callback", "deadline", "queue")
+    __slots__ = ("callback", "deadline", "key", "queue")
 
-    def __init__(self, callback: SendCallback, queue: int, deadline: float) -> None:
+    def __init__(self, callback: SendCallback, queue: int, key: str, deadline: float) -> None:
         self.callback = callback
         self.queue = queue
+        self.key = key
         self.deadline = deadline
 
 
+class _Session:
+    """One confirm-mode channel: its delivery tags count from 1, so its pending sends and its returned
+    messages are its own — a confirm is never matched against another channel's tags."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.tag = 0
+        self.pending: dict[int, _Pending] = {}
+        self.returned: set[str] = set()  # message ids the broker returned (mandatory, unroutable)
+
+    def fail_all(self, outcome: SendOutcome) -> None:
+        pending, self.pending = self.pending, {}
+        for p in pending.values():
+            p.callback(outcome)
+
+
 class _RabbitPublisher:
-    """One pika SelectConnection in confirm mode on an I/O thread of its own; publishes are handed over with
-    ``add_callback_threadsafe``. Reconnects after a lost connection; what was pending then is unknown."""
+    """One pika SelectConnection with a confirm-mode channel on an I/O thread of its own; publishes are
+    handed over with ``add_callback_threadsafe``. Messages are ``mandatory``: one no queue takes (a queue not
+    available yet after a restart) comes back as basic.return before its ack and is a "fail", not an ack.
+    A lost channel is reopened and a lost connection reconnected; what was pending on either is unknown."""
 
     def __init__(self, host: str, port: int, send_timeout_s: float) -> None:
         import pika
@@ -411,10 +430,8 @@ class _RabbitPublisher:
                                                  blocked_connection_timeout=send_timeout_s)
         self._send_timeout_s = send_timeout_s
         self._conn: Any = None
-        self._channel: Any = None
+        self._session: _Session | None = None
         self._ioloop: Any = None
-        self._tag = 0
-        self._pending: dict[int, _Pending] = {}
         self._ready = threading.Event()
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="rabbitmq-publisher", daemon=True)
@@ -429,6 +446,8 @@ class _RabbitPublisher:
             raise DriverError("rabbitmq: no confirm channel within the timeout")
 
     def _connect(self) -> None:
+        if self._closing:
+            return
         self._conn = self._pika.SelectConnection(self._params, on_open_callback=self._on_open,
                                                  on_open_error_callback=self._on_lost,
                                                  on_close_callback=self._on_lost, custom_ioloop=self._ioloop)
@@ -438,59 +457,75 @@ class _RabbitPublisher:
         self._ioloop.start()
 
     def _on_open(self, conn: Any) -> None:
-        conn.channel(on_open_callback=self._on_channel)
+        if conn is self._conn:
+            conn.channel(on_open_callback=self._on_channel)
 
     def _on_channel(self, channel: Any) -> None:
-        self._tag = 0
-        channel.confirm_delivery(self._on_confirm)
-        self._channel = channel
+        session = _Session(channel)
+        channel.confirm_delivery(lambda frame: self._on_confirm(session, frame))
+        channel.add_on_return_callback(lambda _ch, _m, props, _b: session.returned.add(str(props.message_id)))
+        channel.add_on_close_callback(lambda _ch, reason: self._on_channel_closed(session, reason))
+        self._session = session
         self._ready.set()
 
-    def _fail_pending(self, outcome: SendOutcome) -> None:
-        pending, self._pending = self._pending, {}
-        for p in pending.values():
-            p.callback(outcome)
+    def _on_channel_closed(self, session: _Session, reason: Any) -> None:
+        session.fail_all(SendOutcome(Outcome.UNKNOWN, -1, error=f"channel closed: {reason}"[:200]))
+        if self._session is session:
+            self._session = None
+            self._ready.clear()
+            conn = self._conn
+            if not self._closing and conn is not None and conn.is_open:
+                self._ioloop.call_later(0.2, lambda: conn.is_open and conn.channel(on_open_callback=self._on_channel))
 
-    def _on_lost(self, _conn: Any, reason: Any) -> None:
-        self._channel = None
+    def _on_lost(self, conn: Any, reason: Any) -> None:
+        session, self._session = self._session, None
         self._ready.clear()
-        self._fail_pending(SendOutcome(Outcome.UNKNOWN, -1, error=f"connection lost: {reason}"[:200]))
-        if not self._closing:
+        if session is not None:
+            session.fail_all(SendOutcome(Outcome.UNKNOWN, -1, error=f"connection lost: {reason}"[:200]))
+        if conn is self._conn and not self._closing:
             self._ioloop.call_later(0.3, self._connect)
 
-    def _on_confirm(self, frame: Any) -> None:
+    def _on_confirm(self, session: _Session, frame: Any) -> None:
         method = frame.method
         tag = int(method.delivery_tag)
-        tags = [t for t in self._pending if t <= tag] if method.multiple else [tag]
+        tags = [t for t in session.pending if t <= tag] if method.multiple else [tag]
         ok = method.NAME == "Basic.Ack"
         for t in sorted(tags):
-            p = self._pending.pop(t, None)
-            if p is not None:
-                p.callback(SendOutcome(Outcome.OK, 0, p.queue, -1) if ok
-                           else SendOutcome(Outcome.FAIL, -1, p.queue, error="basic.nack"))
+            p = session.pending.pop(t, None)
+            if p is None:
+                continue
+            if ok and p.key in session.returned:
+                session.returned.discard(p.key)
+                p.callback(SendOutcome(Outcome.FAIL, 312, p.queue, error="returned: NO_ROUTE"))
+            elif ok:
+                p.callback(SendOutcome(Outcome.OK, 0, p.queue, -1))
+            else:
+                p.callback(SendOutcome(Outcome.FAIL, -1, p.queue, error="basic.nack"))
 
     def _sweep(self) -> None:
         now = time.monotonic()
-        for t in [t for t, p in self._pending.items() if p.deadline < now]:
-            self._pending.pop(t).callback(SendOutcome(Outcome.UNKNOWN, -1, error="confirm timeout"))
+        session = self._session
+        if session is not None:
+            for t in [t for t, p in session.pending.items() if p.deadline < now]:
+                session.pending.pop(t).callback(SendOutcome(Outcome.UNKNOWN, -1, error="confirm timeout"))
         if not self._closing:
             self._ioloop.call_later(0.2, self._sweep)
 
     def publish(self, routing_key: str, queue: int, key: str, body: bytes, callback: SendCallback) -> None:
         def on_loop() -> None:
-            channel = self._channel
-            if channel is None or not channel.is_open:
+            session = self._session
+            if session is None or not session.channel.is_open:
                 callback(SendOutcome(Outcome.FAIL, -1, error="not connected"))  # nothing written
                 return
             props = self._pika.BasicProperties(delivery_mode=2, message_id=key,
                                                headers={BORN_HEADER: time.time_ns()})
             try:
-                channel.basic_publish("", routing_key, body, props)
+                session.channel.basic_publish("", routing_key, body, props, mandatory=True)
             except Exception as exc:  # noqa: BLE001 - the channel closed under us: nothing written
                 callback(SendOutcome(Outcome.FAIL, -1, error=_err(exc)))
                 return
-            self._tag += 1
-            self._pending[self._tag] = _Pending(callback, queue, time.monotonic() + self._send_timeout_s)
+            session.tag += 1
+            session.pending[session.tag] = _Pending(callback, queue, key, time.monotonic() + self._send_timeout_s)
 
         self._ioloop.add_callback_threadsafe(on_loop)
 
@@ -499,7 +534,8 @@ class _RabbitPublisher:
             self._closing = True
             if self._conn is not None and self._conn.is_open:
                 self._conn.close()
-            self._fail_pending(SendOutcome(Outcome.UNKNOWN, -1, error="driver stopped"))
+            if self._session is not None:
+                self._session.fail_all(SendOutcome(Outcome.UNKNOWN, -1, error="driver stopped"))
             self._ioloop.call_later(0.3, self._ioloop.stop)
 
         if self._thread.is_alive():

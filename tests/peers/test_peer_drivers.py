@@ -98,7 +98,7 @@ def test_peer_server_leaves_no_process(tmp_path: Path) -> None:
     assert (_pids("epmd") | _pids("beam.smp")) <= before
 
 
-@pytest.mark.parametrize("driver", ["nats", "rabbitmq-quorum"])
+@pytest.mark.parametrize("driver", ["nats", pytest.param("rabbitmq-quorum", marks=pytest.mark.slow)])
 def test_kill9_on_the_peer_loses_nothing_acknowledged(driver: str, tmp_path: Path) -> None:
     _skip_unless(driver)
     result = run_peer_fault(driver, "kill9", cycles=1, runs_dir=tmp_path / "runs", gap_s=(0.8, 1.0), seed=1,
