@@ -22,7 +22,6 @@ from chaos import replication_matrix
 from chaos.experiment import ExperimentResult, ExperimentSpec, FaultName, FlushMode, run_experiment
 from chaos.leftovers import Ledger, cleanup
 from chaos.load import LoadSpec
-from chaos.peer_faults import PEER_DRIVERS, PEER_FAULTS, PeerFaultResult, run_peer_fault
 from chaos.matrix import (
     MatrixSpec,
     format_table,
@@ -32,6 +31,7 @@ from chaos.matrix import (
     run_matrix,
     summary_rows,
 )
+from chaos.peer_faults import PEER_DRIVERS, PEER_FAULTS, PeerFaultResult, run_peer_fault
 from chaos.replication import ReplicationFault
 from chaos.replication_verdict import ReplicationMode
 from harness import rocketmq

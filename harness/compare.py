@@ -37,7 +37,7 @@ from harness.driver import Driver, RocketMQDriver
 from harness.driver_load import DriverLoad, LoadShape
 from harness.launcher import Topology
 from harness.peer_drivers import ACK_PROMISES, NatsDriver, RabbitMQDriver
-from harness.peers import PeerServer, unavailable_reason
+from harness.peers import PeerKind, PeerServer, unavailable_reason
 from harness.records import RunRecord
 
 SCENARIO: Final = "compare"
@@ -101,7 +101,7 @@ def broker_driver(label: str, root: Path, instance: str) -> Iterator[Driver]:
             finally:
                 drv.stop()
         return
-    kind = "nats" if label == "nats" else "rabbitmq"
+    kind: PeerKind = "nats" if label == "nats" else "rabbitmq"
     server = PeerServer(kind, root=root)
     try:
         server.start()

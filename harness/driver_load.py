@@ -46,6 +46,9 @@ class LoadResult:
     sent_unknown: int = 0
     received: int = 0
     seconds: float = 0.0
+    unreceived: int = 0  # acknowledged keys no delivery brought by the end of the drain
+    backlog_at_end: int | None = None  # the broker's backlog then (None: all received; -1: no answer)
+    backlog_error: str = ""
     check: CheckResult | None = None
 
 
@@ -139,6 +142,16 @@ class DriverLoad:
                     break
             time.sleep(0.1)
         self._consumer.stop()
+        with self._lock:
+            self.result.unreceived = len(self._acked - self._seen)
+        if self.result.unreceived:
+            # Acknowledged, not received: still in the broker (a consumer that stopped reading: unread) or
+            # gone (lost)? The broker's own count tells them apart for the report; the checker counts both lost.
+            try:
+                self.result.backlog_at_end = self.driver.backlog(self.group, [self.topic]).total
+            except Exception as exc:  # noqa: BLE001 - a broker that does not answer: no figure
+                self.result.backlog_at_end = -1
+                self.result.backlog_error = f"{type(exc).__name__}: {exc}"[:200]
         facts = self.driver.broker_facts()
         broker = dict(facts.get("broker", {}))
         promise = facts.get("ack_promise") or ACK_PROMISES.get(str(broker.get("flushDiskType")))

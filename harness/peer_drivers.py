@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, Literal, TypeVar
 
@@ -93,6 +93,31 @@ def _queue_of(topic: str, queue: int | None, counter: itertools.count[int], n: i
     return (next(counter) if queue is None else queue) % max(1, n)
 
 
+def worst(outs: Sequence[SendOutcome]) -> SendOutcome:
+    """A batch's outcome from its messages': unknown before fail before ok."""
+    for kind in (Outcome.UNKNOWN, Outcome.FAIL):
+        for o in outs:
+            if o.outcome == kind:
+                return o
+    return outs[0]
+
+
+class _AckingConsumer(Consumer):
+    """A peer's consumer: it acknowledges each delivery after its callback, so there is nothing to commit;
+    pausing stops fetching."""
+
+    _paused = False
+
+    def pause(self) -> None:
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+
+    def commit(self) -> None:
+        """Every delivery is acknowledged as it is handled: nothing to report."""
+
+
 # ---- NATS JetStream ------------------------------------------------------------------------------------
 
 
@@ -101,7 +126,7 @@ def stream_name(topic: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in topic)
 
 
-class _NatsConsumer(Consumer):
+class _NatsConsumer(_AckingConsumer):
     def __init__(self, driver: NatsDriver, group: str, topics: Sequence[str], on_delivery: DeliveryCallback,
                  from_timestamp_ms: int | None, batch: int) -> None:
         self._driver = driver
@@ -131,7 +156,7 @@ class _NatsConsumer(Consumer):
                 if psub is None:
                     js = self._driver.js
                     if self._from_ms is not None:
-                        start = datetime.fromtimestamp(self._from_ms / 1000).astimezone().isoformat()
+                        start = datetime.fromtimestamp(self._from_ms / 1000, tz=UTC)
                         cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start)
                     else:
                         cfg = ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
@@ -173,15 +198,6 @@ class _NatsConsumer(Consumer):
 
         if tasks:
             self._driver.call(cancel_all(), 10)
-
-    def pause(self) -> None:
-        self._paused = True
-
-    def resume(self) -> None:
-        self._paused = False
-
-    def commit(self) -> None:
-        """Every delivery is acknowledged as it is handled: nothing to report."""
 
     def subscribe(self, topics: Sequence[str]) -> None:
         for t in topics:
@@ -268,7 +284,7 @@ class NatsDriver(Driver):
         if self._nc is not None:
             try:
                 self.call(self._nc.close(), 10)
-            except Exception:  # noqa: BLE001, S110 - closing a connection to a server that may be gone
+            except Exception:  # noqa: BLE001 - closing a connection to a server that may be gone
                 pass
         self._nc = None
         self._started = False
@@ -352,12 +368,7 @@ class NatsDriver(Driver):
             return list(await asyncio.gather(*(self._publish(topic, k, b, q)
                                                for k, b in zip(keys, bodies, strict=True))))
 
-        outs = self.call(publish_all(), self.send_timeout_s + 5)
-        for kind in (Outcome.UNKNOWN, Outcome.FAIL):
-            for o in outs:
-                if o.outcome == kind:
-                    return o
-        return outs[0]
+        return worst(self.call(publish_all(), self.send_timeout_s + 5))
 
     def consumer(self, group: str, topics: Sequence[str], on_delivery: DeliveryCallback, *, name: str,
                  from_timestamp_ms: int | None = None, threads: int = 4, batch: int = 32) -> Consumer:
@@ -371,7 +382,7 @@ class NatsDriver(Driver):
             try:
                 info = self.call(self.js.consumer_info(stream_name(t), group))
                 per[t] = int(info.num_pending) + int(info.num_ack_pending)
-            except Exception as exc:  # noqa: BLE001 - any client error is the query's failure
+            except Exception as exc:
                 raise DriverError(f"backlog of {group} on {t}: {exc}") from exc
         return Backlog(sum(per.values()), per)
 
@@ -545,7 +556,7 @@ class _RabbitPublisher:
             self._ioloop.close()  # its wake-up socket pair
 
 
-class _RabbitConsumer(Consumer):
+class _RabbitConsumer(_AckingConsumer):
     """Competing consumers on a topic's queues: a BlockingConnection on a thread of its own, manual acks after
     the delivery callback, reconnecting after a lost connection."""
 
@@ -583,19 +594,21 @@ class _RabbitConsumer(Consumer):
                 conn = pika.BlockingConnection(self._driver.params())
                 ch = conn.channel()
                 ch.basic_qos(prefetch_count=self._prefetch)
-                consuming = False
+                # The broker cancels a consumer whose queue went away or moved (a quorum queue restarting):
+                # consume again, else that queue would silently stop being read.
+                ch.add_on_cancel_callback(lambda _frame: self._resubscribe.set())
+                tags: list[str] = []
                 while self._running:
-                    if self._paused and consuming:
-                        ch.cancel()
-                        consuming = False
-                    if not self._paused and (not consuming or self._resubscribe.is_set()):
+                    if self._paused and tags:
+                        for tag in tags:
+                            ch.basic_cancel(tag)
+                        tags = []
+                    if not self._paused and (not tags or self._resubscribe.is_set()):
                         self._resubscribe.clear()
-                        if consuming:
-                            ch.cancel()
-                        for t in self._topics:
-                            for i in range(self._driver.queue_count(t)):
-                                ch.basic_consume(f"{t}.{i}", self._deliver)
-                        consuming = True
+                        for tag in tags:
+                            ch.basic_cancel(tag)
+                        tags = [ch.basic_consume(f"{t}.{i}", self._deliver)
+                                for t in self._topics for i in range(self._driver.queue_count(t))]
                     conn.process_data_events(time_limit=0.2)
             except Exception:  # noqa: BLE001 - the server went away (kill -9): connect again
                 time.sleep(0.3)
@@ -603,22 +616,13 @@ class _RabbitConsumer(Consumer):
                 if conn is not None and conn.is_open:
                     try:
                         conn.close()
-                    except Exception:  # noqa: BLE001, S110 - already broken
+                    except Exception:  # noqa: BLE001 - already broken
                         pass
 
     def stop(self) -> None:
         self._running = False
         if self._thread is not None:
             self._thread.join(10)
-
-    def pause(self) -> None:
-        self._paused = True
-
-    def resume(self) -> None:
-        self._paused = False
-
-    def commit(self) -> None:
-        """Each delivery is acknowledged after its callback: nothing to report."""
 
     def subscribe(self, topics: Sequence[str]) -> None:
         new = [t for t in topics if t not in self._topics]
@@ -760,11 +764,7 @@ class RabbitMQDriver(Driver):
             self._running().publish(f"{topic}.{q}", q, k, b, cb)
         if not done.wait(self.send_timeout_s + 5):
             return SendOutcome(Outcome.UNKNOWN, -1, error="no confirm")
-        for kind in (Outcome.UNKNOWN, Outcome.FAIL):
-            for o in outs:
-                if o.outcome == kind:
-                    return o
-        return outs[0]
+        return worst(outs)
 
     def consumer(self, group: str, topics: Sequence[str], on_delivery: DeliveryCallback, *, name: str,
                  from_timestamp_ms: int | None = None, threads: int = 4, batch: int = 32) -> Consumer:

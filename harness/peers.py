@@ -121,6 +121,7 @@ class _Proc:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 pass
+            _wait_group_gone(self.proc.pid, 10.0)  # the VM under the script dies after the script does
 
     def stop(self, timeout_s: float = 30.0) -> None:
         if not self.alive:
@@ -308,3 +309,24 @@ def _port_open(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``, from /proc."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:  # state, ppid, pgrp
+            out.append(int(d.name))
+    return out
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -85,7 +85,6 @@ class Coordinator:
     def setup(self) -> None:
         s = settings_from(self.env.parsed_options, self.spec.defaults)
         atexit.register(self.teardown)
-        self.peer: PeerServer | None = None
         if is_peer(s.driver):  # a peer broker: started embedded (its URL stands where a name server would)
             if self.env.host:
                 raise OptionError(f"--driver {s.driver} starts its own server: --host is not taken with it")

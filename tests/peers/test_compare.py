@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import durability_of, workload_shape, CompareSpec
+from harness.compare import CompareSpec, durability_of, workload_shape
 from harness.peers import unavailable_reason
 from spark_reports.claims import ClaimId, Verdict
 from spark_reports.jobs.compare import QUANTILES, Perf, judge
