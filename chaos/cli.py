@@ -31,11 +31,12 @@ from chaos.matrix import (
     run_matrix,
     summary_rows,
 )
-from chaos.peer_faults import PEER_DRIVERS, PEER_FAULTS, PeerFaultResult, run_peer_fault
+from chaos.peer_faults import PEER_FAULTS, PeerFaultResult, run_peer_fault
 from chaos.replication import ReplicationFault
 from chaos.replication_verdict import ReplicationMode
 from harness import rocketmq
 from harness.driver_load import LoadShape
+from harness.drivers import PEER_DRIVERS
 from harness.records import findings
 from harness.rocketmq import IMPLS, BrokerImpl, parse_impls
 

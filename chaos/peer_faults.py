@@ -20,26 +20,23 @@ from typing import Any, Final
 
 from harness.driver import Driver
 from harness.driver_load import DriverLoad, LoadResult, LoadShape
-from harness.peer_drivers import NatsDriver, RabbitMQDriver, loss_allowed
-from harness.peers import PeerKind, PeerServer, PeerUnavailable, unavailable_reason
+from harness.drivers import PEER_DRIVERS, is_peer, make_driver, server_kind
+from harness.peer_drivers import loss_allowed
+from harness.peers import PeerServer, PeerUnavailable, unavailable_reason
 from harness.records import RunRecord
 from harness.records.schema import FaultKind
 
-PEER_DRIVERS: Final = ("nats", "rabbitmq-classic", "rabbitmq-quorum")
 PEER_FAULTS: Final = ("kill9", "pause")
 
 
-def server_kind(driver: str) -> PeerKind:
-    return "nats" if driver == "nats" else "rabbitmq"
+def _require_peer(driver: str) -> None:
+    if not is_peer(driver):
+        raise ValueError(f"unknown peer driver {driver!r}; expected one of {', '.join(PEER_DRIVERS)}")
 
 
 def make_peer_driver(driver: str, server: PeerServer, send_timeout_s: float = 3.0) -> Driver:
-    if driver == "nats":
-        return NatsDriver(server.url, send_timeout_s=send_timeout_s)
-    if driver in ("rabbitmq-classic", "rabbitmq-quorum"):
-        return RabbitMQDriver(server.url, queue_type="classic" if driver.endswith("classic") else "quorum",
-                              send_timeout_s=send_timeout_s)
-    raise ValueError(f"unknown peer driver {driver!r}; expected one of {', '.join(PEER_DRIVERS)}")
+    _require_peer(driver)
+    return make_driver(driver, server.url, instance=f"chaos-{driver}", send_timeout_s=send_timeout_s)
 
 
 @dataclass
@@ -74,6 +71,7 @@ def run_peer_fault(driver: str, fault: str = "kill9", *, cycles: int = 3, runs_d
     """One cell: ``cycles`` faults on the peer's server under the driver load, then drain and check."""
     say = log or (lambda _line: None)
     result = PeerFaultResult(driver, fault, cycles)
+    _require_peer(driver)
     reason = unavailable_reason(server_kind(driver))
     if reason is not None:
         result.skipped = reason

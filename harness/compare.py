@@ -35,8 +35,9 @@ from typing import Any, Final
 from harness import rocketmq
 from harness.driver import Driver, RocketMQDriver
 from harness.driver_load import DriverLoad, LoadShape
+from harness.drivers import make_driver
 from harness.launcher import Topology
-from harness.peer_drivers import ACK_PROMISES, NatsDriver, RabbitMQDriver
+from harness.peer_drivers import ACK_PROMISES
 from harness.peers import PeerKind, PeerServer, unavailable_reason
 from harness.records import RunRecord
 
@@ -105,8 +106,7 @@ def broker_driver(label: str, root: Path, instance: str) -> Iterator[Driver]:
     server = PeerServer(kind, root=root)
     try:
         server.start()
-        drv = NatsDriver(server.url) if kind == "nats" else RabbitMQDriver(
-            server.url, queue_type="classic" if label.endswith("classic") else "quorum")
+        drv = make_driver(label, server.url, instance=instance)
         try:
             drv.start()
             yield drv
