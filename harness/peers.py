@@ -13,9 +13,9 @@ rabbitmq       ``/usr/lib/rabbitmq/bin/rabbitmq-server`` (not Debian's /usr/sbin
                CONFIG_FILE / ENABLED_PLUGINS_FILE private, HOME = the private directory (its
                ``.erlang.cookie`` is written there, mode 0400), and ERL_EPMD_PORT = a free port on which this
                module starts its own ``epmd`` first — else the Erlang VM would spawn a daemonized epmd that
-               outlives everything. Ready = the node port (the node
-               listens only once the broker has booted, which takes seconds) and answers the
-               AMQP 0-9-1 header with its Connection.Start frame.
+               outlives everything. Ready = the node port answers the AMQP 0-9-1 protocol header with
+               its Connection.Start frame (it listens only once the broker has booted: seconds).
+               RabbitMQ's script forks the VM and forwards SIGTERM to it; ``pid`` is the VM.
 =============  ==========================================================================================
 
 Both run in their own session: ``stop`` sends SIGTERM (RabbitMQ's script forwards it to the VM and waits),
