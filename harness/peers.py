@@ -297,7 +297,11 @@ class PeerServer:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> PeerServer:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()  # the directory this object made, and epmd
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
