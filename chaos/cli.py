@@ -31,9 +31,12 @@ from chaos.matrix import (
     run_matrix,
     summary_rows,
 )
+from chaos.peer_faults import PEER_FAULTS, PeerFaultResult, run_peer_fault
 from chaos.replication import ReplicationFault
 from chaos.replication_verdict import ReplicationMode
 from harness import rocketmq
+from harness.driver_load import LoadShape
+from harness.drivers import PEER_DRIVERS
 from harness.records import findings
 from harness.rocketmq import IMPLS, BrokerImpl, parse_impls
 
@@ -166,6 +169,61 @@ def _single(fault: FaultName, flush: str, profile: str, cycles: int, runs_dir: P
     sys.exit(EXIT_GATE if gate_failures([result]) else EXIT_OK)
 
 
+DRIVERS = ("rocketmq", *PEER_DRIVERS)
+_driver_opt = click.option("--driver", "driver", default="rocketmq", show_default=True,
+                           help="Which client and broker the load drives, comma-separated: rocketmq (this "
+                                "project's client; --broker-impl picks the broker), or a peer broker: "
+                                + ", ".join(PEER_DRIVERS) + f" (faults {', '.join(PEER_FAULTS)} only).")
+
+
+def _drivers(text: str) -> list[str]:
+    out = _split(text)
+    bad = [d for d in out if d not in DRIVERS]
+    if bad or not out:
+        raise click.BadParameter(f"{text!r}: expected some of {', '.join(DRIVERS)}", param_hint="--driver")
+    return out
+
+
+def _run_peers(drivers: list[str], faults: list[str], cycles: int, runs_dir: Path, work_dir: Path | None,
+               seed: int | None, gap: str, msg_size: int, in_flight: int, as_json: bool) -> list[PeerFaultResult]:
+    """The peer drivers' cells (chaos.peer_faults); a fault they do not have is a skipped row."""
+    results = []
+    for driver in drivers:
+        for fault in faults:
+            if fault not in PEER_FAULTS:
+                results.append(PeerFaultResult(driver, fault, cycles,
+                                               skipped=f"{fault} is not built for peer brokers (only "
+                                                       f"{', '.join(PEER_FAULTS)})"))
+                continue
+            results.append(run_peer_fault(driver, fault, cycles=cycles, runs_dir=runs_dir, work_dir=work_dir,
+                                          gap_s=_gap(gap), seed=seed, log=_progress(as_json),
+                                          shape=LoadShape(name=fault, in_flight=in_flight, message_size=msg_size,
+                                                          queues=4, drain_timeout_s=60.0)))
+    rows = [r.summary() for r in results]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+    else:
+        cols = ("broker_impl", "fault", "cycles", "acknowledged", "lost", "duplicated", "unknown", "recovery_s_max",
+                "verdict")
+        click.echo("  ".join(cols))
+        for row in rows:
+            click.echo("  ".join(str(row[c]) for c in cols) + (f"  ({row['skipped']})" if row["skipped"] else ""))
+    return results
+
+
+def _peer_single(fault: FaultName, kw: dict[str, Any]) -> bool:
+    """``kill9``/``pause`` with ``--driver`` naming peers: run those and exit; False when the driver is ours."""
+    drivers = _drivers(kw.pop("driver"))
+    if drivers == ["rocketmq"]:
+        return False
+    if "rocketmq" in drivers:
+        raise click.BadParameter("rocketmq and peer drivers in one single-fault command: use matrix",
+                                 param_hint="--driver")
+    results = _run_peers(drivers, [fault.value], kw["cycles"], kw["runs_dir"], kw["work_dir"], kw["seed"],
+                         kw["gap"], kw["msg_size"], kw["in_flight"], kw["as_json"])
+    sys.exit(EXIT_GATE if any(r.skipped is None and not r.ok for r in results) else EXIT_OK)
+
+
 _flush_opt = click.option("--flush", default="async", show_default=True, help="sync or async (flushDiskType).")
 _impl_opt = click.option("--broker-impl", type=click.Choice(IMPLS), default="reference", show_default=True,
                          help="Which broker runs: the reference broker, or Apache RocketMQ (--rocketmq-home).")
@@ -178,8 +236,10 @@ _profile_opt = click.option("--profile", default="default", show_default=True,
 @_flush_opt
 @_profile_opt
 @common_options
+@_driver_opt
 def kill9(**kw: Any) -> None:
     """SIGKILL the broker under load and restart it on the same store, CYCLES times."""
+    _peer_single(FaultName.KILL9, kw)
     _single(FaultName.KILL9, **kw)
 
 
@@ -210,8 +270,10 @@ def disk_fill(no_clean_phase: bool, **kw: Any) -> None:
 @_flush_opt
 @_profile_opt
 @common_options
+@_driver_opt
 def pause(**kw: Any) -> None:
     """SIGSTOP the broker for 0.5-4.5 s, then SIGCONT, CYCLES times."""
+    _peer_single(FaultName.PAUSE, kw)
     _single(FaultName.PAUSE, **kw)
 
 
@@ -226,13 +288,29 @@ def pause(**kw: Any) -> None:
 @click.option("--broker-impl", "broker_impl", default="reference", show_default=True,
               help="Brokers, comma-separated: reference, rocketmq (Apache RocketMQ, --rocketmq-home), or both.")
 @common_options
+@_driver_opt
 def matrix(flush: str, faults: str, profiles: str, gate: bool, require_all: bool, quick: bool, broker_impl: str,
            cycles: int, runs_dir: Path, work_dir: Path | None, seed: int | None, gap: str, msg_size: int,
-           in_flight: int, as_json: bool, check_each_recovery: bool, rocketmq_home: Path | None) -> None:
+           in_flight: int, as_json: bool, check_each_recovery: bool, rocketmq_home: Path | None,
+           driver: str) -> None:
     """Run every broker x flush mode x fault x profile against fresh stores; print the summary table.
 
     A violation on Apache RocketMQ is a finding about RocketMQ (findings.jsonl in the runs directory), not
-    a gate failure; a cell that could not run as planned fails the gate whichever broker it ran."""
+    a gate failure; a cell that could not run as planned fails the gate whichever broker it ran. ``--driver``
+    naming peer brokers runs their cells (kill9, pause) instead or as well, judged against each one's
+    acknowledgement promise."""
+    drivers = _drivers(driver)
+    peers = [d for d in drivers if d != "rocketmq"]
+    if peers:
+        peer_results = _run_peers(peers, _split(faults), cycles, runs_dir, work_dir, seed, gap, msg_size, in_flight,
+                                  as_json)
+        peer_failed = [r for r in peer_results if (r.skipped is None and not r.ok)
+                       or (require_all and r.skipped is not None)]
+        if "rocketmq" not in drivers:
+            if gate and peer_failed:
+                click.echo("\nGATE FAILED: " + ", ".join(f"{r.driver} {r.fault}" for r in peer_failed), err=True)
+                sys.exit(EXIT_GATE)
+            return
     spec = MatrixSpec(flushes=_flushes(flush), faults=_faults(faults), profiles=_profiles(profiles), cycles=cycles,
                       runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
                       load=LoadSpec(msg_size=msg_size, in_flight=in_flight), quick=quick, command=tuple(sys.argv),

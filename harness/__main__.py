@@ -359,5 +359,40 @@ def fuzz(seconds: float, seed: int | None, cases: tuple[int, ...], skip_known: b
     sys.exit(0 if report.ok else 1)
 
 
+
+@main.command("compare")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+              show_default=True, help="Where the session directory (run records + compare.json) goes.")
+@click.option("--brokers", default=None, help="Comma-separated, of: reference-async, reference-sync, "
+              "rocketmq-async, rocketmq-sync, nats, rabbitmq-classic, rabbitmq-quorum (default: all but "
+              "rocketmq-sync).")
+@click.option("--workloads", default="rate,max,one", show_default=True,
+              help="rate (fixed rate), max (unbounded), one (one send in flight).")
+@click.option("--seconds", type=click.FloatRange(1, 600), default=5.0, show_default=True, help="Per workload.")
+@click.option("--rate", type=click.FloatRange(1), default=2000.0, show_default=True, help="The fixed rate, msg/s.")
+@click.option("--in-flight", type=click.IntRange(1), default=128, show_default=True, help="For max and rate.")
+@click.option("--size", "message_size", type=click.IntRange(1), default=1024, show_default=True)
+@click.option("--report", "report", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also render the report (python -m spark_reports compare) into this directory.")
+def compare_cmd(out: Path, brokers: str | None, workloads: str, seconds: float, rate: float, in_flight: int,
+                message_size: int, report: Path | None) -> None:
+    """The same short workloads against every broker available here (one sitting, one load generator)."""
+    from harness.compare import BROKERS, DEFAULT_BROKERS, CompareSpec, run_compare
+
+    chosen = tuple(b.strip() for b in brokers.split(",") if b.strip()) if brokers else DEFAULT_BROKERS
+    bad = [b for b in chosen if b not in BROKERS]
+    if bad:
+        raise click.BadParameter(f"unknown broker(s) {', '.join(bad)}", param_hint="--brokers")
+    spec = CompareSpec(seconds=seconds, rate=rate, in_flight=in_flight, message_size=message_size,
+                       workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()), brokers=chosen)
+    session = run_compare(spec, out, log=lambda line: click.echo(line, err=True))
+    click.echo(f"session: {session}")
+    if report is not None:
+        import subprocess
+        import sys
+
+        subprocess.run([sys.executable, "-m", "spark_reports", "compare", "--runs", str(session), "--out",
+                        str(report)], check=True)
+
 if __name__ == "__main__":
     main()

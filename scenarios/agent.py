@@ -27,7 +27,8 @@ from typing import ClassVar
 import gevent
 from gevent.lock import Semaphore
 
-from harness.driver import Consumer, Delivery, Driver, RocketMQDriver, SendOutcome
+from harness.driver import Consumer, Delivery, Driver, SendOutcome
+from harness.drivers import make_driver
 from harness.records import EventWriter, Outcome, RunRecord, wall_clock
 from harness.send_outcome import record_send
 from scenarios.contract import Counts, RunInfo
@@ -70,9 +71,10 @@ class Agent:
         self.worker = worker
         self._fire = fire
         self.clock = wall_clock()
-        self.driver = driver or RocketMQDriver(info.namesrv, instance=f"lab-{info.tag}-{worker}-{os.getpid()}",
-                                               producer_group=f"lab_producer_{info.tag}",
-                                               send_timeout_s=settings.send_timeout_s)
+        self.driver = driver or make_driver(settings.driver, info.namesrv,
+                                            instance=f"lab-{info.tag}-{worker}-{os.getpid()}",
+                                            producer_group=f"lab_producer_{info.tag}",
+                                            send_timeout_s=settings.send_timeout_s)
         self.counts = Counts(worker=worker)
         self.writer: EventWriter | None = None
         self.consumers: list[Consumer] = []

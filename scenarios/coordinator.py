@@ -35,9 +35,12 @@ from locust.runners import MasterRunner
 from harness import final_read
 from harness.checker import check_run
 from harness.driver import Driver, RocketMQDriver
+from harness.drivers import is_peer, make_driver, server_kind
 from harness.fio_baseline import fio_baseline
 from harness.launcher import Topology
 from harness.metrics_sampler import BrokerTarget, MetricsSampler
+from harness.peer_drivers import ACK_PROMISES
+from harness.peers import PeerServer
 from harness.records import MetricsWriter, RunRecord, load_events, validate_run
 from harness.records.findings import record as record_finding
 from reference_broker.broker.broker_config import BROKER_KEYS, load_broker_conf
@@ -67,6 +70,7 @@ class Coordinator:
         self.distributed = isinstance(runner, MasterRunner)
         self._exit = ExitStack()
         self.topology: Topology | None = None
+        self.peer: PeerServer | None = None
         self.driver: Driver | None = None
         self.namesrv = ""
         self.sysctl: dict[str, Any] = {"profile": None, "applied": False, "reason": None, "values": {}}
@@ -81,6 +85,20 @@ class Coordinator:
     def setup(self) -> None:
         s = settings_from(self.env.parsed_options, self.spec.defaults)
         atexit.register(self.teardown)
+        if is_peer(s.driver):  # a peer broker: started embedded (its URL stands where a name server would)
+            if self.env.host:
+                raise OptionError(f"--driver {s.driver} starts its own server: --host is not taken with it")
+            self.peer = PeerServer(server_kind(s.driver),
+                                   root=Path(s.store_dir) / f"{s.driver}-{os.getpid()}" if s.store_dir else None)
+            self._exit.callback(self.peer.cleanup)
+            log.info("starting the embedded %s server in %s", s.driver, self.peer.root)
+            self.peer.start()
+            self.namesrv = self.peer.url
+            self.driver = make_driver(s.driver, self.peer.url, instance=f"lab-coordinator-{os.getpid()}")
+            self._exit.callback(self.driver.stop)
+            self.driver.start()
+            self._host_facts(s)
+            return
         namesrv = parse_host(self.env.host)
         if namesrv is None:
             conf = {**self.spec.broker_conf, **s.broker_conf_dict()}
@@ -94,6 +112,10 @@ class Coordinator:
         self.namesrv = namesrv
         self.driver = RocketMQDriver(namesrv, instance=f"lab-coordinator-{os.getpid()}")
         self._exit.callback(self.driver.stop)
+        self._host_facts(s)
+
+    def _host_facts(self, s: Settings) -> None:
+        """The sysctl profile (applied or read) and the fio baseline, for meta.json."""
         if s.sysctl_profile:
             state = self._exit.enter_context(applied_profile(s.sysctl_profile, allow_unapplied=True))
             self.sysctl = state.record()
@@ -108,7 +130,7 @@ class Coordinator:
                            "values": dict(sorted(values.items()))}
         if s.fio:
             where = (self.topology.brokers[0].store_root if self.topology is not None
-                     else Path(s.store_dir or "."))
+                     else self.peer.data_dir.parent if self.peer is not None else Path(s.store_dir or "."))
             log.info("fio baseline (%s) in %s", s.fio, where)
             self.fio = fio_baseline(where, "full" if s.fio == "full" else "quick", progress=log.info)
 
@@ -219,7 +241,9 @@ class _Run:
         elif co.topology is not None:  # RocketMQ answers GET_BROKER_CONFIG (in ``facts``); its file is the base
             broker = {**co.topology.brokers[0].conf, **broker}
         brokers = self._targets(facts)
+        promise = facts.get("ack_promise") or ACK_PROMISES.get(str(broker.get("flushDiskType")))
         rec.update_meta(broker=broker, broker_impl=facts["broker_impl"], sysctl=co.sysctl, fio=co.fio,
+                        driver=s.driver, ack_promise=None if promise is None else str(promise),
                         topology={"embedded": co.topology is not None, "namesrv": co.namesrv,
                                   "brokers": facts["brokers"]},
                         phases=[{"label": p.label, "topics": [list(t) for t in p.topics]} for p in phases])
@@ -349,7 +373,9 @@ class _Run:
                                     "cpu_us_per_msg": round(totals.cpu_s / totals.ok * 1e6, 2) if totals.ok else None}
             if errors:
                 self.results["load_errors"] = errors
-            if self.settings.record and self.settings.consumers > 0 and self.settings.final_read_s > 0:
+            # A peer broker has no positions to read back by (harness.peer_drivers): its consumer's drain is all.
+            if (self.settings.record and self.settings.consumers > 0 and self.settings.final_read_s > 0
+                    and self.co.peer is None):
                 self.results["final_read"] = self._final_read()
         except Exception as exc:  # ending the run: the error goes into the results
             log.exception("ending the run")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final
 
+from harness.drivers import DRIVER_NAMES
 from harness.rocketmq import IMPLS, BrokerImpl
 
 FLUSH_TYPES: Final = ("ASYNC_FLUSH", "SYNC_FLUSH")
@@ -43,6 +44,7 @@ class Settings:
     final_read_s: float = 60.0  # at the end: time to read back acknowledged, unreceived messages; 0 = no read
     record: bool = True
     flush: str = "ASYNC_FLUSH"
+    driver: str = "rocketmq"  # harness.drivers.DRIVER_NAMES: the client (and, for a peer, the broker) driven
     broker_impl: BrokerImpl = "reference"  # the embedded topology's broker: "reference" or "rocketmq"
     rocketmq_home: str = ""  # "" = $ROCKETMQ_HOME, else ../shared/rocketmq-4.9.8 (harness/rocketmq.py)
     broker_conf: tuple[str, ...] = ()
@@ -128,6 +130,9 @@ _OPTIONS: Final[list[tuple[str, str, Callable[[Any], Any], str, bool]]] = [
                                             "acknowledged message no consumer received (found = unread, not "
                                             "lost); 0 = no final read, s", True),
     ("--flush", "flush", str, "Embedded broker: flushDiskType (ASYNC_FLUSH or SYNC_FLUSH)", False),
+    ("--driver", "driver", str, "Client and broker: rocketmq (this project's client), cpp (RocketMQ's C++ "
+                                "client as producer), or a peer broker started embedded: nats, "
+                                "rabbitmq-classic, rabbitmq-quorum (docs/interop.md)", False),
     ("--broker-impl", "broker_impl", str, "Embedded topology: which broker runs, reference or rocketmq (Apache "
                                           "RocketMQ from --rocketmq-home)", False),
     ("--rocketmq-home", "rocketmq_home", str, "Embedded topology: a RocketMQ distribution directory (default "
@@ -229,6 +234,8 @@ def validate(s: Settings) -> None:
         problems.append("--in-flight >= 1, --consumers >= 0, --consume-threads >= 1, --consume-batch in [1, 1024]")
     if s.flush not in FLUSH_TYPES:
         problems.append(f"--flush must be one of {', '.join(FLUSH_TYPES)}")
+    if s.driver not in DRIVER_NAMES:
+        problems.append(f"--driver must be one of {', '.join(DRIVER_NAMES)}")
     if s.broker_impl not in IMPLS:
         problems.append(f"--broker-impl must be one of {', '.join(IMPLS)}")
     if not 0 < s.drain_ratio <= 1:

@@ -46,7 +46,30 @@ if ((${#missing[@]})); then
         log "         need a Java runtime, and the venv needs ensurepip."
     fi
 fi
-for tool in fio fincore java javac nft ip; do
+# Peer brokers for `--driver nats|rabbitmq` and `python -m harness compare` (harness/peers.py): Debian's
+# nats-server and rabbitmq-server, when root and apt has them. Their Debian services are never started
+# (policy-rc.d refuses while installing; there is no systemd here): the harness starts private instances.
+peer_pkgs=()
+command -v nats-server >/dev/null 2>&1 || peer_pkgs+=(nats-server)
+command -v rabbitmq-server >/dev/null 2>&1 || peer_pkgs+=(rabbitmq-server)
+if ((${#peer_pkgs[@]})) && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    ((${#missing[@]})) || apt-get update -qq
+    available=()
+    for p in "${peer_pkgs[@]}"; do
+        apt-cache show "$p" >/dev/null 2>&1 && available+=("$p")
+    done
+    if ((${#available[@]})); then
+        log "running: apt-get install -y -qq --no-install-recommends ${available[*]} (services not started)"
+        made_policy=0
+        if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
+        fi
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${available[@]}" </dev/null \
+            || log "WARNING: apt-get install ${available[*]} failed; their drivers skip"
+        if ((made_policy)); then rm -f /usr/sbin/policy-rc.d; fi
+    fi
+fi
+for tool in fio fincore java javac nft ip nats-server rabbitmq-server; do
     command -v "$tool" >/dev/null 2>&1 || log "WARNING: $tool is still missing; the figures that need it are skipped."
 done
 
@@ -67,9 +90,9 @@ stamp=".venv/.installed-$hash"
 if [[ -f "$stamp" ]]; then
     log ".venv up to date ($stamp)"
 else
-    log "installing project into .venv: pip install -e '.[dev,harness,interop]'"
+    log "installing project into .venv: pip install -e '.[dev,harness,interop,peers]'"
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,harness,interop]'
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,harness,interop,peers]'
     rm -f .venv/.installed-*
     touch "$stamp"
     log "done"

@@ -29,6 +29,8 @@ class ClaimId(StrEnum):
     PAGE_CACHE_CAPACITY = "page-cache-capacity"
     OFFSET_616_YEARS = "offset-616-years"
     REPLICATION_MASTER_LOSS = "replication-master-loss"
+    PEER_ASYNC_VS_NATS = "peer-async-vs-nats"
+    PEER_SYNC_VS_RABBITMQ = "peer-sync-vs-rabbitmq"
 
 
 class Verdict(StrEnum):
@@ -77,6 +79,13 @@ CLAIMS: Final[tuple[Claim, ...]] = (
           "lost when a master's disk is destroyed; with asynchronous replication (ASYNC_MASTER) about 99 % survive.",
           "docs/claims.md#replication-master-loss",
           "python -m chaos replication --replication sync,async --faults master_disk_destroyed"),
+    # Issue 20's target, not a seed claim: where the reference broker stands against what users would pick instead.
+    Claim(ClaimId.PEER_ASYNC_VS_NATS, "With ASYNC_FLUSH the reference broker is at or above NATS JetStream (both "
+          "acknowledge from the page cache) in throughput, at equal or better p99 send latency.",
+          "docs/claims.md#peer-async-vs-nats", "python -m harness compare --report OUT"),
+    Claim(ClaimId.PEER_SYNC_VS_RABBITMQ, "With SYNC_FLUSH the reference broker is at or above RabbitMQ quorum queues "
+          "(both confirm after fsync) in throughput, at equal or better p99 send latency.",
+          "docs/claims.md#peer-sync-vs-rabbitmq", "python -m harness compare --report OUT"),
 )
 CLAIM_BY_ID: Final = {c.id: c for c in CLAIMS}
 

@@ -45,6 +45,30 @@ def synth(out: Path, events: int, seed: int) -> None:
     click.echo(f"wrote {len(expected)} runs, {rows:,} events to {out} ({time.perf_counter() - began:.1f} s)")
 
 
+@click.command(name="compare")
+@click.option("--runs", "runs", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A python -m harness compare session directory (its run records and compare.json).")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory; the report goes to OUT/compare/index.html.")
+@click.option("--master", default=None, help="Spark master URL (default: local[*]).")
+def compare(runs: Path, out: Path, master: str | None) -> None:
+    """The brokers side by side (throughput, send latency CDF, send-to-consume latency, loss) and the
+    claims-page rows on the reference broker against NATS and RabbitMQ."""
+    from pyspark.sql import SparkSession
+
+    from spark_reports.jobs import compare as compare_job
+    from spark_reports.session import build_session
+
+    owned = SparkSession.getActiveSession() is None
+    spark = build_session(master)
+    try:
+        output = compare_job.run(spark, runs, out)
+    finally:
+        if owned:
+            spark.stop()
+    click.echo(f"compare: {output.index}")
+
+
 @click.group()
 def cli() -> None:
     """PySpark reports over run records."""
@@ -54,3 +78,4 @@ for _job in JOBS.values():
     cli.add_command(report_command(_job.name, [_job], f"Run the {_job.name} report."))
 cli.add_command(report_command("all", list(JOBS.values()), "Run every report."))
 cli.add_command(synth)
+cli.add_command(compare)

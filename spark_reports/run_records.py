@@ -67,9 +67,15 @@ BROKERS: Final = (REFERENCE, ROCKETMQ)  # the order of the claims page's columns
 _ROCKETMQ_VERSION: Final = re.compile(r"V\d+_\d+_\d+")
 
 
+PEER: Final = "peer"  # NATS / RabbitMQ runs (harness.peer_drivers): only the compare report reads them
+_PEER_IMPLS: Final = ("nats-server", "rabbitmq-server")
+
+
 def broker_of(broker_impl: object) -> str:
-    """``rocketmq`` for a run whose meta.json ``broker_impl`` is a RocketMQ version, else ``reference`` (the
-    reference broker, synthetic runs, and runs that did not say)."""
+    """``rocketmq`` for a run whose meta.json ``broker_impl`` is a RocketMQ version, ``peer`` for a NATS or
+    RabbitMQ server's, else ``reference`` (the reference broker, synthetic runs, and runs that did not say)."""
+    if isinstance(broker_impl, str) and broker_impl.startswith(_PEER_IMPLS):
+        return PEER
     return ROCKETMQ if isinstance(broker_impl, str) and _ROCKETMQ_VERSION.match(broker_impl) else REFERENCE
 
 

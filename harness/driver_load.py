@@ -1,0 +1,170 @@
+"""This module owns the driver workload: one producer and one consumer through any ``Driver`` (the reference
+client's, NATS's, RabbitMQ's), every send and delivery recorded as run-record events, then a drain and the loss
+checker judged against the broker's own acknowledgement promise (meta.json ``ack_promise``).
+
+The compare command (``harness.compare``) and the chaos load's ``--driver`` (``chaos.peer_kill9``) run it. Three
+shapes, as in OpenMessaging Benchmark: a fixed ``rate`` (open loop: each send's intended time is recorded, so a
+stalled broker shows as publish delay, not as a slower schedule), unbounded (``rate`` 0: ``in_flight`` sends
+outstanding, closed loop), and one in flight (``in_flight`` 1: the send latency without queueing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.checker import CheckResult, check_run
+from harness.driver import Delivery, Driver, SendOutcome
+from harness.peer_drivers import ACK_PROMISES
+from harness.records import RunRecord
+from harness.records.schema import Outcome
+from harness.send_outcome import record_send
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    name: str = "load"
+    seconds: float = 5.0
+    rate: float = 0.0  # msgs/s; 0 = as fast as in_flight allows
+    in_flight: int = 128
+    message_size: int = 1024
+    queues: int = 4
+    drain_timeout_s: float = 30.0
+
+
+@dataclass
+class LoadResult:
+    run_dir: Path
+    sent_ok: int = 0
+    sent_fail: int = 0
+    sent_unknown: int = 0
+    received: int = 0
+    seconds: float = 0.0
+    unreceived: int = 0  # acknowledged keys no delivery brought by the end of the drain
+    backlog_at_end: int | None = None  # the broker's backlog then (None: all received; -1: no answer)
+    backlog_error: str = ""
+    check: CheckResult | None = None
+
+
+class DriverLoad:
+    """Start with ``run()`` (blocking) or ``start()``/``finish()`` around a fault."""
+
+    def __init__(self, driver: Driver, record: RunRecord, shape: LoadShape, topic: str, group: str) -> None:
+        self.driver = driver
+        self.record = record
+        self.shape = shape
+        self.topic = topic
+        self.group = group
+        self._send_w = record.events_writer("producer-p0")
+        self._recv_w = record.events_writer("consumer-c0")
+        self._body = os.urandom(shape.message_size)
+        self._slots = threading.Semaphore(shape.in_flight)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._keys = set[str]()
+        self._acked = set[str]()
+        self._seen = set[str]()
+        self.result = LoadResult(record.run_dir)
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+        self._consumer = driver.consumer(group, [topic], self._on_delivery, name="c0", threads=1, batch=64)
+
+    def _on_delivery(self, ds: list[Delivery]) -> None:
+        now = time.time_ns()
+        with self._lock:
+            for d in ds:
+                self._recv_w.record_receive(d.key, d.topic, d.queue_id, d.queue_offset, now, now, d.born_ns,
+                                            d.store_ns, d.nbytes)
+                self._seen.add(d.key)
+            self.result.received += len(ds)
+
+    def _done(self, key: str, intended: int, start: int) -> Callable[[SendOutcome], None]:
+        def cb(o: SendOutcome) -> None:
+            end = time.time_ns()
+            with self._lock:
+                record_send(self._send_w, key, self.topic, o, start, end, self.shape.message_size, intended)
+                if o.outcome == Outcome.OK:
+                    self.result.sent_ok += 1
+                    self._acked.add(key)
+                elif o.outcome == Outcome.FAIL:
+                    self.result.sent_fail += 1
+                else:
+                    self.result.sent_unknown += 1
+            self._slots.release()
+            if o.outcome == Outcome.FAIL:
+                time.sleep(0.02)  # a refusing broker: back off as an application would
+        return cb
+
+    def _produce(self) -> None:
+        seq = itertools.count()
+        t0 = time.time_ns()
+        period_ns = int(1e9 / self.shape.rate) if self.shape.rate > 0 else 0
+        prefix = f"{self.record.run_id}-"
+        while not self._stop.is_set():
+            i = next(seq)
+            intended = t0 + i * period_ns if period_ns else -1
+            if period_ns:
+                delay = (intended - time.time_ns()) / 1e9
+                if delay > 0 and self._stop.wait(delay):
+                    break
+            if not self._slots.acquire(timeout=0.5):
+                continue
+            key = f"{prefix}{i}"
+            start = time.time_ns()
+            self.driver.send_async(self.topic, key, self._body, self._done(key, intended, start))
+
+    def start(self) -> None:
+        self.driver.start()
+        self.driver.create_topic(self.topic, self.shape.queues)
+        self._consumer.start()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._produce, name="driver-load", daemon=True)
+        self._thread.start()
+
+    def finish(self, allow_loss: bool = False, extra_meta: dict[str, Any] | None = None) -> LoadResult:
+        """Stop producing, wait for the outstanding sends and the consumer, record meta, check."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self.result.seconds = time.monotonic() - self._started
+        for _ in range(self.shape.in_flight):  # every outstanding send answered (or timed out)
+            self._slots.acquire(timeout=10)
+        deadline = time.monotonic() + self.shape.drain_timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._acked <= self._seen:
+                    break
+            time.sleep(0.1)
+        self._consumer.stop()
+        with self._lock:
+            self.result.unreceived = len(self._acked - self._seen)
+        if self.result.unreceived:
+            # Acknowledged, not received: still in the broker (a consumer that stopped reading: unread) or
+            # gone (lost)? The broker's own count tells them apart for the report; the checker counts both lost.
+            try:
+                self.result.backlog_at_end = self.driver.backlog(self.group, [self.topic]).total
+            except Exception as exc:  # noqa: BLE001 - a broker that does not answer: no figure
+                self.result.backlog_at_end = -1
+                self.result.backlog_error = f"{type(exc).__name__}: {exc}"[:200]
+        facts = self.driver.broker_facts()
+        broker = dict(facts.get("broker", {}))
+        promise = facts.get("ack_promise") or ACK_PROMISES.get(str(broker.get("flushDiskType")))
+        fields: dict[str, Any] = {
+            "broker": broker, "broker_impl": facts.get("broker_impl"), "driver": self.driver.impl,
+            "ack_promise": None if promise is None else str(promise),
+            "results": {k: v for k, v in asdict(self.result).items() if k not in ("run_dir", "check")}}
+        fields.update(extra_meta or {})
+        self.record.finish(**fields)
+        self.result.check = check_run(self.record.run_dir, allow_loss=allow_loss)
+        return self.result
+
+    def run(self, allow_loss: bool = False, extra_meta: dict[str, Any] | None = None) -> LoadResult:
+        self.start()
+        self._stop.wait(self.shape.seconds)
+        return self.finish(allow_loss, extra_meta)

@@ -1,0 +1,181 @@
+"""Compare report: the reference broker beside its peers (NATS JetStream, RabbitMQ classic and quorum queues,
+Apache RocketMQ 4.9.8), from one ``python -m harness compare`` session — the same workloads, the same load
+generator, one sitting.
+
+Each run's meta.json ``compare`` says which broker and workload it was and the durability mode its broker's
+acknowledgement matches (page cache = ASYNC_FLUSH, fsync = SYNC_FLUSH; docs/interop.md "Peer brokers").
+
+- throughput = acknowledged sends ÷ the load window (first send's start → last acknowledged send's ack);
+- send latency = ack − start of acknowledged sends: p50 / p99 / p99.9 / max and the CDF, by percentile_approx
+  over the run's raw events;
+- send-to-consume latency = the consumer's receive time − the producer's send time carried in the message
+  (``born_ns``; RocketMQ's bornTimestamp has millisecond resolution);
+- loss = acknowledged, never received (check.json; every broker here judged against its own promise).
+
+Claims judged (spark_reports.claims): ``peer-async-vs-nats`` (reference ASYNC_FLUSH against NATS JetStream) and
+``peer-sync-vs-rabbitmq`` (reference SYNC_FLUSH against RabbitMQ quorum queues): held when the reference broker's
+unbounded throughput is at or above the peer's and its p99 send latency at the fixed rate is at or below the
+peer's; "not held" otherwise, with both figures.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from spark_reports.claims import ClaimId, Finding, Verdict
+from spark_reports.html_report import Page, ReportOutput, write_csv
+from spark_reports.percentiles import CDF_GRID, DEFAULT_ACCURACY
+from spark_reports.plots import cdf_plot
+from spark_reports.report_io import finish_report, fixed, make_report_dir
+from spark_reports.run_records import RunInfo, discover_runs, load_events, read_check
+
+NAME: Final = "compare"
+QUANTILES: Final = (0.5, 0.99, 0.999)
+WORKLOAD_WORDS: Final = {"rate": "fixed rate (open loop)", "max": "unbounded (in-flight window)",
+                         "one": "one send in flight"}
+# (claim, reference label, peer label)
+PAIRS: Final = ((ClaimId.PEER_ASYNC_VS_NATS, "reference-async", "nats"),
+                (ClaimId.PEER_SYNC_VS_RABBITMQ, "reference-sync", "rabbitmq-quorum"))
+
+
+@dataclass(frozen=True)
+class Perf:
+    run_id: str
+    broker: str
+    workload: str
+    durability: str
+    attempted: int
+    acknowledged: int
+    window_ns: int
+    send_q: tuple[int, ...]  # QUANTILES then CDF_GRID, ns
+    send_max: int | None
+    e2e_q: tuple[int, ...]  # p50, p99, ns
+    lost: int | None
+    valid: bool | None
+
+    @property
+    def acks_per_s(self) -> float | None:
+        return self.acknowledged / (self.window_ns / 1e9) if self.window_ns > 0 else None
+
+    def send_ms(self, i: int) -> float | None:
+        return self.send_q[i] / 1e6 if self.send_q else None
+
+    def e2e_ms(self, i: int) -> float | None:
+        return self.e2e_q[i] / 1e6 if self.e2e_q else None
+
+
+def compare_runs(runs_dir: Path) -> list[RunInfo]:
+    return [r for r in discover_runs(runs_dir) if isinstance(r.meta.get("compare"), dict)]
+
+
+def compute(spark: SparkSession, runs: list[RunInfo], accuracy: int = DEFAULT_ACCURACY) -> list[Perf]:
+    if not runs:
+        return []
+    events = load_events(spark, runs, ["op", "start_ns", "end_ns", "outcome", "born_ns"])
+    sends = events.where(F.col("op") == "send").select(
+        "run_id", "start_ns", F.when(F.col("outcome") == "ok", F.col("end_ns")).alias("ack_ns"))
+    sends = sends.withColumn("latency", F.col("ack_ns") - F.col("start_ns"))
+    per_run = {r["run_id"]: r for r in sends.groupBy("run_id").agg(
+        F.count(F.lit(1)).alias("attempted"), F.count("ack_ns").alias("acked"),
+        (F.max("ack_ns") - F.min("start_ns")).alias("window"),
+        F.percentile_approx("latency", [*QUANTILES, *CDF_GRID], accuracy).alias("q"),
+        F.max("latency").alias("max")).collect()}
+    rx = events.where((F.col("op") == "receive") & (F.col("born_ns") > 0)).select(
+        "run_id", (F.col("end_ns") - F.col("born_ns")).alias("e2e"))
+    e2e = {r["run_id"]: r for r in rx.groupBy("run_id").agg(
+        F.percentile_approx("e2e", [0.5, 0.99], accuracy).alias("q")).collect()}
+    out = []
+    for run in runs:
+        c = per_run.get(run.run_id)
+        if c is None:
+            continue
+        cmp = run.meta["compare"]
+        check = read_check(run) or {}
+        e = e2e.get(run.run_id)
+        out.append(Perf(run.run_id, str(cmp.get("broker")), str(cmp.get("workload")), str(cmp.get("durability")),
+                        int(c["attempted"]), int(c["acked"]), int(c["window"] or 0),
+                        tuple(int(v) for v in c["q"]) if c["q"] else (),
+                        None if c["max"] is None else int(c["max"]),
+                        tuple(int(v) for v in e["q"]) if e and e["q"] else (),
+                        check.get("lost"), check.get("valid")))
+    return out
+
+
+def _find(perfs: list[Perf], broker: str, workload: str) -> Perf | None:
+    return next((p for p in perfs if p.broker == broker and p.workload == workload), None)
+
+
+def judge(perfs: list[Perf]) -> list[Finding]:
+    """One finding per pair whose four runs (max and rate, both brokers) are all there."""
+    findings = []
+    for claim, ours, peer in PAIRS:
+        ours_max, peer_max = _find(perfs, ours, "max"), _find(perfs, peer, "max")
+        ours_rate, peer_rate = _find(perfs, ours, "rate"), _find(perfs, peer, "rate")
+        if None in (ours_max, peer_max, ours_rate, peer_rate):
+            continue
+        assert ours_max and peer_max and ours_rate and peer_rate
+        t_ours, t_peer = ours_max.acks_per_s or 0.0, peer_max.acks_per_s or 0.0
+        p_ours, p_peer = ours_rate.send_ms(1), peer_rate.send_ms(1)
+        if p_ours is None or p_peer is None:
+            continue
+        held = t_ours >= t_peer and p_ours <= p_peer
+        measured = (f"{ours}: {t_ours:,.0f} msg/s unbounded, p99 {p_ours:.2f} ms at the fixed rate; {peer}: "
+                    f"{t_peer:,.0f} msg/s, p99 {p_peer:.2f} ms")
+        why = []
+        if t_ours < t_peer:
+            why.append(f"throughput {t_ours / t_peer:.2f}x the peer's" if t_peer else "no throughput")
+        if p_ours > p_peer:
+            why.append(f"p99 {p_ours / p_peer:.2f}x the peer's" if p_peer else "p99 above the peer's")
+        findings.append(Finding(
+            claim, Verdict.HELD if held else Verdict.NOT_HELD, measured, NAME,
+            (ours_max.run_id, peer_max.run_id, ours_rate.run_id, peer_rate.run_id),
+            "Same load generator (harness.driver_load), one sitting. " + ("; ".join(why) if why else
+                                                                           "At or above on both."),
+            {"ours_acks_per_s": t_ours, "peer_acks_per_s": t_peer, "ours_p99_ms": p_ours, "peer_p99_ms": p_peer}))
+    return findings
+
+
+def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY) -> ReportOutput:
+    report_dir = make_report_dir(out_dir, NAME)
+    runs = compare_runs(runs_dir)
+    perfs = compute(spark, runs, accuracy)
+    page = Page("Brokers compared: the reference broker beside NATS JetStream, RabbitMQ and RocketMQ 4.9.8")
+    page.paragraph("One python -m harness compare session: the same workloads through the same load generator, "
+                   "one broker after another. Durability = the RocketMQ flush mode whose promise the broker's "
+                   "acknowledgement matches (page cache = ASYNC_FLUSH, fsync = SYNC_FLUSH; docs/interop.md). "
+                   "Latencies in ms; throughput = acknowledged ÷ load window.")
+    skipped = {}
+    summary = Path(runs_dir) / "compare.json"
+    if summary.is_file():
+        skipped = json.loads(summary.read_text()).get("skipped", {})
+    if skipped:
+        page.paragraph("Not run here: " + "; ".join(f"{b} ({why})" for b, why in skipped.items()), note=True)
+    header = ["broker", "durability", "acknowledged", "acknowledged/s", "send p50", "send p99", "send p99.9",
+              "send max", "send→consume p50", "send→consume p99", "lost", "check"]
+    files: list[Path] = []
+    csv_rows: list[list[Any]] = []
+    for w in ("rate", "max", "one"):
+        mine = sorted((p for p in perfs if p.workload == w), key=lambda p: (p.durability, p.broker))
+        if not mine:
+            continue
+        page.heading(f"Workload: {WORKLOAD_WORDS.get(w, w)}")
+        rows = [[p.broker, p.durability, fixed(p.acknowledged), fixed(p.acks_per_s), fixed(p.send_ms(0), 2),
+                 fixed(p.send_ms(1), 2), fixed(p.send_ms(2), 2),
+                 fixed(None if p.send_max is None else p.send_max / 1e6, 2), fixed(p.e2e_ms(0), 2),
+                 fixed(p.e2e_ms(1), 2), p.lost, "valid" if p.valid else ("INVALID" if p.valid is False else None)]
+                for p in mine]
+        page.table(header, rows, text_columns=2)
+        csv_rows.extend([w, *r] for r in rows)
+        series = {f"{p.broker} ({p.durability})": [(g, v / 1e6) for g, v in
+                                                   zip(CDF_GRID, p.send_q[len(QUANTILES):], strict=True)]
+                  for p in mine if p.send_q}
+        files.append(cdf_plot(report_dir / f"cdf_{w}.png", f"Send latency, {WORKLOAD_WORDS.get(w, w)}", series))
+        page.figure(f"cdf_{w}.png", f"send latency CDF per broker, workload {w}")
+    if not perfs:
+        page.paragraph("No compare runs in this directory (python -m harness compare makes them).", note=True)
+    files.append(write_csv(report_dir / "compare.csv", ["workload", *header], csv_rows))
+    return finish_report(page, report_dir, NAME, runs, files, link_csvs=True, findings=judge(perfs))
