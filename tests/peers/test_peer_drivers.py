@@ -83,19 +83,35 @@ def test_driver_load_records_and_checks(driver: str, tmp_path: Path) -> None:
 
 def test_peer_server_leaves_no_process(tmp_path: Path) -> None:
     _skip_unless("rabbitmq-quorum")
-    before = _pids("epmd") | _pids("beam.smp")
+    # Other tests may run RabbitMQ beside this one (xdist): only this server's processes are looked for — those
+    # whose command line names its private directory, and its epmd (started with its private port).
     server = PeerServer("rabbitmq", root=tmp_path / "r")
     server.start()
     try:
         vm = server.pid
         assert vm in _pids("beam.smp")
+        epmd_port = server._epmd_port
+        assert _mine(tmp_path, epmd_port), "the server's processes were not found"
         server.kill()
         assert not server.alive and vm not in _pids("beam.smp")
         server.start()  # the same directory and ports
         assert server.alive
     finally:
         server.cleanup()
-    assert (_pids("epmd") | _pids("beam.smp")) <= before
+    assert _mine(tmp_path, epmd_port) == set()
+
+
+def _mine(root: Path, epmd_port: int) -> set[int]:
+    """Live processes whose command line names ``root`` or is an epmd on ``epmd_port``."""
+    out = set()
+    for pid in _pids("beam.smp") | _pids("epmd"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(root) in cmd or f"-port {epmd_port} " in cmd + " ":
+            out.add(pid)
+    return out
 
 
 @pytest.mark.parametrize("driver", ["nats", pytest.param("rabbitmq-quorum", marks=pytest.mark.slow)])
