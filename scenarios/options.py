@@ -63,6 +63,10 @@ class Settings:
     phase_s: float = 0.0  # 0 = the run time split evenly over the phases
     # transactions: each plan's share of the transactions (scenarios/tx_driver.py)
     tx_mix: str = "commit=0.5,rollback=0.2,unknown_commit=0.2,unknown_rollback=0.1,never=0"
+    # filtering
+    selectivity: float = 0.1  # share of the messages each filter matches
+    filter_messages: int = 20_000  # messages produced for the filter comparison
+    filter_modes: str = "tag,sql92,filterserver"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def params(self) -> dict[str, Any]:
@@ -157,6 +161,9 @@ SCENARIO_OPTIONS: Final[dict[str, tuple[str, Callable[[Any], Any], str]]] = {
     "phase_s": ("--phase", float, "Seconds per phase (0 = the run time split evenly)"),
     "tx_mix": ("--tx-mix", str, "Transactions: PLAN=FRACTION,... over commit, rollback, unknown_commit, "
                                 "unknown_rollback, never (UNKNOW resolved by check-back as the plan says)"),
+    "selectivity": ("--selectivity", float, "Share of the messages each mode's filter matches, in (0, 1]"),
+    "filter_messages": ("--filter-messages", int, "Messages produced once, then consumed by each filter mode"),
+    "filter_modes": ("--filter-modes", str, "Filter modes to compare, comma-separated: tag, sql92, filterserver"),
 }
 
 
@@ -244,5 +251,10 @@ def validate(s: Settings) -> None:
         problems.append("--max-queues-per-topic must be in [1, 1024]")
     if not (s.drain_timeout_s >= 0 and s.final_read_s >= 0):  # also refuses nan
         problems.append("--drain-timeout and --final-read must be >= 0 s")
+    if not 0 < s.selectivity <= 1 or s.filter_messages < 1:
+        problems.append("--selectivity must be in (0, 1] and --filter-messages >= 1")
+    modes = [m.strip() for m in s.filter_modes.split(",") if m.strip()]
+    if not modes or set(modes) - {"tag", "sql92", "filterserver"}:
+        problems.append("--filter-modes: comma-separated tag, sql92 and filterserver")
     if problems:
         raise OptionError("; ".join(problems))

@@ -9,4 +9,5 @@ records produced anywhere.
 from typing import Final
 
 REPORT_NAMES: Final = ("offset-overflow", "latency", "loss", "flush-compare", "recovery", "queues",
-                       "accumulation", "backlog-capacity", "transactions")
+                       "accumulation", "backlog-capacity", "transactions",
+                       "filtering")

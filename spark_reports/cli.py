@@ -14,6 +14,7 @@ from spark_reports.job_runner import Job, report_command
 from spark_reports.jobs import (
     accumulation,
     backlog_capacity,
+    filtering,
     flush_compare,
     latency,
     loss,
@@ -25,7 +26,7 @@ from spark_reports.jobs import (
 
 JOBS: Final[dict[str, Job]] = {job.name: job for job in (
     offset_overflow.JOB, latency.JOB, loss.JOB, flush_compare.JOB, recovery.JOB, queues.JOB, accumulation.JOB,
-    backlog_capacity.JOB, transactions.JOB)}
+    backlog_capacity.JOB, transactions.JOB, filtering.JOB)}
 assert tuple(JOBS) == REPORT_NAMES
 
 

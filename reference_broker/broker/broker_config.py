@@ -71,6 +71,11 @@ class BrokerConfig:
     region_id: str = "DefaultRegion"  # regionId (MixAll.DEFAULT_TRACE_REGION_ID): every send answer's MSG_REGION
     trace_on: bool = True  # traceOn: every send answer's TRACE_ON
     enable_property_filter: bool = False  # enablePropertyFilter
+    # The SQL92 filters' bloom filter and the consume queue's filter bits (consumer_filter.py, filter/bloom.py).
+    enable_calc_filter_bit_map: bool = False  # enableCalcFilterBitMap
+    expect_consumer_num_use_filter: int = 32  # expectConsumerNumUseFilter (the bloom filter's n)
+    max_error_rate_of_bloom_filter: int = 20  # maxErrorRateOfBloomFilter (the bloom filter's f, in %)
+    filter_data_clean_time_span_ms: int = 24 * 3600 * 1000  # filterDataCleanTimeSpan: dead filters kept this long
 
     def get_register_name_server_period_ms(self) -> int:
         """BrokerConfig.getRegisterNameServerPeriod: clamped to [10 s, 60 s]."""
@@ -115,6 +120,10 @@ BROKER_KEYS: dict[str, str] = {
     "regionId": "region_id",
     "traceOn": "trace_on",
     "enablePropertyFilter": "enable_property_filter",
+    "enableCalcFilterBitMap": "enable_calc_filter_bit_map",
+    "expectConsumerNumUseFilter": "expect_consumer_num_use_filter",
+    "maxErrorRateOfBloomFilter": "max_error_rate_of_bloom_filter",
+    "filterDataCleanTimeSpan": "filter_data_clean_time_span_ms",
 }
 
 JAVA_INT_MAX: Final = 2**31 - 1  # int fields of BrokerConfig / MessageStoreConfig
@@ -243,8 +252,15 @@ CONF_CHECKS: Final[dict[str, Callable[[Any], None]]] = {
     "transactionCheckMax": Between(0, why="checks before a half message is discarded"),
     "transactionCheckInterval": Between(1, JAVA_LONG_MAX, "the period of the transaction check, in ms"),
     "filterServerNums": Between(0),
+    # BloomFilter.createByFn refuses f outside 1..99 and n < 1 (4.9.8 then fails to start the broker)
+    "maxErrorRateOfBloomFilter": Between(1, 99, why="the bloom filter's error rate in %"),
+    "expectConsumerNumUseFilter": Between(1, 1 << 20, why="consumer groups the bloom filter is sized for"),
+    "filterDataCleanTimeSpan": Between(0, JAVA_LONG_MAX),
     "regionId": _non_empty,
     # MessageStoreConfig
+    # an ext file holds at least one unit of the largest size (20 bytes + a 32 KiB bit map)
+    "mappedFileSizeConsumeQueueExt": Between(1 << 16, why="bytes of a consume-queue extension file"),
+    "bitMapLengthConsumeQueueExt": Between(8, 8 * 32_000, "bits; replaced by the bloom filter's at start"),
     "storePathRootDir": _non_empty,
     "mappedFileSizeCommitLog": _SIZE,
     # getMappedFileSizeConsumeQueue rounds up to whole 20-byte units, which must still fit an int.

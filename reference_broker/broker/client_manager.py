@@ -147,12 +147,13 @@ class ConsumerGroupInfo:
 
 
 class ConsumerManager:
-    def __init__(self, channel_expired_ms: int = CHANNEL_EXPIRED_TIMEOUT_MS) -> None:
+    def __init__(self, channel_expired_ms: int = CHANNEL_EXPIRED_TIMEOUT_MS,
+                 filters: ConsumerFilterManager | None = None) -> None:
         self.table: dict[str, ConsumerGroupInfo] = {}
         self.channel_expired_ms = channel_expired_ms
         # ConsumerFilterManager, kept up to date as DefaultConsumerIdsChangeListener does (REGISTER: every
         # heartbeat's subscriptions; UNREGISTER: the group's last member left).
-        self.filters = ConsumerFilterManager()
+        self.filters = filters if filters is not None else ConsumerFilterManager()
 
     def register(self, group: str, info: ClientChannelInfo, consume_type: str, message_model: str,
                  consume_from_where: str, subs: list[SubscriptionData], now_ms: int) -> bool:

@@ -32,6 +32,7 @@ from reference_broker.broker.broker_config import BROKER_KEYS, BrokerConfig
 from reference_broker.broker.broker_stats import DAY_S, BrokerStats, seconds_until_next_morning
 from reference_broker.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from reference_broker.broker.client_processor import ClientManageProcessor
+from reference_broker.broker.consumer_filter import ConsumerFilterManager, bit_map_calculator
 from reference_broker.broker.consumer_offset_manager import ConsumerOffsetManager
 from reference_broker.broker.end_transaction import EndTransactionProcessor
 from reference_broker.broker.filter_server_manager import (
@@ -51,6 +52,7 @@ from reference_broker.broker.topic_config import TopicConfigManager
 from reference_broker.broker.transaction_check import TransactionalMessageCheckService
 from reference_broker.common import transaction as tx
 from reference_broker.common.dispatch import DispatchRequest
+from reference_broker.filter.bloom import BloomFilter
 from reference_broker.ha import HAClient, HAService, attach_ha
 from reference_broker.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request, create_response
@@ -89,7 +91,14 @@ class BrokerController:
         self.consumer_offset_manager = ConsumerOffsetManager(root)
         self.subscription_group_manager = SubscriptionGroupManager(root, broker_config)
         self.schedule_service: ScheduleMessageService | None = None
-        self.consumer_manager = ConsumerManager()
+        # consumerFilter.json and the SQL92 filters' bloom filter (4.9.8 BrokerController: ConsumerFilterManager)
+        bloom = BloomFilter(broker_config.max_error_rate_of_bloom_filter, broker_config.expect_consumer_num_use_filter)
+        self.consumer_filter_manager = ConsumerFilterManager(root, bloom, broker_config.filter_data_clean_time_span_ms)
+        self.consumer_manager = ConsumerManager(filters=self.consumer_filter_manager)
+        store_config.bit_map_length_consume_queue_ext = bloom.m  # as 4.9.8's ConsumerFilterManager sets it
+        if broker_config.enable_calc_filter_bit_map:
+            # CommitLogDispatcherCalcBitMap: the bit maps go to the consume queue's extension (when enabled)
+            self.store.dispatcher.bit_map_calc = bit_map_calculator(self.consumer_filter_manager)
         self.producer_manager = ProducerManager()
         self.lock_manager = RebalanceLockManager()
         self.hold_service: PullRequestHoldService | None = None
@@ -152,6 +161,9 @@ class BrokerController:
         for manager in (self.topic_config_manager, self.consumer_offset_manager, self.subscription_group_manager):
             if not manager.load():
                 raise BrokerStartError(f"cannot load {manager.config_file_path()}; see the log")
+        # Before the store (as 4.9.8's initialize): recovery's re-dispatch computes bit maps with these filters.
+        # A consumerFilter.json that cannot be read is logged and the table starts empty (consumer_filter.py).
+        self.consumer_filter_manager.load_or_empty()
         try:
             loaded = self.store.load()
         except QuarantineError as e:  # recovery would have cut bytes it could not copy aside first
@@ -254,7 +266,8 @@ class BrokerController:
         self.store.remove_dispatch_hook(self._arriving)
         # Each manager's writer thread stops, then the final state is written here: a change requested just
         # before shutdown (a heartbeat's new groups) reaches the disk before the broker exits.
-        for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager):
+        for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager,
+                        self.consumer_filter_manager):
             try:
                 await asyncio.get_running_loop().run_in_executor(None, manager.shutdown_persist)
             except OSError:
@@ -295,6 +308,10 @@ class BrokerController:
 
     def _persist_offsets(self) -> None:
         self.consumer_offset_manager.persist_soon()  # encoded and written on its writer thread, not the loop
+        # 4.9.8's persist timer also writes consumerFilter.json, dropping long-dead filters first (its encode
+        # cleans); the clean runs here, on the loop that owns the table, not on the writer thread.
+        self.consumer_filter_manager.clean(time.time_ns() // 1_000_000)
+        self.consumer_filter_manager.persist_soon()
 
     def _scan_channels(self) -> None:
         self.client_processor.scan_not_active()

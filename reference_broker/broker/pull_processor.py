@@ -20,7 +20,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 from reference_broker.broker.client_manager import SubscriptionData
-from reference_broker.broker.consumer_filter import ConsumerFilterData, build, commit_log_filter, is_tag_type
+from reference_broker.broker.consumer_filter import (
+    ConsumerFilterData,
+    build,
+    commit_log_filter,
+    consume_queue_filter,
+    is_tag_type,
+)
 from reference_broker.common.perm import is_readable
 from reference_broker.common.route_data import MASTER_ID
 from reference_broker.remoting.codes import ResponseCode
@@ -179,8 +185,9 @@ class PullMessageProcessor:
                                    f"The broker does not support consumer to filter message by {sub.expression_type}")
         matches = None if (sub.sub_string == "*" or not sub.code_set) else sub.matches_tags_code
         record_filter = commit_log_filter(filter_data)
+        ext_filter = consume_queue_filter(filter_data, self.consumers.filters.bloom, bc.enable_calc_filter_bit_map)
 
-        result = self.store.get_message(group, topic, queue_id, offset, max_nums, matches, record_filter)
+        result = self.store.get_message(group, topic, queue_id, offset, max_nums, matches, record_filter, ext_filter)
         ext = {
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),

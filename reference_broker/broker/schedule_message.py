@@ -43,6 +43,7 @@ from reference_broker.broker import delay_level as dl
 from reference_broker.common import message as mc
 from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, UNIT
+from reference_broker.store.consume_queue_ext import is_ext_addr
 from reference_broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -351,6 +352,11 @@ class ScheduleMessageService:
                     self.offset_table[level] = cur + 1
                     continue
                 now = _now_ms()
+                if cq.ext is not None and is_ext_addr(tags_code):
+                    # enableConsumeQueueExt: the delivery time is in the ext unit; an unreadable one is due now
+                    # (4.9.8 DeliverDelayedMessageTimerTask)
+                    ext_unit = cq.get_ext(tags_code)
+                    tags_code = ext_unit.tags_code if ext_unit is not None else now
                 deliver_ts = dl.correct_deliver_timestamp(now, tags_code, delay_ms)
                 if deliver_ts > now:
                     return LevelRun.NOT_DUE, min(deliver_ts - now, self.not_due_retry_ms), first_delivered is not None

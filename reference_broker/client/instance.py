@@ -187,6 +187,10 @@ class MQClientInstance:
                     self._clients[addr] = client
         return client
 
+    def bytes_received(self) -> dict[str, int]:
+        """Bytes read so far from each broker (or filter server) this instance talks to, by address."""
+        return {addr: client.bytes_received for addr, client in list(self._clients.items())}
+
     def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float | None = None) -> RemotingCommand:
         try:
             return self.client_for(addr).invoke(cmd, timeout_s)

@@ -128,6 +128,7 @@ class _Channel:
         if queued_writes:
             self.writer = threading.Thread(target=self._write_loop, name=f"remoting-writer-{addr}", daemon=True)
         self.reader = threading.Thread(target=self._read_loop, name=f"remoting-client-{addr}", daemon=True)
+        self.bytes_received = 0  # everything read from the socket (frames and their headers)
 
     def _read_loop(self) -> None:
         decoder = FrameDecoder()
@@ -137,6 +138,7 @@ class _Channel:
                 data = self.sock.recv(RECV_BYTES)
                 if not data:
                     break
+                self.bytes_received += len(data)
                 decoder.feed(data)
                 while (cmd := decoder.next_frame()) is not None:
                     self._dispatch(cmd)
@@ -289,6 +291,13 @@ class RemotingClient:
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
         self._sweep_lock = threading.Lock()
+        self._bytes_of_closed = 0  # bytes_received of the connections this client replaced
+
+    @property
+    def bytes_received(self) -> int:
+        """Bytes read from the peer over this client's connections so far (the harness's "bytes on the wire")."""
+        channel = self._channel
+        return self._bytes_of_closed + (channel.bytes_received if channel is not None else 0)
 
     def set_request_handler(self, handler: RequestHandler | None) -> None:
         """Handle server-initiated requests (on the reader thread) from now on, on this and later connections."""
@@ -322,6 +331,8 @@ class RemotingClient:
                 raise RemotingConnectError(f"connect failed: {exc}", self.addr) from exc
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._channel is not None:
+                self._bytes_of_closed += self._channel.bytes_received
             channel = _Channel(sock, self.addr, self.request_handler, self.queued_writes)
             channel.reader.start()
             if channel.writer is not None:

@@ -101,6 +101,12 @@ class MessageStoreConfig:
     # putMsgIndexHightWater (600,000 in 4.9.8; the design Q&A's 400,000: docs/claims.md): dispatch backlog, in
     # messages, past which each put sleeps 1 ms so the writer cannot run away from the dispatcher.
     put_msg_index_high_water: int = 600_000
+    # The consume queue's extension (consume_queue_ext.py): each message's store time and SQL92 filter bit map.
+    enable_consume_queue_ext: bool = False  # enableConsumeQueueExt
+    mapped_file_size_consume_queue_ext: int = 48 * 1024 * 1024  # mappedFileSizeConsumeQueueExt
+    # bitMapLengthConsumeQueueExt: accepted, and replaced at start by the bloom filter's bit count (as 4.9.8's
+    # ConsumerFilterManager replaces it)
+    bit_map_length_consume_queue_ext: int = 64
     # Classic master/slave replication (store/ha, reference_broker/ha). The broker listens on listenPort + 1
     # unless haListenPort is set (BrokerStartup always overrides it in 4.9.8).
     ha_listen_port: int = 10912  # haListenPort
@@ -128,6 +134,11 @@ class MessageStoreConfig:
     @property
     def store_path_consume_queue(self) -> Path:
         return self.store_path_root_dir / "consumequeue"
+
+    @property
+    def store_path_consume_queue_ext(self) -> Path:
+        """StorePathConfigHelper.getStorePathConsumeQueueExt."""
+        return self.store_path_root_dir / "consumequeue_ext"
 
     @property
     def store_path_index(self) -> Path:
@@ -205,6 +216,9 @@ ROCKETMQ_KEYS: dict[str, str] = {
     "recoverFromCheckpointOffset": "recover_from_checkpoint_offset",
     "osPageCacheBusyTimeOutMills": "os_page_cache_busy_timeout_ms",
     "putMsgIndexHightWater": "put_msg_index_high_water",
+    "enableConsumeQueueExt": "enable_consume_queue_ext",
+    "mappedFileSizeConsumeQueueExt": "mapped_file_size_consume_queue_ext",
+    "bitMapLengthConsumeQueueExt": "bit_map_length_consume_queue_ext",
     "haListenPort": "ha_listen_port",
     "haSendHeartbeatInterval": "ha_send_heartbeat_interval_ms",
     "haHousekeepingInterval": "ha_housekeeping_interval_ms",

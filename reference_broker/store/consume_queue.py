@@ -10,6 +10,10 @@ Unit format (ConsumeQueue.java, 4.9.8, CQ_STORE_UNIT_SIZE = 20), big-endian:
 
 A unit's logical offset is ``(file_from_offset + pos) / 20``. A queue whose first file starts past
 offset 0 is pre-filled with blank units ``(0, Integer.MAX_VALUE, 0)`` (fillPreBlank).
+
+With ``enableConsumeQueueExt`` each queue has an extension (consume_queue_ext.py) and a unit's tagsCode slot
+holds the address of the message's ext unit (which keeps the tags code, the store time and the filter bit
+map); readers resolve it with ``get_ext``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Final
 
 from reference_broker.common.dispatch import DispatchRequest
+from reference_broker.store.consume_queue_ext import ConsumeQueueExt, CqExtUnit, is_ext_addr
 from reference_broker.store.mapped_file import MappedFile, SelectMappedBufferResult
 from reference_broker.store.mapped_file_queue import MappedFileQueue
 
@@ -57,7 +62,7 @@ def first_invalid_unit(buf: memoryview, n_units: int) -> int:
 
 class ConsumeQueue:
     def __init__(self, topic: str, queue_id: int, store_path: Path, mapped_file_size: int,
-                 alloc_chunk: int = 64 * 1024) -> None:
+                 alloc_chunk: int = 64 * 1024, ext: ConsumeQueueExt | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
@@ -67,10 +72,13 @@ class ConsumeQueue:
                                                  random_access=True)
         self.max_physic_offset = -1  # offset + size of the last unit written
         self.min_logic_offset = 0  # bytes; correctMinOffset moves it past deleted commit-log data
+        self.ext = ext  # enableConsumeQueueExt: the extension (isExtReadEnable / isExtWriteEnable)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def load(self) -> bool:
         ok = self.mapped_file_queue.load()
+        if self.ext is not None:
+            ok = self.ext.load() and ok
         log.debug("load consume queue %s-%d %s", self.topic, self.queue_id, "OK" if ok else "Failed")
         return ok
 
@@ -99,6 +107,31 @@ class ConsumeQueue:
         # No quarantine here (unlike the commit log's cut, quarantine.py): units are derived data, which
         # dispatch rebuilds from the commit log; nothing a producer sent is lost with them.
         self.mapped_file_queue.truncate_dirty_files(process_offset)
+        if self.ext is not None:
+            self.ext.recover()
+            self._truncate_ext()
+
+    def _last_ext_addr(self) -> int | None:
+        """The ext address in the last unit that holds one (None: no unit does). Reads the tagsCode column's
+        top bytes at C speed: an address has 0x80 there (offset + Long.MIN_VALUE, offsets below 2^56)."""
+        for mf in reversed(self.mapped_file_queue.mapped_files):
+            n = mf.wrote_position // CQ_STORE_UNIT_SIZE
+            top = bytes(mf.buf[12:n * CQ_STORE_UNIT_SIZE:CQ_STORE_UNIT_SIZE])
+            i = top.rfind(0x80)
+            while i >= 0:
+                tags: int = UNIT.unpack_from(mf.buf, i * CQ_STORE_UNIT_SIZE)[2]
+                if is_ext_addr(tags):
+                    return tags
+                i = top.rfind(0x80, 0, i)
+        return None
+
+    def _truncate_ext(self) -> None:
+        """The ext units after the last one a unit of this queue points to go (4.9.8 truncates by the max
+        address after recover and truncateDirtyLogicFiles)."""
+        assert self.ext is not None
+        addr = self._last_ext_addr()
+        if addr is not None:
+            self.ext.truncate_by_max_address(addr)
 
     def _scan_units(self, mf: MappedFile) -> tuple[int, int]:
         """(bytes of valid units from the file start, end offset of the last real unit or -1).
@@ -214,6 +247,26 @@ class ConsumeQueue:
         self.max_physic_offset = offset + req.msg_size
         return True
 
+    def put_with_ext(self, req: DispatchRequest, bit_map: bytes | None) -> bool:
+        """putMessagePositionInfoWrapper with the extension: the ext unit first (tags code, store time, bit
+        map), its address in the unit's tagsCode slot; if the ext unit cannot be written, the tags code.
+        As in 4.9.8 the ext unit is written before the "already built" check: a re-dispatched record leaves
+        an unreferenced ext unit behind (harmless: nothing points to it)."""
+        assert self.ext is not None
+        tags = req.tags_code
+        addr = self.ext.put(tags, req.store_timestamp, bit_map)
+        if is_ext_addr(addr):
+            tags = addr
+        else:
+            log.warning("Save consume queue extend fail, So just save tagsCode! topic:%s, queueId:%d, offset:%d",
+                        self.topic, self.queue_id, req.commit_log_offset)
+        return self.put_message_position_info(req.commit_log_offset, req.msg_size, tags, req.consume_queue_offset)
+
+    def get_ext(self, tags_code: int) -> CqExtUnit | None:
+        """getExt: the ext unit a tagsCode slot points to (None: not an address, or no unit there)."""
+        ext = self.ext
+        return ext.get(tags_code) if ext is not None and is_ext_addr(tags_code) else None
+
     def _stale_at(self, cq_offset: int, offset: int, size: int) -> bool:
         """A unit already at ``cq_offset`` that names another record than (offset, size) is stale — left
         by a truncation that never reached the disk, or damage. It and everything after it are dropped
@@ -243,7 +296,10 @@ class ConsumeQueue:
         mf.wrote_position = until
 
     def flush(self, least_pages: int) -> bool:
-        return self.mapped_file_queue.flush(least_pages)
+        result = self.mapped_file_queue.flush(least_pages)
+        if self.ext is not None:
+            result = self.ext.flush(least_pages) and result
+        return result
 
     # ---- reads ----------------------------------------------------------------------------------
     def get_min_offset_in_queue(self) -> int:
@@ -331,10 +387,19 @@ class ConsumeQueue:
 
     # ---- truncation and cleaning -------------------------------------------------------------------
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
-        """Drop units pointing at or past ``phy_offset`` (ConsumeQueue.truncateDirtyLogicFiles).
+        """Drop units pointing at or past ``phy_offset`` (ConsumeQueue.truncateDirtyLogicFiles), and the ext
+        units only they pointed to.
 
         What this drops is not quarantined (quarantine.py keeps the commit log's cuts): units are derived
         data, rebuilt from the commit log by dispatch."""
+        self._truncate_units(phy_offset)
+        if self.ext is not None:
+            if self.mapped_file_queue.get_max_offset() == 0:
+                self.ext.truncate_all()
+            else:
+                self._truncate_ext()
+
+    def _truncate_units(self, phy_offset: int) -> None:
         mfq = self.mapped_file_queue
         while True:
             mf = mfq.get_last_mapped_file()
@@ -384,6 +449,9 @@ class ConsumeQueue:
                 offset, size, _ = UNIT.unpack_from(res.data, pos)
                 if offset >= phy_min_offset and size != 0x7FFFFFFF:
                     self.min_logic_offset = mf.file_from_offset + pos
+                    tags = UNIT.unpack_from(res.data, pos)[2]
+                    if self.ext is not None and is_ext_addr(tags):
+                        self.ext.truncate_by_min_address(tags)  # 4.9.8: truncateByMinAddress(minExtAddr)
                     return
             self.min_logic_offset = mf.file_from_offset + res.size
         finally:
@@ -398,6 +466,10 @@ class ConsumeQueue:
         self.max_physic_offset = -1
         self.min_logic_offset = 0
         self.mapped_file_queue.destroy()
+        if self.ext is not None:
+            self.ext.destroy()
 
     def shutdown(self) -> None:
         self.mapped_file_queue.shutdown(0)
+        if self.ext is not None:
+            self.ext.shutdown()

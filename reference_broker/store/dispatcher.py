@@ -12,6 +12,7 @@ message is due), and it can say so with one test instead of one call per record.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 CQ_WRITE_RETRIES: Final = 3  # docs/claims.md `cq-write-failure` (4.9.8's ConsumeQueue retries 30 times, 1 s apart)
 DispatchHook = Callable[[Sequence[DispatchRequest]], None]
+# CommitLogDispatcherCalcBitMap (the broker's): a record's filter bit map from its topic and a reader of the
+# raw record (called only when the topic has SQL92 filters), or None (no bit map: no filter on the topic).
+BitMapCalc = Callable[[str, Callable[[], bytes | None]], bytes | None]
 
 
 class CommitLogDispatcher:
@@ -45,6 +49,10 @@ class CommitLogDispatcher:
         # Replaced, never mutated: the dispatch thread iterates them while another thread may register.
         self._live_hooks: tuple[DispatchHook, ...] = ()
         self._recovery_hooks: tuple[DispatchHook, ...] = ()
+        # enableConsumeQueueExt: the broker's bit-map calculator (set with enableCalcFilterBitMap) and the
+        # commit log's reader it reads records with
+        self.bit_map_calc: BitMapCalc | None = None
+        self.read_record: Callable[[int, int], bytes | None] | None = None
 
     # ---- hooks ------------------------------------------------------------------------------------
     def add_hook(self, hook: DispatchHook, *, during_recovery: bool) -> None:
@@ -98,6 +106,7 @@ class CommitLogDispatcher:
                     run.append(req)
         table = self.queues
         flags = self.running_flags
+        with_ext = self.config.enable_consume_queue_ext
         last_ts = -1
         for (topic, queue_id), run in by_queue.items():
             try:
@@ -106,7 +115,9 @@ class CommitLogDispatcher:
                 if cq is None:
                     cq = self.find_consume_queue(topic, queue_id)
                     assert cq is not None
-                if len(run) == 1 and flags.is_cq_writeable() and cq.append_unit(run[0]):
+                if with_ext:
+                    ts = self._put_with_ext(cq, run)
+                elif len(run) == 1 and flags.is_cq_writeable() and cq.append_unit(run[0]):
                     ts = run[0].store_timestamp  # one unit of this queue in the run: the many-queues case
                 else:
                     ts = self._put_cq_positions(cq, run)
@@ -154,6 +165,32 @@ class CommitLogDispatcher:
                 if self._put_cq_position(run[i], cq):
                     last_ts = run[i].store_timestamp
                 i += 1
+        return last_ts
+
+    def _put_with_ext(self, cq: ConsumeQueue, run: list[DispatchRequest]) -> int:
+        """A queue's units with the consume-queue extension, one at a time (putMessagePositionInfoWrapper):
+        each record's bit map first (CommitLogDispatcherCalcBitMap runs before BuildConsumeQueue in 4.9.8),
+        then its ext unit and its unit. Returns the store time of the last unit written, or -1."""
+        calc, read = self.bit_map_calc, self.read_record
+        last_ts = -1
+        for req in run:
+            if not self.running_flags.is_cq_writeable():
+                break
+            bit_map = None
+            if calc is not None and read is not None:
+                try:
+                    bit_map = calc(req.topic, functools.partial(read, req.commit_log_offset, req.msg_size))
+                except Exception as e:  # noqa: BLE001 - 4.9.8 logs a bit map it cannot compute; the unit goes on
+                    log.error("calc bit map of %s at %d failed: %s: %s", req.topic, req.commit_log_offset,
+                              type(e).__name__, e)
+            try:
+                cq.put_with_ext(req, bit_map)
+            except OSError as e:
+                log.warning("put position info with ext to %s:%d:%d failed: %s; retried without the ext unit",
+                            req.topic, req.queue_id, req.commit_log_offset, e)
+                if not self._put_cq_position(req, cq):
+                    continue
+            last_ts = req.store_timestamp
         return last_ts
 
     def _put_cq_position(self, req: DispatchRequest, cq: ConsumeQueue) -> bool:

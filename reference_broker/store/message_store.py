@@ -40,6 +40,7 @@ from reference_broker.store.clean import (
 from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE, CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
+from reference_broker.store.consume_queue_ext import ConsumeQueueExt
 from reference_broker.store.dispatcher import CommitLogDispatcher, DispatchHook
 from reference_broker.store.durability import DurabilityCondition, FlushCondition, PendingPut, submit_all
 from reference_broker.store.flush import (
@@ -50,7 +51,7 @@ from reference_broker.store.flush import (
 )
 from reference_broker.store.ha.replica import ReplicaState, ReplicationCondition
 from reference_broker.store.index_service import IndexService
-from reference_broker.store.message_store_reads import RecordFilter, StoreReader, TagsFilter
+from reference_broker.store.message_store_reads import ExtFilter, RecordFilter, StoreReader, TagsFilter
 from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.reput import ReputMessageService
 from reference_broker.store.service_thread import PeriodicTask
@@ -120,6 +121,7 @@ class MessageStore:
         self.delay_table_ms = config.delay_level_table_ms()
         self.dispatcher = CommitLogDispatcher(config, self.consume_queue_table, self.find_consume_queue,
                                               self.index_service, self.checkpoint, self.running_flags)
+        self.dispatcher.read_record = self.commit_log.read_bytes
         self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch, self.delay_table_ms)
         self.reads = StoreReader(config, self.commit_log, self.find_consume_queue, self.index_service,
                                  self.running_flags, lambda: self._shutdown)
@@ -217,9 +219,11 @@ class MessageStore:
         return True
 
     def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        return ConsumeQueue(topic, queue_id, self.config.store_path_consume_queue,
-                            self.config.get_mapped_file_size_consume_queue(),
-                            self.config.consume_queue_alloc_chunk_bytes)
+        c = self.config
+        ext = ConsumeQueueExt(topic, queue_id, c.store_path_consume_queue_ext, c.mapped_file_size_consume_queue_ext) \
+            if c.enable_consume_queue_ext else None
+        return ConsumeQueue(topic, queue_id, c.store_path_consume_queue, c.get_mapped_file_size_consume_queue(),
+                            c.consume_queue_alloc_chunk_bytes, ext)
 
     def recover(self, last_exit_ok: bool) -> None:
         ph = self.start_phases
@@ -510,8 +514,10 @@ class MessageStore:
     # ---- reads (StoreReader) ----------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     tags_filter: TagsFilter | None = None,
-                    record_filter: RecordFilter | None = None) -> GetMessageResult:
-        return self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter, record_filter)
+                    record_filter: RecordFilter | None = None,
+                    ext_filter: ExtFilter | None = None) -> GetMessageResult:
+        return self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter, record_filter,
+                                      ext_filter)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.reads.get_max_offset_in_queue(topic, queue_id)

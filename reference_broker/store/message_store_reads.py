@@ -19,6 +19,7 @@ from reference_broker.store.commit_log import CommitLog
 from reference_broker.store.config import BrokerRole, MessageStoreConfig
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
 from reference_broker.store.consume_queue import UNIT as _UNIT
+from reference_broker.store.consume_queue_ext import MAX_ADDR, CqExtUnit
 from reference_broker.store.index_service import IndexService, QueryOffsetResult
 from reference_broker.store.record_check import record_intact
 from reference_broker.store.status import GetMessageResult, GetMessageStatus
@@ -26,6 +27,9 @@ from reference_broker.store.status import GetMessageResult, GetMessageStatus
 log = logging.getLogger(__name__)
 
 TagsFilter = Callable[[int], bool]
+# isMatchedByConsumeQueue's bit-map half: a unit's ext unit (None: none) → False when its filter bit map says
+# the subscription cannot match (the record is then skipped unread).
+ExtFilter = Callable[[CqExtUnit | None], bool]
 # isMatchedByCommitLog: a whole record (the SQL92 filter reads its properties); False skips it.
 RecordFilter = Callable[[bytes], bool]
 _NEVER = 1 << 63  # no commit-log offset reaches it
@@ -171,11 +175,29 @@ class StoreReader:
         """nextOffsetCorrection: only a master moves a client's offset."""
         return old if self.config.broker_role is BrokerRole.SLAVE else new
 
+    @staticmethod
+    def _ext_matches(get_ext: Callable[[int], CqExtUnit | None], tags_code: int, tags_filter: TagsFilter | None,
+                     ext_filter: ExtFilter | None) -> bool:
+        """A unit of a queue with the extension: its tags code is in its ext unit when the slot holds an
+        address; a unit whose ext unit cannot be read passes the tag filter (4.9.8: tagsCode null matches)."""
+        unit = None
+        if tags_code <= MAX_ADDR:
+            unit = get_ext(tags_code)
+            if unit is None:
+                log.error("[BUG] can't find consume queue extend file content!addr=%d", tags_code)
+            else:
+                tags_code = unit.tags_code
+        if tags_filter is not None and (unit is not None or tags_code > MAX_ADDR) and not tags_filter(tags_code):
+            return False
+        return ext_filter is None or ext_filter(unit)
+
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     tags_filter: TagsFilter | None = None,
-                    record_filter: RecordFilter | None = None) -> GetMessageResult:
+                    record_filter: RecordFilter | None = None,
+                    ext_filter: ExtFilter | None = None) -> GetMessageResult:
         """DefaultMessageStore.getMessage: a batch from ``offset`` within RocketMQ's transfer limits;
-        ``tags_filter`` looks at each consume-queue unit's tags code, ``record_filter`` at each record read."""
+        ``tags_filter`` looks at each consume-queue unit's tags code, ``ext_filter`` at its ext unit's filter
+        bit map (queues with the extension only), ``record_filter`` at each record read."""
         del group  # kept for the signature's sake: filters and stats are per group in RocketMQ
         if self.is_shut_down() or not self.running_flags.is_readable():
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, offset)
@@ -224,6 +246,7 @@ class StoreReader:
             since = self.commit_log.prop_crc_since
             require_from = since if since is not None and self.commit_log.verify_prop_crc else _NEVER
             filter_deadline = time.monotonic() + RECORD_FILTER_BUDGET_S if record_filter is not None else 0.0
+            get_ext = cq.get_ext if cq.ext is not None else None  # enableConsumeQueueExt (one test per unit)
             while i < limit:
                 offset_py, size_py, tags_code = unpack(data, i)
                 max_phy_pulling = offset_py
@@ -234,7 +257,13 @@ class StoreReader:
                 if self._is_batch_full(size_py, max_msg_nums, result.buffer_total_size, len(result.messages),
                                        in_disk):
                     break
-                if tags_filter is not None and not tags_filter(tags_code):
+                if get_ext is not None:
+                    if not self._ext_matches(get_ext, tags_code, tags_filter, ext_filter):
+                        if result.buffer_total_size == 0:
+                            result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+                        i += CQ_STORE_UNIT_SIZE
+                        continue
+                elif tags_filter is not None and not tags_filter(tags_code):
                     if result.buffer_total_size == 0:
                         result.status = GetMessageStatus.NO_MATCHED_MESSAGE
                     i += CQ_STORE_UNIT_SIZE

@@ -47,7 +47,8 @@ def send(cfg: ClientConfig, topic: str, n: int) -> None:
             producer.send(Message(topic, f"m{i}".encode(), tags=tags, keys=f"k{i}", properties=_props(i)))
 
 
-def push_receives_the_selected(cfg: ClientConfig, topic: str, group: str, n: int) -> None:
+def start_selecting(cfg: ClientConfig, topic: str, group: str) -> tuple[PushConsumer, set[str], threading.Lock]:
+    """A started push consumer with SELECTOR from the first offset, the keys it received and their lock."""
     got: set[str] = set()
     lock = threading.Lock()
 
@@ -61,6 +62,11 @@ def push_receives_the_selected(cfg: ClientConfig, topic: str, group: str, n: int
     consumer.subscribe(topic, MessageSelector.by_sql(SELECTOR))
     consumer.register_message_listener(listener)
     consumer.start()
+    return consumer, got, lock
+
+
+def push_receives_the_selected(cfg: ClientConfig, topic: str, group: str, n: int) -> None:
+    consumer, got, lock = start_selecting(cfg, topic, group)
     try:
         expected = _expected(n)
         wait_for(lambda: got >= expected, 60, "the selected messages")

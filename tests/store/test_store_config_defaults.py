@@ -79,6 +79,10 @@ DEFAULTS: list[tuple[str | None, str, Any]] = [
     ("duplicationEnable", "duplication_enable", False),
     ("osPageCacheBusyTimeOutMills", "os_page_cache_busy_timeout_ms", 1000),
     ("putMsgIndexHightWater", "put_msg_index_high_water", 600_000),
+    # -- the consume queue's extension (ConsumeQueueExt)
+    ("enableConsumeQueueExt", "enable_consume_queue_ext", False),
+    ("mappedFileSizeConsumeQueueExt", "mapped_file_size_consume_queue_ext", 48 * MiB),
+    ("bitMapLengthConsumeQueueExt", "bit_map_length_consume_queue_ext", 64),
     # -- classic HA (HAService, HAConnection, HAClient)
     ("haListenPort", "ha_listen_port", 10912),  # BrokerStartup: listenPort + 1
     ("haSendHeartbeatInterval", "ha_send_heartbeat_interval_ms", 5000),
