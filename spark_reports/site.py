@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Final
 
-from harness.records import noise
+from harness.records.noise import read as read_noise
 from spark_reports import REPORT_NAMES
 from spark_reports.claims import CLAIMS, Verdict, read_findings
 from spark_reports.claims_html import brokers_table, claims_table, verdict_counts
@@ -142,7 +142,7 @@ def write_site_index(out_dir: Path, runs_dir: Path | None = None) -> Path:
 def _noise_section(page: Page, runs_dir: Path | None) -> None:
     """The machine's noise when the runs were made (harness.machine_noise): load average and fio, before and
     after the experiments."""
-    samples = noise.read(runs_dir) if runs_dir is not None else []
+    samples = read_noise(runs_dir) if runs_dir is not None else []
     page.heading("The machine's noise at the time")
     if not samples:
         page.paragraph("Not sampled (python -m harness.machine_noise RUNS --label before|after; the main job does "
