@@ -194,9 +194,11 @@ def remove_docker_object(kind: ResourceKind, name: str) -> str:
         done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise RuntimeError(f"{' '.join(args)}: {e}") from e
-    if done.returncode != 0 and "no such" not in done.stderr.lower() and "not found" not in done.stderr.lower():
+    # `docker rm -f` of a missing container exits 0 and says so on stderr; `docker network rm` exits 1.
+    gone = "no such" in done.stderr.lower() or "not found" in done.stderr.lower()
+    if done.returncode != 0 and not gone:
         raise RuntimeError(f"{' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
-    return f"removed {what} {name}" if done.returncode == 0 else f"{what} {name} was gone"
+    return f"{what} {name} was gone" if gone else f"removed {what} {name}"
 
 
 def is_mounted(mountpoint: Path) -> bool:

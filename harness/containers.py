@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from harness.launcher import BOOT_LINE_BROKER, BOOT_LINE_NAMESRV, LaunchError, env_broker_conf, write_broker_conf
+from harness.launcher import (
+    BOOT_LINE_BROKER,
+    BOOT_LINE_NAMESRV,
+    BrokerGroups,
+    BrokerRole,
+    LaunchError,
+    env_broker_conf,
+    write_broker_conf,
+)
 
 DEFAULT_IMAGE: Final = "rmq-lab:latest"
 IMAGE_UID: Final = 10001  # docker/Dockerfile's user: owns the bind-mounted store
@@ -195,7 +203,7 @@ class ContainerProcess:
 
 
 @dataclass
-class ContainerBroker(ContainerProcess):
+class ContainerBroker(BrokerRole, ContainerProcess):
     """A broker container; duck-types launcher.BrokerProcess (``store_root`` is the host directory)."""
 
     port: int = BROKER_PORT
@@ -209,18 +217,6 @@ class ContainerBroker(ContainerProcess):
     @property
     def addr(self) -> str:
         return f"{self.ip}:{self.port}"
-
-    @property
-    def role(self) -> str:
-        return self.conf.get("brokerRole", "ASYNC_MASTER")
-
-    @property
-    def is_slave(self) -> bool:
-        return self.role == "SLAVE"
-
-    @property
-    def ha_port(self) -> int:
-        return int(self.conf.get("haListenPort", self.port + 1))
 
     def restart(self, timeout_s: float | None = None) -> None:
         if self.alive:
@@ -244,7 +240,7 @@ def create_network(name: str, attempts: int = 20) -> str:
     raise DockerError(f"docker network create {name}: {last}")
 
 
-class ContainerTopology:
+class ContainerTopology(BrokerGroups[ContainerBroker]):
     """A name server and brokers in containers of ``image`` on a network of their own; the launcher's
     ``Topology`` interface (start, add_broker, add_slave, stop, kill, cleanup, namesrv_addr)."""
 
@@ -274,10 +270,7 @@ class ContainerTopology:
                                             f"{self.prefix}.2", ["namesrv", "-p", str(NAMESRV_PORT)],
                                             self.root / "namesrv.log", BOOT_LINE_NAMESRV)
             self.namesrv.start()
-            for i in range(self.n_brokers):
-                master = self.add_broker(f"broker-{chr(ord('a') + i)}")
-                for _ in range(self.n_slaves):
-                    self.add_slave(master)
+            self.start_brokers()
         except BaseException:
             self.cleanup()
             raise
@@ -311,17 +304,10 @@ class ContainerTopology:
                   extra: Mapping[str, Any] | None = None) -> ContainerBroker:
         """A slave of ``master``'s group (launcher.Topology.add_slave), haMasterAddress set so it connects
         without waiting for a registration round."""
-        group = self.group(master.conf["brokerName"])
-        broker_id = 1 + max((int(b.conf["brokerId"]) for b in group), default=0)
-        conf: dict[str, Any] = {"brokerName": master.conf["brokerName"], "brokerId": str(broker_id),
-                                "brokerRole": "SLAVE", "slaveReadEnable": "true",
-                                "haMasterAddress": f"{master.ip}:{master.ha_port}"}
+        default_name, conf = self.slave_conf(master)
+        conf["haMasterAddress"] = f"{master.ip}:{master.ha_port}"
         conf.update(extra or {})
-        return self.add_broker(name or f"{master.name}-s{broker_id}", extra=conf)
-
-    def group(self, broker_name: str) -> list[ContainerBroker]:
-        return sorted((b for b in self.brokers if b.conf.get("brokerName") == broker_name),
-                      key=lambda b: int(b.conf.get("brokerId", "0")))
+        return self.add_broker(name or default_name, extra=conf)
 
     def _all(self) -> Sequence[ContainerProcess]:
         return [*self.brokers, *([self.namesrv] if self.namesrv is not None else [])]
