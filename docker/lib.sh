@@ -2,9 +2,10 @@
 # only when none runs, stopped by its PID by whoever started it.
 #
 # dockerd changes the host: it sets net.ipv4.ip_forward=1, loads br_netfilter (bridged traffic then passes
-# iptables' FORWARD chain) and sets FORWARD's policy to DROP, which would cut every other bridge on the host
-# (the chaos lab's network namespaces, chaos/netns.py). So the FORWARD policy is put back to what it was right
-# after dockerd starts, and the sysctl values are restored when the dockerd started here stops.
+# iptables' FORWARD chain), sets FORWARD's policy to DROP, which would cut every other bridge on the host (the
+# chaos lab's network namespaces, chaos/netns.py), and leaves its iptables-nft tables and docker0 behind. So
+# the FORWARD policy is put back right after dockerd starts, and when the dockerd started here stops, the
+# sysctl values are restored and the nftables tables and docker0 it created are deleted.
 
 DOCKERD_PID=""
 DOCKERD_STATE=""
@@ -42,10 +43,11 @@ ensure_dockerd() {
     DOCKERD_STATE="$run/host-state"
     local policy
     policy="$(forward_policy)"
-    printf 'ip_forward=%s\nbridge_nf=%s\nforward_policy=%s\nbr_netfilter=%s\n' \
+    printf 'ip_forward=%s\nbridge_nf=%s\nforward_policy=%s\nbr_netfilter=%s\nnft_tables=%s\ndocker0=%s\n' \
         "$(_sysctl_get net.ipv4.ip_forward)" "$(_sysctl_get net.bridge.bridge-nf-call-iptables)" \
         "${policy:-ACCEPT}" "$(grep -q '^br_netfilter ' /proc/modules 2>/dev/null && echo loaded || echo absent)" \
-        > "$DOCKERD_STATE"
+        "$(nft list tables 2>/dev/null | sed 's/^table //' | tr ' \n' '_,')" \
+        "$(ip link show docker0 >/dev/null 2>&1 && echo present || echo absent)" > "$DOCKERD_STATE"
     say "starting dockerd (log: $run/dockerd.log)"
     dockerd >"$run/dockerd.log" 2>&1 &
     DOCKERD_PID=$!
@@ -87,6 +89,16 @@ stop_dockerd() {
             sysctl -qw "net.bridge.bridge-nf-call-iptables=$bridge_nf" || true
         fi
         iptables -P FORWARD "${forward_pol:-ACCEPT}" 2>/dev/null || true
+        local before t
+        before="$(sed -n 's/^nft_tables=//p' "$DOCKERD_STATE")"
+        for t in ip_filter ip_nat ip6_filter ip6_nat; do
+            if [[ ",$before" != *",$t,"* ]] && nft list table "${t/_/ }" >/dev/null 2>&1; then
+                nft delete table "${t/_/ }" || true
+            fi
+        done
+        if [[ "$(sed -n 's/^docker0=//p' "$DOCKERD_STATE")" == absent ]]; then
+            ip link delete docker0 2>/dev/null || true
+        fi
         rm -f "$DOCKERD_STATE"
     fi
 }
