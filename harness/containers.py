@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import subprocess
 import time
@@ -82,6 +83,17 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(x) for x in text.split()]
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """The image's user must write the bind-mounted directory (root: uid and gid ``uid``)."""
+    try:
+        for d, _dirs, files in os.walk(root):
+            os.chown(d, uid, uid)
+            for f in files:
+                os.chown(Path(d) / f, uid, uid)
+    except PermissionError as e:
+        raise LaunchError(f"cannot hand {root} to the image's user (uid {uid}): {e}; run as root") from None
 
 
 @dataclass
@@ -291,7 +303,8 @@ class ContainerTopology(BrokerGroups[ContainerBroker]):
         for d in (store_root, conf_dir):
             d.mkdir(parents=True, exist_ok=True)
         write_broker_conf(conf_dir / "broker.conf", conf)
-        subprocess.run(["chown", "-R", f"{IMAGE_UID}:{IMAGE_UID}", str(store_root), str(conf_dir)], check=False)
+        for d in (store_root, conf_dir):
+            _chown_tree(d, IMAGE_UID)
         bp = ContainerBroker(name, f"{self.tag}-{name}", self.image, self.network, ip, ["broker"],
                              self.root / f"{name}.log", BOOT_LINE_BROKER,
                              mounts={str(store_root): "/data/store", str(conf_dir): "/data/conf"},
