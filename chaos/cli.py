@@ -19,7 +19,15 @@ from typing import Any
 import click
 
 from chaos import replication_matrix, transactions
-from chaos.experiment import ExperimentResult, ExperimentSpec, FaultName, FlushMode, run_experiment
+from chaos.experiment import (
+    PROCESS_FAULTS,
+    ExperimentResult,
+    ExperimentSpec,
+    FaultName,
+    FlushMode,
+    TopologyKind,
+    run_experiment,
+)
 from chaos.leftovers import Ledger, cleanup
 from chaos.load import LoadSpec
 from chaos.matrix import (
@@ -279,8 +287,15 @@ def pause(**kw: Any) -> None:
 
 @main.command()
 @click.option("--flush", "flush", default="sync,async", show_default=True, help="Flush modes, comma-separated.")
-@click.option("--faults", default=",".join(f.value for f in FaultName), show_default=True,
-              help="Faults, comma-separated.")
+@click.option("--faults", default=",".join(f.value for f in PROCESS_FAULTS), show_default=True,
+              help="Faults, comma-separated: " + ", ".join(f.value for f in FaultName) + " (partition only with "
+                   "--topology docker; power_loss, power_loss_torn, disk_fill only on processes).")
+@click.option("--topology", type=click.Choice([t.value for t in TopologyKind]), default="process", show_default=True,
+              help="Where the name server and broker run: local processes, or containers of the project's image "
+                   "(docker/Dockerfile; kill9 = docker kill -s KILL, pause = docker pause, partition = docker "
+                   "network disconnect/connect, restart = docker stop/start).")
+@click.option("--image", default=None, help="The image for --topology docker (default rmq-lab:latest, "
+                                            "docker/build-offline.sh builds it).")
 @click.option("--profiles", default="default", show_default=True, help="sysctl profiles, comma-separated.")
 @click.option("--gate", is_flag=True, help="Exit 1 if any cell fails its verdict (the tox -e crash check).")
 @click.option("--require-all", is_flag=True, help="With --gate, a skipped cell fails too.")
@@ -289,10 +304,10 @@ def pause(**kw: Any) -> None:
               help="Brokers, comma-separated: reference, rocketmq (Apache RocketMQ, --rocketmq-home), or both.")
 @common_options
 @_driver_opt
-def matrix(flush: str, faults: str, profiles: str, gate: bool, require_all: bool, quick: bool, broker_impl: str,
-           cycles: int, runs_dir: Path, work_dir: Path | None, seed: int | None, gap: str, msg_size: int,
-           in_flight: int, as_json: bool, check_each_recovery: bool, rocketmq_home: Path | None,
-           driver: str) -> None:
+def matrix(flush: str, faults: str, topology: str, image: str | None, profiles: str, gate: bool, require_all: bool,
+           quick: bool, broker_impl: str, cycles: int, runs_dir: Path, work_dir: Path | None, seed: int | None,
+           gap: str, msg_size: int, in_flight: int, as_json: bool, check_each_recovery: bool,
+           rocketmq_home: Path | None, driver: str) -> None:
     """Run every broker x flush mode x fault x profile against fresh stores; print the summary table.
 
     A violation on Apache RocketMQ is a finding about RocketMQ (findings.jsonl in the runs directory), not
@@ -315,7 +330,7 @@ def matrix(flush: str, faults: str, profiles: str, gate: bool, require_all: bool
                       runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
                       load=LoadSpec(msg_size=msg_size, in_flight=in_flight), quick=quick, command=tuple(sys.argv),
                       check_each_recovery=check_each_recovery, impls=_impls(broker_impl),
-                      rocketmq_home=rocketmq_home)
+                      rocketmq_home=rocketmq_home, topology=TopologyKind(topology), image=image)
     results = run_matrix(spec, log=_progress(as_json))
     _print_results(results, as_json, runs_dir)
     if gate:

@@ -34,7 +34,7 @@ from chaos.payload import classify
 from chaos.sampler import BrokerSample, Sampler, first_status, messages_at, try_status
 from chaos.store_check import apply_store_check, check_store_at_cell_end
 from chaos.verdict import Verdict, evaluate
-from harness import rocketmq
+from harness import containers, rocketmq
 from harness.checker import CheckResult, check_run
 from harness.launcher import BrokerProcess, LaunchError, Process, Topology
 from harness.records import FaultKind, RunRecord, WallClock
@@ -79,10 +79,26 @@ class FaultName(enum.StrEnum):
     POWER_LOSS_TORN = "power_loss_torn"
     DISK_FILL = "disk_fill"
     PAUSE = "pause"
+    PARTITION = "partition"  # the container topology's (chaos/container_faults.py)
+    RESTART = "restart"  # a graceful stop and start (either topology)
 
     @property
     def is_power_loss(self) -> bool:
         return self in (FaultName.POWER_LOSS, FaultName.POWER_LOSS_TORN)
+
+
+# The matrix's default faults on processes (tox -e crash names them); restart runs there too when asked for.
+PROCESS_FAULTS: tuple[FaultName, ...] = (FaultName.KILL9, FaultName.POWER_LOSS, FaultName.POWER_LOSS_TORN,
+                                         FaultName.DISK_FILL, FaultName.PAUSE)
+# What a container topology can do to its broker (harness/containers.py): power loss and disk fill need the
+# store on a host loop device, which a bind-mounted container store is not.
+CONTAINER_FAULTS: tuple[FaultName, ...] = (FaultName.KILL9, FaultName.PAUSE, FaultName.PARTITION,
+                                           FaultName.RESTART)
+
+
+class TopologyKind(enum.StrEnum):
+    PROCESS = "process"  # harness/launcher.Topology: local subprocesses
+    DOCKER = "docker"  # harness/containers.ContainerTopology: containers of the project's image
 
 
 @dataclass
@@ -142,18 +158,22 @@ class ExperimentSpec:
     # (harness/rocketmq.find_home: this path, $ROCKETMQ_HOME, or the one beside the repository).
     broker_impl: BrokerImpl = "reference"
     rocketmq_home: Path | None = None
+    topology: TopologyKind = TopologyKind.PROCESS
+    image: str = containers.DEFAULT_IMAGE  # the container topology's image (docker/Dockerfile)
 
     @property
     def scenario(self) -> str:
         prof = (self.profile or "none").replace("_", ".")
         impl = "" if self.broker_impl == "reference" else f"-{self.broker_impl}"
-        return f"chaos-{self.fault.value.replace('_', '.')}-{self.flush.short}-{prof}{impl}"
+        where = "" if self.topology is TopologyKind.PROCESS else f"-{self.topology.value}"
+        return f"chaos-{self.fault.value.replace('_', '.')}-{self.flush.short}-{prof}{impl}{where}"
 
 
 class Cell:
     """The running experiment, as a fault sees it."""
 
-    def __init__(self, spec: ExperimentSpec, record: RunRecord, topo: Topology, broker: BrokerProcess,
+    def __init__(self, spec: ExperimentSpec, record: RunRecord, topo: Topology | containers.ContainerTopology,
+                 broker: BrokerProcess | containers.ContainerBroker,
                  store_root: Path, workload: Workload, ledger: Ledger, rng: random.Random) -> None:
         self.spec = spec
         self.record = record
@@ -176,7 +196,7 @@ class Cell:
         acked = self.workload.max_acked_end(before_ns, self.workload.record_size())
         return max(acked, sample.max_offset if sample is not None else -1)
 
-    def track(self, proc: Process, what: str) -> None:
+    def track(self, proc: Process | containers.ContainerProcess, what: str) -> None:
         """Enter a (re)started process in the ledger, replacing its previous pid."""
         for e in self.ledger.entries():
             if e.kind is ResourceKind.PROCESS and e.detail.get("what") == what and e.owner_pid == self.ledger.owner:
@@ -396,7 +416,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
     """Run one experiment; never leaves a process, mount or loop device behind. ``log`` (a callable taking a
     line) gets progress lines."""
     say = log or (lambda _line: None)
-    reason = fault.unsupported_reason()
+    reason = fault.unsupported_reason() or _topology_unsupported(spec)
     if reason is None and spec.broker_impl == "rocketmq":
         reason = rocketmq.unavailable(spec.rocketmq_home)
     if reason is not None:
@@ -419,8 +439,12 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
             store_root = stack.enter_context(fault.storage(work, ledger))
             conf = {**BASE_BROKER_CONF, "flushDiskType": spec.flush.value, **fault.broker_conf(spec.flush),
                     **spec.broker_conf}
-            topo = Topology(work / "topo", broker_conf=conf, brokers=0, impl=spec.broker_impl,
-                            rocketmq_home=spec.rocketmq_home)
+            topo: Topology | containers.ContainerTopology
+            if spec.topology is TopologyKind.DOCKER:
+                topo = containers.ContainerTopology(work / "topo", broker_conf=conf, brokers=0, image=spec.image)
+            else:
+                topo = Topology(work / "topo", broker_conf=conf, brokers=0, impl=spec.broker_impl,
+                                rocketmq_home=spec.rocketmq_home)
             stack.callback(topo.stop)
             topo.start()
             assert topo.namesrv is not None
@@ -560,8 +584,26 @@ def keep_logs(topo_root: Path, dest: Path) -> None:
             shutil.copyfileobj(src, out)
 
 
-def cell_ledger_proc(ledger: Ledger, proc: Process, what: str) -> None:
+def cell_ledger_proc(ledger: Ledger, proc: Process | containers.ContainerProcess, what: str) -> None:
+    if isinstance(proc, containers.ContainerProcess):
+        # The container and its network: `docker rm -f` and `docker network rm` undo them (chaos.leftovers).
+        ledger.add(ResourceKind.CONTAINER, proc.container, what=what)
+        ledger.add(ResourceKind.DOCKER_NETWORK, proc.network, what="chaos container network")
+        return
     ledger.add(ResourceKind.PROCESS, proc.pid, what=what, start_time=process_start_time(proc.pid))
+
+
+def _topology_unsupported(spec: ExperimentSpec) -> str | None:
+    if spec.topology is TopologyKind.PROCESS:
+        if spec.fault not in PROCESS_FAULTS and spec.fault is not FaultName.RESTART:
+            return f"{spec.fault.value} needs --topology docker"
+        return None
+    if spec.fault not in CONTAINER_FAULTS:
+        return (f"{spec.fault.value} is not a container fault (--topology docker runs "
+                f"{', '.join(f.value for f in CONTAINER_FAULTS)})")
+    if spec.broker_impl != "reference":
+        return "the image runs the reference broker only (--topology docker with --broker-impl reference)"
+    return containers.unavailable(spec.image)
 
 
 def apply_profile(stack: contextlib.ExitStack, profile: str | None) -> dict[str, Any]:

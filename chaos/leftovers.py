@@ -44,13 +44,16 @@ class ResourceKind(enum.StrEnum):
     NETNS = "netns"  # a network namespace (ip netns)
     LINK = "link"  # a network interface in the root namespace: a lab's bridge or a veth's root end
     ROUTE = "route"  # a lab's "unreachable <subnet>" route in the root namespace
+    CONTAINER = "container"  # a docker container of a chaos cell (--topology docker), by name
+    DOCKER_NETWORK = "docker_network"  # its docker network, by name
 
 
 # Undo order: a process may hold files on a mount; a mount holds its loop device; the image lives in a path.
-# A namespace goes before the links (its veth pair goes with it), the route last (it guards the lab's subnet
-# while the bridge is still there or half gone).
-UNDO_ORDER: Final = (ResourceKind.PROCESS, ResourceKind.MOUNT, ResourceKind.LOOP, ResourceKind.PATH,
-                     ResourceKind.NETNS, ResourceKind.LINK, ResourceKind.ROUTE)
+# A container (a bind-mounted store) goes with the processes, before its network. A namespace goes before the
+# links (its veth pair goes with it), the route last (it guards the lab's subnet while the bridge is still there
+# or half gone).
+UNDO_ORDER: Final = (ResourceKind.PROCESS, ResourceKind.CONTAINER, ResourceKind.DOCKER_NETWORK, ResourceKind.MOUNT,
+                     ResourceKind.LOOP, ResourceKind.PATH, ResourceKind.NETNS, ResourceKind.LINK, ResourceKind.ROUTE)
 LAB_ROUTE_METRIC: Final = 4000  # far beneath a connected route (metric 0) and any default route
 
 
@@ -182,6 +185,22 @@ def run_cmd(args: list[str], timeout_s: float = 60.0, stdin: str | None = None) 
     return done
 
 
+def remove_docker_object(kind: ResourceKind, name: str) -> str:
+    """``docker rm -f -v`` a container or ``docker network rm`` a network; one already gone is no error (the
+    topology removes its own on a normal end, the ledger covers an interrupted one)."""
+    what = "container" if kind is ResourceKind.CONTAINER else "docker network"
+    args = ["docker", "rm", "-f", "-v", name] if kind is ResourceKind.CONTAINER else ["docker", "network", "rm", name]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError(f"{' '.join(args)}: {e}") from e
+    # `docker rm -f` of a missing container exits 0 and says so on stderr; `docker network rm` exits 1.
+    gone = "no such" in done.stderr.lower() or "not found" in done.stderr.lower()
+    if done.returncode != 0 and not gone:
+        raise RuntimeError(f"{' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
+    return f"{what} {name} was gone" if gone else f"removed {what} {name}"
+
+
 def is_mounted(mountpoint: Path) -> bool:
     target = str(mountpoint.resolve()) if mountpoint.exists() else str(mountpoint)
     try:
@@ -287,6 +306,8 @@ def undo(entry: Entry) -> str:
         if not gone:
             raise RuntimeError(f"process {entry.ident} did not end")
         return f"process {entry.ident} ({entry.detail.get('what', '?')}) ended"
+    if entry.kind in (ResourceKind.CONTAINER, ResourceKind.DOCKER_NETWORK):
+        return remove_docker_object(entry.kind, str(entry.ident))
     if entry.kind is ResourceKind.MOUNT:
         unmount(Path(entry.ident))
         return f"unmounted {entry.ident}"

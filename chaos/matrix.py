@@ -13,12 +13,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from chaos.container_faults import Partition, Restart
 from chaos.disk_fill import DiskFill
-from chaos.experiment import ExperimentResult, ExperimentSpec, Fault, FaultName, FlushMode, run_experiment
+from chaos.experiment import (
+    PROCESS_FAULTS,
+    ExperimentResult,
+    ExperimentSpec,
+    Fault,
+    FaultName,
+    FlushMode,
+    TopologyKind,
+    run_experiment,
+)
 from chaos.kill9 import Kill9
 from chaos.load import LoadSpec
 from chaos.pause import Pause
 from chaos.power_loss import PowerLoss
+from harness.containers import DEFAULT_IMAGE
 from harness.records.findings import Finding, FindingKind
 from harness.rocketmq import BrokerImpl
 
@@ -34,13 +45,17 @@ def make_fault(name: FaultName, *, quick: bool = False) -> Fault:
         return PowerLoss(torn=True)
     if name is FaultName.DISK_FILL:
         return DiskFill(clean=not quick)
+    if name is FaultName.PARTITION:
+        return Partition()
+    if name is FaultName.RESTART:
+        return Restart()
     return Pause()
 
 
 @dataclass(frozen=True)
 class MatrixSpec:
     flushes: Sequence[FlushMode] = (FlushMode.SYNC, FlushMode.ASYNC)
-    faults: Sequence[FaultName] = tuple(FaultName)
+    faults: Sequence[FaultName] = PROCESS_FAULTS
     profiles: Sequence[str | None] = ("default",)
     cycles: int = 20
     runs_dir: Path = Path("runs")
@@ -53,6 +68,8 @@ class MatrixSpec:
     check_each_recovery: bool = False
     impls: Sequence[BrokerImpl] = ("reference",)
     rocketmq_home: Path | None = None
+    topology: TopologyKind = TopologyKind.PROCESS
+    image: str | None = None  # the container topology's image; None: harness.containers.DEFAULT_IMAGE
 
     def cells(self) -> list[ExperimentSpec]:
         """Broker by broker, the same cells in the same order with the same seeds: a fault lands at the same
@@ -69,7 +86,8 @@ class MatrixSpec:
                                                   runs_dir=self.runs_dir, work_dir=self.work_dir, seed=seed,
                                                   gap_s=self.gap_s, load=self.load, command=self.command,
                                                   check_each_recovery=self.check_each_recovery,
-                                                  broker_impl=impl, rocketmq_home=self.rocketmq_home))
+                                                  broker_impl=impl, rocketmq_home=self.rocketmq_home,
+                                                  topology=self.topology, image=self.image or DEFAULT_IMAGE))
         return out
 
 

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from chaos.verdict import Verdict
+from harness.containers import ContainerBroker
 from harness.launcher import BrokerProcess
 from harness.store_check import run_check_store
 
 
-def check_store_at_cell_end(broker: BrokerProcess, store_root: Path, conf: Mapping[str, str]) -> dict[str, Any]:
+def check_store_at_cell_end(broker: BrokerProcess | ContainerBroker, store_root: Path,
+                            conf: Mapping[str, str]) -> dict[str, Any]:
     """Stop the broker (SIGTERM: a clean shutdown) and check its store; the report's summary, plus how the
     broker ended."""
     was_alive = broker.alive

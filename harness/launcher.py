@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from harness import rocketmq
 from harness.ports import free_port
@@ -166,16 +166,13 @@ class Process:
             self._signal(signal.SIGCONT)
 
 
-@dataclass
-class BrokerProcess(Process):
-    port: int = 0
-    store_root: Path = Path()
-    conf: dict[str, str] = field(default_factory=dict)
-    host: str = LOOPBACK  # the address it listens on: its lab host's, or loopback
+class BrokerRole:
+    """What a broker's conf says about its place in its group; a broker process's and a broker container's
+    (harness/containers.py)."""
 
-    @property
-    def addr(self) -> str:
-        return f"{self.host}:{self.port}"
+    name: str
+    conf: dict[str, str]
+    port: int
 
     @property
     def role(self) -> str:
@@ -191,6 +188,18 @@ class BrokerProcess(Process):
         """Where a master listens for slaves: BrokerStartup sets haListenPort to listenPort + 1 (4.9.8 even over
         a configured one; the reference broker keeps a configured one)."""
         return int(self.conf.get("haListenPort", self.port + 1))
+
+
+@dataclass
+class BrokerProcess(BrokerRole, Process):
+    port: int = 0
+    store_root: Path = Path()
+    conf: dict[str, str] = field(default_factory=dict)
+    host: str = LOOPBACK  # the address it listens on: its lab host's, or loopback
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
 
     def restart(self, timeout_s: float | None = None) -> None:
         if self.alive:
@@ -217,7 +226,49 @@ def write_broker_conf(path: Path, conf: Mapping[str, Any]) -> None:
     path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()), encoding="utf-8")
 
 
-class Topology:
+B = TypeVar("B", bound=BrokerRole)
+
+
+class BrokerGroups(Generic[B]):
+    """Broker groups of a topology, whatever runs the brokers (processes here, containers in
+    harness/containers.py): the masters and slaves ``start`` makes, a slave's brokerId and conf, a group."""
+
+    brokers: list[B]
+    n_brokers: int
+    n_slaves: int
+
+    def add_broker(self, name: str, extra: Mapping[str, Any] | None = None) -> B:
+        raise NotImplementedError
+
+    def start_brokers(self) -> None:
+        """broker-a, broker-b, ... each with ``n_slaves`` slaves."""
+        for i in range(self.n_brokers):
+            master = self.add_broker(f"broker-{chr(ord('a') + i)}")
+            for _ in range(self.n_slaves):
+                self.add_slave(master)
+
+    def add_slave(self, master: B, name: str | None = None, extra: Mapping[str, Any] | None = None) -> B:
+        raise NotImplementedError
+
+    def slave_conf(self, master: B) -> tuple[str, dict[str, Any]]:
+        """A new slave of ``master``'s group: its default name and conf (the next free brokerId, SLAVE)."""
+        if master.is_slave:
+            raise ValueError(f"{master.name} is a slave: a slave replicates from a master")
+        group = self.group(master.conf["brokerName"])
+        broker_id = 1 + max((int(b.conf["brokerId"]) for b in group), default=0)
+        return f"{master.name}-s{broker_id}", {"brokerName": master.conf["brokerName"], "brokerId": str(broker_id),
+                                               "brokerRole": "SLAVE", "slaveReadEnable": "true"}
+
+    def group(self, broker_name: str) -> list[B]:
+        """The brokers of one group (brokerName), master first."""
+        return sorted((b for b in self.brokers if b.conf.get("brokerName") == broker_name),
+                      key=lambda b: int(b.conf.get("brokerId", "0")))
+
+    def slaves_of(self, master: B) -> list[B]:
+        return [b for b in self.group(master.conf["brokerName"]) if b.is_slave]
+
+
+class Topology(BrokerGroups[BrokerProcess]):
     """``with Topology(root) as topo:`` — one name server and ``brokers`` brokers, all local subprocesses, of
     the reference broker or (``impl="rocketmq"``) of the RocketMQ distribution at ``rocketmq_home``
     (harness/rocketmq.find_home: ``$ROCKETMQ_HOME`` or the one beside the repository when None). With ``lab``
@@ -273,10 +324,7 @@ each broker runs on a host of that lab network (see the module doc)."""
                                                    str(self.root / "namesrv" / "kvConfig.json")],
                                        self.root / "namesrv.log", BOOT_LINE_NAMESRV)
             self.namesrv.start()
-            for i in range(self.n_brokers):
-                master = self.add_broker(f"broker-{chr(ord('a') + i)}")
-                for _ in range(self.n_slaves):
-                    self.add_slave(master)
+            self.start_brokers()
         except BaseException:
             self.stop()
             raise
@@ -337,24 +385,11 @@ each broker runs on a host of that lab network (see the module doc)."""
         PULL_RETRY_IMMEDIATELY without it, and a run that lost its master reads from the slave. RocketMQ's slave
         gets haMasterAddress too, so it connects without waiting for a name-server registration round (the
         reference slave learns it from the name server's reply, as 4.9.8's does without the key)."""
-        if master.is_slave:
-            raise ValueError(f"{master.name} is a slave: a slave replicates from a master")
-        group = self.group(master.conf["brokerName"])
-        broker_id = 1 + max((int(b.conf["brokerId"]) for b in group), default=0)
-        conf: dict[str, Any] = {"brokerName": master.conf["brokerName"], "brokerId": str(broker_id),
-                                "brokerRole": "SLAVE", "slaveReadEnable": "true"}
+        default_name, conf = self.slave_conf(master)
         if self.rocketmq_home is not None:
             conf["haMasterAddress"] = f"{master.host}:{master.ha_port}"
         conf.update(extra or {})
-        return self.add_broker(name or f"{master.name}-s{broker_id}", extra=conf)
-
-    def group(self, broker_name: str) -> list[BrokerProcess]:
-        """The processes of one broker group (brokerName), master first."""
-        return sorted((b for b in self.brokers if b.conf.get("brokerName") == broker_name),
-                      key=lambda b: int(b.conf.get("brokerId", "0")))
-
-    def slaves_of(self, master: BrokerProcess) -> list[BrokerProcess]:
-        return [b for b in self.group(master.conf["brokerName"]) if b.is_slave]
+        return self.add_broker(name or default_name, extra=conf)
 
     def stop(self) -> None:
         for b in self.brokers:

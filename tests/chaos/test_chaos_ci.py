@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chaos import ExperimentSpec, FaultName, FlushMode, LoadSpec, make_fault, run_experiment
+from chaos.experiment import PROCESS_FAULTS
 from chaos.leftovers import Ledger
 from chaos.matrix import gate_failures, rocketmq_findings
 from harness.records import validate_run
@@ -34,7 +35,7 @@ MACHINE_FAULTS = frozenset({FaultName.POWER_LOSS, FaultName.POWER_LOSS_TORN, Fau
 # some runs. Such a cell is an expected failure only when every violation is one this defect produces.
 
 CELLS = [pytest.param(f, m, id=f"{f.value}-{m.short}", marks=[pytest.mark.machine] if f in MACHINE_FAULTS else [])
-         for f in FaultName for m in (FlushMode.SYNC, FlushMode.ASYNC)]
+         for f in PROCESS_FAULTS for m in (FlushMode.SYNC, FlushMode.ASYNC)]
 
 
 @pytest.fixture
