@@ -195,8 +195,9 @@ def test_the_sandbox_benchmark_measures_both_paths() -> None:
 
 @pytest.mark.skipif(not IS_ROOT, reason="mount namespaces need root")
 def test_a_hidden_directory_reads_as_empty_in_the_worker(tmp_path_factory: pytest.TempPathFactory) -> None:
-    # Outside /tmp (which the worker sees as an empty tmpfs anyway): a directory under the working tree.
-    secret_dir = Path.cwd() / f".sandbox-secret-{uuid.uuid4().hex}"
+    # Outside /tmp, /var/tmp and /dev/shm, which every worker sees as empty tmpfs anyway (the working tree may
+    # itself lie under /tmp, as in a CI clone): /run, root's and world-readable here.
+    secret_dir = Path("/run") / f"rmq-sandbox-secret-{uuid.uuid4().hex}"
     secret_dir.mkdir()
     try:
         (secret_dir / "commitlog").write_text("other groups' messages")
