@@ -116,6 +116,9 @@ class Ledger:
         self.path = path if path is not None else default_state_path()
         self._me = os.getpid()
         self._my_start = process_start_time(self._me)
+        # Entries of a kind this version does not know (written by another checkout of the lab sharing the
+        # state file): kept verbatim on every rewrite and reported by cleanup, never undone and never a crash.
+        self._unknown: list[dict[str, Any]] = []
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[list[Entry]]:
@@ -135,14 +138,22 @@ class Ledger:
             return []
         except (OSError, ValueError) as e:
             raise RuntimeError(f"{self.path}: unreadable chaos state file ({e}); inspect and remove it") from e
-        return [Entry.from_json(e) for e in obj.get("entries", [])]
+        known: list[Entry] = []
+        self._unknown = []
+        for raw in obj.get("entries", []):
+            try:
+                known.append(Entry.from_json(raw))
+            except (KeyError, TypeError, ValueError):
+                self._unknown.append(raw)
+        return known
 
     def _write(self, entries: list[Entry]) -> None:
-        if not entries:
+        if not entries and not self._unknown:
             self.path.unlink(missing_ok=True)
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"entries": [e.to_json() for e in entries]}, indent=2) + "\n", encoding="utf-8")
+        rows = [e.to_json() for e in entries] + self._unknown
+        tmp.write_text(json.dumps({"entries": rows}, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, self.path)
 
     @property
@@ -153,6 +164,11 @@ class Ledger:
     def entries(self) -> list[Entry]:
         with self._locked() as entries:
             return list(entries)
+
+    def unknown(self) -> list[str]:
+        """The entries this version cannot read, each described for a person (as of the last read)."""
+        return [f"{raw.get('kind', '?')} {raw.get('ident', '?')} (a kind this version does not know; left as it is)"
+                if isinstance(raw, dict) else f"{raw!r} (not an entry; left as it is)" for raw in self._unknown]
 
     def add(self, kind: ResourceKind, ident: str | int | os.PathLike[str], **detail: Any) -> Entry:
         entry = Entry(kind, os.fspath(ident) if isinstance(ident, os.PathLike) else str(ident), self._me,
@@ -358,6 +374,7 @@ def cleanup(ledger: Ledger | None = None, *, force: bool = False, only_mine: boo
     ledger = ledger if ledger is not None else Ledger()
     report = CleanupReport()
     entries = ledger.entries()
+    report.kept.extend(ledger.unknown())
     me = os.getpid()
     chosen = []
     for e in entries:

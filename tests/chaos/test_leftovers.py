@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -74,3 +75,20 @@ def test_a_recycled_pid_is_not_killed(tmp_path):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_an_entry_of_an_unknown_kind_is_kept_and_reported_not_a_crash(tmp_path):
+    """Two checkouts of the lab share one state file: an entry of a kind the other knows (a future
+    ``container``) must neither crash this one's ledger nor be dropped when this one rewrites the file."""
+    state = tmp_path / "state.json"
+    alien = {"kind": "hologram", "ident": "h1", "owner_pid": 1, "owner_start": None, "detail": {}}
+    state.write_text(json.dumps({"entries": [alien]}))
+    ledger = Ledger(state)
+    assert ledger.entries() == []
+    ledger.add(ResourceKind.PATH, tmp_path / "x")
+    ledger.remove(ResourceKind.PATH, tmp_path / "x")
+    assert json.loads(state.read_text())["entries"] == [alien]  # still there after two rewrites
+    report = cleanup(ledger, force=True, restore_sysctl=False)
+    assert report.ok
+    assert any("hologram h1" in k for k in report.kept)
+    assert json.loads(state.read_text())["entries"] == [alien]
