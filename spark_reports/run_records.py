@@ -210,6 +210,17 @@ def read_faults(run: RunInfo) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def check_verdict(check: Mapping[str, Any] | None) -> str:
+    """check.json's verdict for a table cell. "valid" alone would read the same for a run that lost nothing and
+    for one whose loss its durability mode allows (ASYNC_FLUSH power loss), so the allowed loss is named."""
+    if not check:
+        return "no check"
+    lost = int(check.get("lost") or 0)
+    if not check.get("valid"):
+        return "invalid"
+    return f"valid ({lost} lost, allowed)" if lost and check.get("allow_loss") else "valid"
+
+
 def read_check(run: RunInfo) -> dict[str, Any] | None:
     path = run.path / CHECK_FILE
     if not path.is_file():

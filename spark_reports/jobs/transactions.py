@@ -16,7 +16,15 @@ from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.report_io import finish_report, fixed, make_report_dir
 from spark_reports.run_loss import fault_label
-from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events, read_check, read_faults
+from spark_reports.run_records import (
+    REFERENCE,
+    RunInfo,
+    check_verdict,
+    discover_runs,
+    load_events,
+    read_check,
+    read_faults,
+)
 
 NAME: Final = "transactions"
 TX_COUNTS: Final = ("tx_committed", "tx_rolled_back", "tx_unresolved", "tx_leaked")
@@ -69,9 +77,9 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
         n, p50, p90, p99, mx = latencies.get(r.run_id, (0, None, None, None, None))
         rows.append((r.run_id, r.scenario, r.flush_mode, fault_label(read_faults(r)),
                      *(int(check.get(k) or 0) for k in TX_COUNTS), int(check.get("lost") or 0), n,
-                     fixed(p50, 1), fixed(p90, 1), fixed(p99, 1), fixed(mx, 1), bool(check.get("valid"))))
+                     fixed(p50, 1), fixed(p90, 1), fixed(p99, 1), fixed(mx, 1), check_verdict(check)))
     header = ["run", "scenario", "flush", "faults", "committed", "rolled back", "unresolved", "leaked", "lost",
-              "resolved by check-back", "check-back p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)", "valid"]
+              "resolved by check-back", "check-back p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)", "verdict"]
     page.heading("Outcomes per run")
     if rows:
         page.table(header, rows, text_columns=4)

@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 from harness.checker import check_run
 from harness.records import RunRecord
 from spark_reports.jobs import transactions
+from spark_reports.run_records import check_verdict
 
 MS = 1_000_000
 
@@ -51,9 +52,17 @@ def test_outcomes_and_check_back_latency_per_run(spark: SparkSession, tmp_path: 
     assert set(rows) == {good, leaky}, "a run without transactions is not shown"
     g = rows[good]
     assert (g["committed"], g["rolled back"], g["unresolved"], g["leaked"], g["lost"]) == ("2", "2", "1", "0", "0")
-    assert g["resolved by check-back"] == "2" and g["valid"] == "True"
+    assert g["resolved by check-back"] == "2" and g["verdict"] == "valid"
     # From the half message's send (t0) to the resolving answer: 1000 and 3000 ms.
     assert g["max (ms)"] == "3,000.0" and g["check-back p50 (ms)"] in ("1,000.0", "3,000.0")
-    assert (rows[leaky]["leaked"], rows[leaky]["valid"]) == ("1", "False")
+    assert (rows[leaky]["leaked"], rows[leaky]["verdict"]) == ("1", "invalid")
     page = out.index.read_text(encoding="utf-8")
     assert good in page and leaky in page and "Check-back latency" in page
+
+
+def test_a_verdict_names_the_loss_its_mode_allows() -> None:
+    """A run that lost what its durability mode allows is valid, but must not read like one that lost nothing."""
+    assert check_verdict({"valid": True, "lost": 0, "allow_loss": True}) == "valid"
+    assert check_verdict({"valid": True, "lost": 213, "allow_loss": True}) == "valid (213 lost, allowed)"
+    assert check_verdict({"valid": False, "lost": 3, "allow_loss": False}) == "invalid"
+    assert check_verdict(None) == "no check"
