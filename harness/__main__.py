@@ -394,5 +394,72 @@ def compare_cmd(out: Path, brokers: str | None, workloads: str, seconds: float, 
         subprocess.run([sys.executable, "-m", "spark_reports", "compare", "--runs", str(session), "--out",
                         str(report)], check=True)
 
+
+def _int_list(value: str | None, name: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        out = tuple(int(v.strip().replace("_", "")) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"comma-separated integers, not {value!r}", param_hint=name) from None
+    return out
+
+
+@main.command("scaling")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/scaling"),
+              show_default=True, help="Rows are appended to OUT/scaling.jsonl.")
+@click.option("--curves", default=",".join(("size", "depth", "producers", "queues", "backlog")), show_default=True,
+              help="size, depth, producers, queues, backlog.")
+@click.option("--seconds", type=click.FloatRange(0.5, 600), default=None, help="Per point (default 5, --quick 2).")
+@click.option("--sizes", default=None, help="Body sizes in bytes, comma-separated (default 128 ... 65536).")
+@click.option("--depths", default=None, help="In-flight depths (default 1,4,16,64,256).")
+@click.option("--producers", default=None, help="Producer process counts (default 1,2,4).")
+@click.option("--queues", default=None, help="Queue counts (default 1,16,256,1024,10000).")
+@click.option("--backlogs", default=None, help="Backlog depths in messages (default 10000,100000,400000).")
+@click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default="ASYNC_FLUSH", show_default=True)
+@click.option("--no-bare", is_flag=True, help="Leave out the bare broker beside the size, depth and producers curves.")
+@click.option("--quick", is_flag=True, help="A few points per curve, 2 s each.")
+@click.option("--report", "report", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also render the report (python -m spark_reports scaling) into this directory.")
+@BROKER_IMPL
+@ROCKETMQ_HOME
+def scaling_cmd(out: Path, curves: str, seconds: float | None, sizes: str | None, depths: str | None,
+                producers: str | None, queues: str | None, backlogs: str | None, flush: str, no_bare: bool,
+                quick: bool, report: Path | None, broker_impl: BrokerImpl, rocketmq_home: Path | None) -> None:
+    """How the broker's cost grows: send rate and p99 against message size, in-flight depth, producers and queue
+    count, and consume rate against backlog depth, each curve beside its limit (fio, the bare broker)."""
+    import dataclasses
+
+    from harness.launcher import LaunchError
+    from harness.scaling import Plan, format_rows, run
+
+    over: dict[str, object] = {"curves": tuple(c.strip() for c in curves.split(",") if c.strip()), "flush": flush,
+                               "bare": not no_bare}
+    if seconds is not None:
+        over["seconds"] = seconds
+    for name, value in (("sizes", sizes), ("depths", depths), ("producers", producers), ("queues", queues),
+                        ("backlogs", backlogs)):
+        parsed = _int_list(value, f"--{name}")
+        if parsed is not None:
+            over[name] = parsed
+    try:
+        plan = Plan.quick(**over) if quick else dataclasses.replace(Plan(), **over)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        rows = run(plan, out, progress=lambda line: click.echo(f"[scaling] {line}", err=True), impl=broker_impl,
+                   rocketmq_home=rocketmq_home)
+    except LaunchError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(format_rows(rows))
+    click.echo(f"rows: {out / 'scaling.jsonl'}")
+    if report is not None:
+        import subprocess
+        import sys
+
+        subprocess.run([sys.executable, "-m", "spark_reports", "scaling", "--runs", str(out), "--out", str(report)],
+                       check=True)
+
+
 if __name__ == "__main__":
     main()

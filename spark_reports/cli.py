@@ -46,28 +46,44 @@ def synth(out: Path, events: int, seed: int) -> None:
     click.echo(f"wrote {len(expected)} runs, {rows:,} events to {out} ({time.perf_counter() - began:.1f} s)")
 
 
-@click.command(name="compare")
-@click.option("--runs", "runs", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="A python -m harness compare session directory (its run records and compare.json).")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Output directory; the report goes to OUT/compare/index.html.")
-@click.option("--master", default=None, help="Spark master URL (default: local[*]).")
-def compare(runs: Path, out: Path, master: str | None) -> None:
-    """The brokers side by side (throughput, send latency CDF, send-to-consume latency, loss) and the
-    claims-page rows on the reference broker against NATS and RabbitMQ."""
-    from pyspark.sql import SparkSession
+def session_command(name: str, runs_help: str, doc: str) -> click.Command:
+    """A report over one experiment session's directory (not the runs directory ``all`` reads): ``compare``
+    and ``scaling``. The job module ``spark_reports.jobs.<name>`` has ``run(spark, runs, out)``."""
 
-    from spark_reports.jobs import compare as compare_job
-    from spark_reports.session import build_session
+    @click.command(name=name, help=doc)
+    @click.option("--runs", "runs", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+                  help=runs_help)
+    @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+                  help=f"Output directory; the report goes to OUT/{name}/index.html.")
+    @click.option("--master", default=None, help="Spark master URL (default: local[*]).")
+    def command(runs: Path, out: Path, master: str | None) -> None:
+        import importlib
 
-    owned = SparkSession.getActiveSession() is None
-    spark = build_session(master)
-    try:
-        output = compare_job.run(spark, runs, out)
-    finally:
-        if owned:
-            spark.stop()
-    click.echo(f"compare: {output.index}")
+        from pyspark.sql import SparkSession
+
+        from spark_reports.session import build_session
+
+        job = importlib.import_module(f"spark_reports.jobs.{name}")
+        owned = SparkSession.getActiveSession() is None
+        spark = build_session(master)
+        try:
+            output = job.run(spark, runs, out)
+        finally:
+            if owned:
+                spark.stop()
+        click.echo(f"{name}: {output.index}")
+
+    return command
+
+
+compare = session_command(
+    "compare", "A python -m harness compare session directory (its run records and compare.json).",
+    "The brokers side by side (throughput, send latency CDF, send-to-consume latency, loss) and the claims-page "
+    "rows on the reference broker against NATS and RabbitMQ.")
+scaling = session_command(
+    "scaling", "A python -m harness scaling output directory (its scaling.jsonl).",
+    "How the broker's cost grows: rate and p99 against message size, in-flight depth, producers, queue count and "
+    "backlog depth, each curve beside its walls (fio, the bare broker).")
 
 
 @click.group()
@@ -80,3 +96,4 @@ for _job in JOBS.values():
 cli.add_command(report_command("all", list(JOBS.values()), "Run every report."))
 cli.add_command(synth)
 cli.add_command(compare)
+cli.add_command(scaling)

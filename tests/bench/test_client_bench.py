@@ -36,11 +36,13 @@ def test_merge_sums_counts_and_merges_samples_exactly():
 
 def test_consumer_merge_sums_counts_over_the_longest_run_and_merges_samples():
     a = {"n": 3, "b2c_total": 30, "s2c_total": 15, "b2c_max": 20, "s2c_max": 9, "elapsed_s": 2.0, "cpu_s": 0.003,
-         "e2e_samples_us": array("I", [1000, 2000, 3000])}
+         "active_s": 0.5, "e2e_samples_us": array("I", [1000, 2000, 3000])}
     b = {"n": 1, "b2c_total": 10, "s2c_total": 5, "b2c_max": 10, "s2c_max": 12, "elapsed_s": 1.0, "cpu_s": 0.001,
-         "e2e_samples_us": array("I", [9000]).tobytes()}  # as a child process sends it
+         "active_s": 0.8, "e2e_samples_us": array("I", [9000]).tobytes()}  # as a child process sends it
     m = merge_consumer_summaries([a, b])
     assert (m["consumed"], m["processes"], m["tps"]) == (4, 2, 2.0)
+    # The last delivery came 0.8 s in: a drained backlog's rate is 4 / 0.8, not 4 over the whole run.
+    assert (m["active_s"], m["active_tps"]) == (0.8, 5.0)
     assert (m["avg_b2c_ms"], m["avg_s2c_ms"], m["max_b2c_ms"], m["max_s2c_ms"]) == (10.0, 5.0, 20, 12)
     assert (m["e2e_p50_ms"], m["e2e_p99_ms"]) == (2.0, 9.0)
     assert m["client_cpu_us_per_msg"] == pytest.approx(1000.0)
