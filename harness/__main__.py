@@ -408,14 +408,15 @@ def _int_list(value: str | None, name: str) -> tuple[int, ...] | None:
 @main.command("scaling")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/scaling"),
               show_default=True, help="Rows are appended to OUT/scaling.jsonl.")
-@click.option("--curves", default=",".join(("size", "depth", "producers", "queues", "backlog")), show_default=True,
-              help="size, depth, producers, queues, backlog.")
+@click.option("--curves", default="size,depth,producers,queues,groups,backlog", show_default=True,
+              help="size, depth, producers, queues, groups, backlog.")
 @click.option("--seconds", type=click.FloatRange(0.5, 600), default=None, help="Per point (default 5, --quick 2).")
 @click.option("--sizes", default=None, help="Body sizes in bytes, comma-separated (default 128 ... 65536).")
 @click.option("--depths", default=None, help="In-flight depths (default 1,4,16,64,256).")
 @click.option("--producers", default=None, help="Producer process counts (default 1,2,4).")
 @click.option("--queues", default=None, help="Queue counts (default 1,16,256,1024,10000).")
 @click.option("--backlogs", default=None, help="Backlog depths in messages (default 10000,100000,400000).")
+@click.option("--groups", default=None, help="Broker group counts (default 1,2,3).")
 @click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default="ASYNC_FLUSH", show_default=True)
 @click.option("--no-bare", is_flag=True, help="Leave out the bare broker beside the size, depth and producers curves.")
 @click.option("--quick", is_flag=True, help="A few points per curve, 2 s each.")
@@ -424,10 +425,12 @@ def _int_list(value: str | None, name: str) -> tuple[int, ...] | None:
 @BROKER_IMPL
 @ROCKETMQ_HOME
 def scaling_cmd(out: Path, curves: str, seconds: float | None, sizes: str | None, depths: str | None,
-                producers: str | None, queues: str | None, backlogs: str | None, flush: str, no_bare: bool,
-                quick: bool, report: Path | None, broker_impl: BrokerImpl, rocketmq_home: Path | None) -> None:
-    """How the broker's cost grows: send rate and p99 against message size, in-flight depth, producers and queue
-    count, and consume rate against backlog depth, each curve beside its limit (fio, the bare broker)."""
+                producers: str | None, queues: str | None, backlogs: str | None, groups: str | None, flush: str,
+                no_bare: bool, quick: bool, report: Path | None, broker_impl: BrokerImpl,
+                rocketmq_home: Path | None) -> None:
+    """How the broker's cost grows: send rate and p99 against message size, in-flight depth, producers, queue
+    count and broker groups, and consume rate against backlog depth, each curve beside its limit (fio, the bare
+    broker, one group)."""
     import dataclasses
 
     from harness.launcher import LaunchError
@@ -438,7 +441,7 @@ def scaling_cmd(out: Path, curves: str, seconds: float | None, sizes: str | None
     if seconds is not None:
         over["seconds"] = seconds
     for name, value in (("sizes", sizes), ("depths", depths), ("producers", producers), ("queues", queues),
-                        ("backlogs", backlogs)):
+                        ("backlogs", backlogs), ("groups", groups)):
         parsed = _int_list(value, f"--{name}")
         if parsed is not None:
             over[name] = parsed

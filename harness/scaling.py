@@ -14,6 +14,9 @@ size          body bytes, 128 B ... 64 KiB (64 in flight) fio's sequential write
 depth         messages in flight, one producer process   the bare broker at the same depth
 producers     producer processes (64 in flight each)     the bare broker with as many processes
 queues        the topic's queue count, 1 ... 10,000      the same broker with one queue (the issue's 0.9 ×)
+groups        broker groups on this machine (RocketMQ's  one group × the count (linear scale-out); each group
+              scale-out), a producer process per group   is one interpreter, so this machine's cores are the
+                                                         wall
 backlog       messages stored before a consumer group    fio's sequential write as msg/s (the store's reads
               starts from the first offset               come from the page cache here: a hot backlog)
 ============  =========================================  =================================================
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +60,7 @@ class Plan:
     producers: tuple[int, ...] = (1, 2, 4)
     queues: tuple[int, ...] = (1, 16, 256, 1024, 10_000)
     backlogs: tuple[int, ...] = (10_000, 100_000, 400_000)
+    groups: tuple[int, ...] = (1, 2, 3)
     curves: tuple[str, ...] = CURVES
     flush: str = "ASYNC_FLUSH"
     bare: bool = True  # the bare broker beside the size, depth and producers curves
@@ -64,7 +69,7 @@ class Plan:
     def quick(cls, **over: Any) -> Plan:
         """A few points per curve, 2 s each (the test's plan; about 3 minutes in all)."""
         base = cls(seconds=2.0, sizes=(128, 4096, 65536), depths=(1, 64), producers=(1, 2), queues=(1, 1024),
-                   backlogs=(5_000, 50_000))
+                   backlogs=(5_000, 50_000), groups=(1, 2))
         return cls(**{**asdict(base), **over})
 
     def __post_init__(self) -> None:
@@ -73,7 +78,7 @@ class Plan:
             raise ValueError(f"unknown curve(s) {sorted(unknown)}; known: {', '.join(CURVES)}")
         if self.flush not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise ValueError(f"flush must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush!r}")
-        for name in ("sizes", "depths", "producers", "queues", "backlogs"):
+        for name in ("sizes", "depths", "producers", "queues", "backlogs", "groups"):
             values = getattr(self, name)
             if not values or any(v < 1 for v in values):
                 raise ValueError(f"{name}: positive integers, at least one")
@@ -125,10 +130,14 @@ def lean(topic: str, seconds: float, size: int, in_flight: int, processes: int, 
             "-d", str(seconds), *extra]
 
 
-def _create_topic(topo: Topology, topic: str, queues: int, timeout_s: float = 60.0) -> None:
+def _create_topic(topo: Topology, topic: str, queues: int) -> None:
     """A topic with ``queues`` read and write queues, routable before the first send (the lean generator sends
     round-robin over the route's queues)."""
     admin.update_topic(topo.namesrv_addr, topic, queues, queues)
+    _wait_routable(topo, topic, queues)
+
+
+def _wait_routable(topo: Topology, topic: str, queues: int, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -178,6 +187,9 @@ def run(plan: Plan, out: Path, progress: Progress = print, impl: BrokerImpl = "r
         tmp = Path(tmp_s)
         fio_bps = _fio_write_bps(tmp, progress) if {"size", "backlog"} & set(plan.curves) else None
         for curve in plan.curves:
+            if curve == "groups":
+                _groups_curve(plan, emit, progress, impl, rocketmq_home, tmp / curve)
+                continue
             with Topology(tmp / curve, broker_conf={"flushDiskType": plan.flush}, impl=impl,
                           rocketmq_home=rocketmq_home) as topo:
                 run_producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", str(DEFAULT_SIZE)], progress)
@@ -267,10 +279,53 @@ def _backlog_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress, *
             emit(fio_row("backlog", stored, fio_bps, DEFAULT_SIZE))
 
 
+def _groups_curve(plan: Plan, emit: Emit, progress: Progress, impl: BrokerImpl, rocketmq_home: Path | None,
+                  tmp: Path) -> None:
+    """RocketMQ's scale-out: n broker groups (masters of one cluster), a topic on each group alone and one lean
+    producer process per group, all at once; the rate is their sum, the broker CPU summed over the brokers."""
+    for n in plan.groups:
+        with Topology(tmp / f"g{n}", broker_conf={"flushDiskType": plan.flush}, brokers=n, impl=impl,
+                      rocketmq_home=rocketmq_home) as topo:
+            for i, broker in enumerate(topo.brokers):
+                admin.update_topic(topo.namesrv_addr, f"Group{i}", 8, 8, broker_addr=broker.addr)
+            for i in range(n):
+                _wait_routable(topo, f"Group{i}", 8)
+            pids = [b.pid for b in topo.brokers]
+            cpu0 = sum(cpu_seconds(pid) for pid in pids)
+            progress(f"{n} producer processes, one per group")
+            procs = [subprocess.Popen([sys.executable, "-m", "reference_broker", "bench", "producer", "-n",
+                                       topo.namesrv_addr, "--json", "-i", "1000",
+                                       *lean(f"Group{i}", plan.seconds, DEFAULT_SIZE, DEFAULT_IN_FLIGHT, 1)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for i in range(n)]
+            results = []
+            try:
+                for proc in procs:
+                    out, err = proc.communicate(timeout=600)
+                    if proc.returncode != 0:
+                        raise RuntimeError(f"bench producer failed ({proc.returncode}): {err[-2000:]}")
+                    results.append(json.loads(out))
+            finally:
+                for proc in procs:  # none outlives a failed point
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
+            messages = sum(int(r.get("messages") or 0) for r in results)
+            cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+            tps = sum(float(r.get("send_tps") or 0.0) for r in results)
+            emit({"curve": "groups", "x": n, "target": "broker", "msgs_per_s": tps,
+                  "mb_per_s": tps * DEFAULT_SIZE / 1e6,
+                  "p50_ms": max(float(r.get("p50_ms") or 0.0) for r in results),
+                  "p99_ms": max(float(r.get("p99_ms") or 0.0) for r in results),
+                  "broker_cpu_us_per_msg": cpu / messages * 1e6 if messages else None,
+                  "client_cpu_us_per_msg": (sum(float(r.get("client_cpu_us_per_msg") or 0.0) for r in results) / n),
+                  "size": DEFAULT_SIZE, "in_flight": DEFAULT_IN_FLIGHT * n, "processes": n, "queues": 8 * n})
+
+
 CURVE_RUNNERS: Final[dict[str, Callable[..., None]]] = {
     "size": _size_curve, "depth": _depth_curve, "producers": _producers_curve, "queues": _queues_curve,
     "backlog": _backlog_curve}
-assert tuple(CURVE_RUNNERS) == CURVES
+assert set(CURVE_RUNNERS) | {"groups"} == set(CURVES)
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:

@@ -5,8 +5,9 @@
 key                         meaning
 ==========================  ==============================================================================
 session                     the run of ``python -m harness scaling`` that measured it (a timestamp)
-curve                       size | depth | producers | queues | backlog
-x                           the curve's variable: body bytes, in flight, processes, queues, stored messages
+curve                       size | depth | producers | queues | groups | backlog
+x                           the curve's variable: body bytes, in flight, processes, queues, broker groups,
+                            stored messages
 target                      broker (under test) | bare (``bench bare-broker``) | fio (the device's wall)
 msgs_per_s, mb_per_s        acknowledged sends (consumed messages on the backlog curve) per second
 p50_ms, p99_ms              send latency (send-to-consume on the backlog curve)
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 SCALING_FILE: Final = "scaling.jsonl"
-CURVES: Final = ("size", "depth", "producers", "queues", "backlog")
+CURVES: Final = ("size", "depth", "producers", "queues", "groups", "backlog")
 TARGETS: Final = ("broker", "bare", "fio")
 ROW_KEYS: Final = ("session", "curve", "x", "target", "msgs_per_s", "mb_per_s", "p50_ms", "p99_ms",
                    "broker_cpu_us_per_msg", "client_cpu_us_per_msg", "size", "in_flight", "processes", "queues",

@@ -23,6 +23,7 @@ from spark_reports.report_io import finish_report, fixed, make_report_dir
 NAME: Final = "scaling"
 X_LABELS: Final = {"size": "body bytes", "depth": "messages in flight (one process)",
                    "producers": "producer processes (64 in flight each)", "queues": "queues in the topic",
+                   "groups": "broker groups (a producer process each)",
                    "backlog": "messages stored before the consumers start"}
 Y_RATE: Final = {"backlog": "consumed msg/s"}
 TARGET_STYLE: Final = {"broker": ("-", "o"), "bare": ("--", "s"), "fio": (":", None)}
@@ -88,6 +89,8 @@ def finding(pts: Sequence[Point]) -> str:
             text += f" ({', '.join(shares)} there)"
         if curve == "queues" and lo == 1 and broker[lo].rate:
             text += f"; {hi:,} queues run at {broker[hi].rate / broker[lo].rate:.2f}× one queue"
+        if curve == "groups" and lo == 1 and broker[lo].rate:
+            text += f"; {hi} groups give {broker[hi].rate / broker[lo].rate:.2f}× one group"
         parts.append(text)
     return ("; ".join(parts) + ".") if parts else "No scaling rows (python -m harness scaling makes them)."
 

@@ -25,6 +25,8 @@ def _rows(path: Path) -> None:
             {"session": session, "curve": "size", "x": 65536, "target": "fio", "msgs_per_s": 20_000.0},
             {"session": session, "curve": "queues", "x": 1, "target": "broker", "msgs_per_s": 30_000.0},
             {"session": session, "curve": "queues", "x": 10_000, "target": "broker", "msgs_per_s": 27_000.0},
+            {"session": session, "curve": "groups", "x": 1, "target": "broker", "msgs_per_s": 10_000.0},
+            {"session": session, "curve": "groups", "x": 2, "target": "broker", "msgs_per_s": 18_000.0},
         ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -43,6 +45,7 @@ def test_medians_spread_and_the_finding(spark: SparkSession, tmp_path: Path) -> 
     # 2,000 of the bare broker's 8,000 and fio's 20,000 at 64 KiB; 27,000 / 30,000 at 10,000 queues.
     assert "25% of bare, 10% of fio there" in page
     assert "10,000 queues run at 0.90× one queue" in page
+    assert "2 groups give 1.80× one group" in page
     assert page.index("10,000 queues run at") < page.index("rate.png"), "the finding comes before the plot"
 
 
