@@ -50,6 +50,14 @@ from reference_broker.tools import admin
 
 DEFAULT_SIZE: Final = 1024
 DEFAULT_IN_FLIGHT: Final = 64
+MAX_QUEUES_PER_TOPIC: Final = 1000  # the broker's limit is 1,024 (admin_processor); 10,000 = 10 topics of 1,000
+
+
+def split_queues(total: int, per_topic_max: int) -> list[int]:
+    """``total`` queues over the fewest topics of at most ``per_topic_max``, sizes differing by at most one."""
+    topics = -(-total // per_topic_max)
+    base, extra = divmod(total, topics)
+    return [base + 1 if i < extra else base for i in range(topics)]
 
 
 @dataclass(frozen=True)
@@ -246,9 +254,14 @@ def _producers_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress,
 def _queues_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress, *, bare: bool,
                   fio_bps: float | None, tmp: Path) -> None:
     for n in plan.queues:
-        topic = f"Queues{n}"
-        _create_topic(topo, topic, n)
-        r = run_producer(topo, lean(topic, plan.seconds, DEFAULT_SIZE, DEFAULT_IN_FLIGHT // 2, 2), progress)
+        # A broker takes at most MAX_QUEUES_PER_TOPIC queues per topic: more are several topics, the lean
+        # generator round-robin over all their queues.
+        topics = []
+        for i, q in enumerate(split_queues(n, MAX_QUEUES_PER_TOPIC)):
+            topics.append(f"Queues{n}_{i}")
+            _create_topic(topo, topics[-1], q)
+        r = run_producer(topo, lean(",".join(topics), plan.seconds, DEFAULT_SIZE, DEFAULT_IN_FLIGHT // 2, 2),
+                         progress)
         emit(producer_row("queues", n, "broker", r, size=DEFAULT_SIZE, in_flight=DEFAULT_IN_FLIGHT, processes=2,
                           queues=n))
 

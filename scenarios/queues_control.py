@@ -10,20 +10,12 @@ a phase's topics when it begins and keep the earlier ones (so everything sent is
 
 from __future__ import annotations
 
-import math
-
+from harness.scaling import split_queues
 from scenarios.contract import Phase
 from scenarios.options import Settings
 from scenarios.spec import RunContext
 
 DEFAULT_PHASE_S = 10.0
-
-
-def split_queues(total: int, per_topic_max: int) -> list[int]:
-    """``total`` queues over the fewest topics of at most ``per_topic_max``, sizes differing by at most one."""
-    topics = math.ceil(total / per_topic_max)
-    base, extra = divmod(total, topics)
-    return [base + 1 if i < extra else base for i in range(topics)]
 
 
 def queue_phases(settings: Settings, tag: str, scenario: str) -> list[Phase]:

@@ -135,12 +135,13 @@ class _Connection(asyncio.Protocol):
         self._on_lost()
 
 
-async def _run(opts: ProducerOptions, addr: str, queues: list[int], out: Callable[[str], None]) -> dict[str, Any]:
+async def _run(opts: ProducerOptions, addr: str, targets: list[tuple[str, int]],
+               out: Callable[[str], None]) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     batch = opts.batch_size
     body = (os.urandom(64) * (opts.size // 64 + 1))[: opts.size]
     tags = "tag0" if opts.tag_count else None
-    templates = [build_template(opts.group, opts.topic, q, body, batch, tags) for q in queues]
+    templates = [build_template(opts.group, topic, q, body, batch, tags) for topic, q in targets]
     uniq = UniqIdGenerator()
     opaques = itertools.count(OPAQUE_BASE)  # a wrap to OPAQUE_BASE repeats no opaque still pending
     pending: dict[int, int] = {}  # opaque -> start (or intended) time, perf_counter ns
@@ -250,21 +251,29 @@ async def _run(opts: ProducerOptions, addr: str, queues: list[int], out: Callabl
 
 def run_lean_producer(opts: ProducerOptions, out: Callable[[str], None] = print) -> dict[str, Any]:
     """One lean producer process: one connection to the master of the topic's first broker, round-robin over its
-    queues."""
+    queues. ``opts.topic`` may name several topics (comma-separated, on that broker): round-robin over all
+    their queues (a broker takes at most 1,024 queues per topic, so 10,000 queues are several topics)."""
+    topics = [t.strip() for t in opts.topic.split(",") if t.strip()]
+    targets: list[tuple[str, int]] = []
     with Producer(opts.group, opts.namesrv, instance_name=f"bench-lean-{os.getpid()}") as producer:
-        # One send through the library first: it finds (or, with autoCreateTopicEnable, creates) the topic.
-        producer.send(Message(opts.topic, b"lean producer warm-up"))
-        mqs = producer.fetch_publish_message_queues(opts.topic)
-        broker = mqs[0].broker_name
-        addr = producer.broker_addr(mqs[0])
-        queues = sorted({mq.queue_id for mq in mqs if mq.broker_name == broker})
+        addr = ""
+        for topic in topics:
+            # One send through the library first: it finds (or, with autoCreateTopicEnable, creates) the topic.
+            producer.send(Message(topic, b"lean producer warm-up"))
+            mqs = producer.fetch_publish_message_queues(topic)
+            broker = mqs[0].broker_name
+            if not addr:
+                addr = producer.broker_addr(mqs[0])
+            elif producer.broker_addr(mqs[0]) != addr:
+                raise ValueError(f"topic {topic} is not on the first topic's broker ({addr})")
+            targets.extend((topic, q) for q in sorted({mq.queue_id for mq in mqs if mq.broker_name == broker}))
     try:
         import uvloop
 
         runner: Callable[[Any], Any] = uvloop.run
     except ImportError:  # uvloop is a dependency; this only keeps the tool usable without it
         runner = asyncio.run
-    result: dict[str, Any] = runner(_run(opts, addr, queues, out))
+    result: dict[str, Any] = runner(_run(opts, addr, targets, out))
     samples: array[int] = result["samples_us"]
     result["samples_us"] = samples
     return result

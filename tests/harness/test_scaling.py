@@ -52,22 +52,24 @@ def test_the_session_writes_every_key_and_the_reader_skips_bad_lines(tmp_path: P
 
 @pytest.mark.slow
 def test_a_short_run_measures_each_curve_and_the_report_draws_it(tmp_path: Path) -> None:
-    """Three curves through the real command: the depth curve beside the bare broker, a 1,000-queue topic
-    beside one queue, two broker groups beside one; then the scaling report over the rows."""
+    """Three curves through the real command: the depth curve beside the bare broker, 2,000 queues (two topics:
+    a broker takes at most 1,024 per topic) beside one queue, two broker groups beside one; then the scaling
+    report over the rows."""
     out = tmp_path / "scaling"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-m", "harness", "scaling", "--quick", "--curves", "depth,queues,groups", "--groups", "1,2",
-                           "--depths", "1,16", "--queues", "1,1000", "--seconds", "1", "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "harness", "scaling", "--quick", "--curves", "depth,queues,groups",
+                           "--groups", "1,2", "--depths", "1,16", "--queues", "1,2000", "--seconds", "1",
+                           "--out", str(out),
                            "--report", str(tmp_path / "reports")], capture_output=True, text=True, timeout=600,
                           env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read(out)
     got = {(r["curve"], r["x"], r["target"]) for r in rows}
     assert got == {("depth", 1, "broker"), ("depth", 16, "broker"), ("depth", 1, "bare"), ("depth", 16, "bare"),
-                   ("queues", 1, "broker"), ("queues", 1000, "broker"), ("groups", 1, "broker"),
+                   ("queues", 1, "broker"), ("queues", 2000, "broker"), ("groups", 1, "broker"),
                    ("groups", 2, "broker")}
     assert all(r["msgs_per_s"] > 0 and r["p99_ms"] is not None for r in rows)
     assert all(r["broker_cpu_us_per_msg"] and r["broker_cpu_us_per_msg"] > 0 for r in rows)
     page = (tmp_path / "reports" / "scaling" / "index.html").read_text()
-    assert "1,000 queues run at" in page and "2 groups give" in page
+    assert "2,000 queues run at" in page and "2 groups give" in page
     assert (tmp_path / "reports" / "scaling" / "rate.png").stat().st_size > 0

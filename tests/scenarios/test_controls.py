@@ -1,8 +1,9 @@
 """The backlog test's thresholds and verdicts, and the queues scenario's phases (pure parts)."""
 
+from harness.scaling import split_queues
 from scenarios.backlog_control import drain_threshold, read_source
 from scenarios.options import Settings
-from scenarios.queues_control import queue_phases, split_queues
+from scenarios.queues_control import queue_phases
 
 
 def test_drain_threshold_follows_omb_for_large_backlogs():
