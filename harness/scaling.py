@@ -343,7 +343,7 @@ assert set(CURVE_RUNNERS) | {"groups"} == set(CURVES)
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
     """A plain table of the rows, one curve after another (what the command prints)."""
-    lines = [f"{'curve':<10}{'x':>10}  {'target':<7}{'msg/s':>11}{'MB/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
+    lines = [f"{'curve':<10}{'x':>10}  {'target':<7}{'msg/s':>11}{'MB/s':>9}{'p50 ms':>11}{'p99 ms':>11}"
              f"{'broker us':>11}"]
     def num(r: dict[str, Any], key: str, fmt: str) -> str:
         v = r.get(key)
@@ -351,7 +351,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 
     for r in rows:
         lines.append(f"{r['curve']:<10}{r['x']:>10}  {r['target']:<7}{num(r, 'msgs_per_s', ',.0f'):>11}"
-                     f"{num(r, 'mb_per_s', ',.1f'):>9}{num(r, 'p50_ms', '.3f'):>9}{num(r, 'p99_ms', '.3f'):>9}"
+                     f"{num(r, 'mb_per_s', ',.1f'):>9}{num(r, 'p50_ms', ',.3f'):>11}{num(r, 'p99_ms', ',.3f'):>11}"
                      f"{num(r, 'broker_cpu_us_per_msg', '.1f'):>11}" + ("  (drained: a lower bound)"
                                                                       if r.get("drained") else ""))
     return "\n".join(lines)

@@ -26,6 +26,7 @@ X_LABELS: Final = {"size": "body bytes", "depth": "messages in flight (one proce
                    "groups": "broker groups (a producer process each)",
                    "backlog": "messages stored before the consumers start"}
 Y_RATE: Final = {"backlog": "consumed msg/s"}
+Y_P99: Final = {"backlog": "send-to-consume p99 ms (mostly the backlog's age)"}
 TARGET_STYLE: Final = {"broker": ("-", "o"), "bare": ("--", "s"), "fio": (":", None)}
 
 
@@ -144,7 +145,8 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
                             "acknowledged msg/s", Y_RATE))
         page.figure("rate.png", "rate against each curve's variable, beside the bare broker and fio")
         if any(p.p99_ms is not None for p in pts):
-            files.append(panels(report_dir / "p99.png", "p99 latency per curve (ms)", pts, "p99_ms", "p99 ms"))
+            files.append(panels(report_dir / "p99.png", "p99 latency per curve (ms)", pts, "p99_ms", "send p99 ms",
+                                Y_P99))
             page.figure("p99.png", "p99 latency against each curve's variable")
     page.paragraph(
         "Rows from python -m harness scaling (harness/scaling.py): the lean load generator against a fresh embedded "
