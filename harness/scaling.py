@@ -13,7 +13,8 @@ size          body bytes, 128 B ... 64 KiB (64 in flight) fio's sequential write
                                                          broker (``bench bare-broker``) at the same size
 depth         messages in flight, one producer process   the bare broker at the same depth
 producers     producer processes (64 in flight each)     the bare broker with as many processes
-queues        the topic's queue count, 1 ... 10,000      the same broker with one queue (the issue's 0.9 ×)
+queues        queues, 1 ... 10,000 (topics of at most     the same broker with one queue (the issue's 0.9 ×)
+              1,000), each sent one message first
 groups        broker groups on this machine (RocketMQ's  one group × the count (linear scale-out); each group
               scale-out), a producer process per group   is one interpreter, so this machine's cores are the
                                                          wall
@@ -260,6 +261,10 @@ def _queues_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress, *,
         for i, q in enumerate(split_queues(n, MAX_QUEUES_PER_TOPIC)):
             topics.append(f"Queues{n}_{i}")
             _create_topic(topo, topics[-1], q)
+        # One message to every queue first: the first send to a queue creates its consume-queue file (open,
+        # truncate, map: ~10,000 of them in a few seconds would be most of what a short point measured).
+        run_producer(topo, ["-t", ",".join(topics), "--lean", "-p", "1", "-s", str(DEFAULT_SIZE), "--in-flight",
+                            "32", "-q", str(n), "-d", "600"], progress)
         r = run_producer(topo, lean(",".join(topics), plan.seconds, DEFAULT_SIZE, DEFAULT_IN_FLIGHT // 2, 2),
                          progress)
         emit(producer_row("queues", n, "broker", r, size=DEFAULT_SIZE, in_flight=DEFAULT_IN_FLIGHT, processes=2,
