@@ -146,6 +146,21 @@ def _create_topic(topo: Topology, topic: str, queues: int) -> None:
     _wait_routable(topo, topic, queues)
 
 
+def _wait_dispatched(topo: Topology, timeout_s: float = 120.0) -> None:
+    """Until the broker's dispatch (reput) has caught up with its commit log (runtime info
+    ``dispatchBehindBytes``, as 4.9.8 reports it)."""
+    deadline = time.monotonic() + timeout_s
+    addr = topo.brokers[0].addr
+    while time.monotonic() < deadline:
+        try:
+            if admin.broker_status(addr).get("dispatchBehindBytes", "0") == "0":
+                return
+        except (admin.AdminError, OSError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"the broker's dispatch did not catch up within {timeout_s} s")
+
+
 def _wait_routable(topo: Topology, topic: str, queues: int, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -265,6 +280,7 @@ def _queues_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress, *,
         # truncate, map: ~10,000 of them in a few seconds would be most of what a short point measured).
         run_producer(topo, ["-t", ",".join(topics), "--lean", "-p", "1", "-s", str(DEFAULT_SIZE), "--in-flight",
                             "32", "-q", str(n), "-d", "600"], progress)
+        _wait_dispatched(topo)  # the files are created by dispatch, which may still be at it
         r = run_producer(topo, lean(",".join(topics), plan.seconds, DEFAULT_SIZE, DEFAULT_IN_FLIGHT // 2, 2),
                          progress)
         emit(producer_row("queues", n, "broker", r, size=DEFAULT_SIZE, in_flight=DEFAULT_IN_FLIGHT, processes=2,
