@@ -171,8 +171,11 @@ def run_peer_fault(driver: str, fault: str = "kill9", *, cycles: int = 3, runs_d
         load = DriverLoad(drv, record, shape, topic="ChaosTopic", group="CHAOS_CG")
         load.start()
         if fs is not None:
-            # The stream / queues exist on the disk before the first fault, as on a machine that made them long
-            # ago: what is judged is the messages, not whether a just-declared queue survives.
+            # The stream / queues and the durable consumer exist on the disk before the first fault, as on a
+            # machine that made them long ago: what is judged is the messages, not whether a just-declared queue
+            # or consumer survives (NATS's consumer, created ~1 s before a power loss, did not: "consumer not
+            # found" until the end). The first delivery shows the consumer exists.
+            _wait_first_delivery(load, 15.0)
             run_cmd(["sync", "-f", str(fs.mountpoint)])
         crashes_ns: list[int] = []
         try:
@@ -223,6 +226,12 @@ def run_peer_fault(driver: str, fault: str = "kill9", *, cycles: int = 3, runs_d
         elif result.load.check is not None and result.load.check.lost:
             result.violations.append(f"{result.load.check.lost} acknowledged messages lost under {fault}")
     return result
+
+
+def _wait_first_delivery(load: DriverLoad, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while load.result.received == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _wait_serving(load: DriverLoad, since_ns: int, result: PeerFaultResult, i: int) -> None:
