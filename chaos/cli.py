@@ -235,6 +235,8 @@ def format_peer_table(rows: list[dict[str, Any]]) -> str:
         notes += [f"  {name}: {what}: {row[what]}" for what in ("skipped", "error") if row.get(what)]
         notes += [f"  {name}: {v}" for v in row.get("violations") or []]
         for c in row.get("cycle_info") or []:
+            if "not_serving" in c:
+                notes.append(f"  {name} cycle {c['cycle']}: {c['not_serving']}")
             if "answers" in c:
                 answers = "; ".join(f"{a['count']}x {a['outcome']} {a['code']} {a['error'][:90]}"
                                     for a in c["answers"])

@@ -3,8 +3,13 @@ summary, and the findings a violated promise makes (chaos.peer_faults). Pure: no
 
 from __future__ import annotations
 
-import pyarrow as pa
+import json
+from pathlib import Path
 
+import pyarrow as pa
+from click.testing import CliRunner
+
+from chaos.cli import format_peer_table, main
 from chaos.peer_faults import PeerFaultResult, answers_while_full, peer_findings
 from chaos.peer_verdict import PAGE_CACHE_WINDOW_S, exposure_window_s, judge_losses, lost_acks
 from harness.records.findings import FindingKind
@@ -31,7 +36,8 @@ def test_lost_acks_are_acknowledged_keys_never_received() -> None:
 
 def test_page_cache_loss_inside_the_window_is_allowed_and_after_the_last_crash_is_not() -> None:
     crashes = [100 * S, 200 * S]
-    lost = {"before-first": 90 * S, "between": 180 * S, "too-early-for-the-second": 150 * S, "after-last": 210 * S, "long-before": 100 * S - 200 * S}
+    lost = {"before-first": 90 * S, "between": 180 * S, "too-early-for-the-second": 150 * S,
+            "after-last": 210 * S, "long-before": 100 * S - 200 * S}
     v = judge_losses(lost, crashes, window_s=30.0)
     assert (v.lost, v.allowed, v.beyond_promise) == (5, 2, 3)
     assert v.samples_beyond == ["long-before", "too-early-for-the-second", "after-last"]  # in acknowledgement order
@@ -66,3 +72,26 @@ def test_only_a_violated_promise_makes_a_finding() -> None:
     assert [(f.broker, f.kind) for f in found] == [("rabbitmq-server 3.10.8", FindingKind.LOSS),
                                                    ("rabbitmq-quorum", FindingKind.STALL)]
     assert "--driver rabbitmq-classic --faults power_loss" in found[0].reproduce
+
+
+def test_torn_power_loss_on_a_peer_is_a_skipped_row_with_the_reason(tmp_path: Path) -> None:
+    out = CliRunner().invoke(main, ["matrix", "--driver", "nats", "--faults", "power_loss_torn", "--cycles", "1",
+                                    "--runs-dir", str(tmp_path), "--gate", "--json"])
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.output)
+    assert row["verdict"] == "skipped" and "power_loss_torn is not built for peer brokers" in row["skipped"]
+    # With --require-all the skipped cell fails the gate.
+    out = CliRunner().invoke(main, ["matrix", "--driver", "nats", "--faults", "power_loss_torn", "--cycles", "1",
+                                    "--runs-dir", str(tmp_path), "--gate", "--require-all"])
+    assert out.exit_code == 1
+
+
+def test_the_peer_table_notes_what_a_full_disk_answered() -> None:
+    row = PeerFaultResult("nats", "disk_fill", 1, cycle_info=[
+        {"cycle": 0, "used_ratio": 0.98, "acked_while_full": 3, "failed_while_full": 40, "unknown_while_full": 0,
+         "answers": [{"outcome": "fail", "code": 503, "error": "no space left on device", "count": 40}],
+         "recovered_s": 0.7, "restarted": False},
+        {"cycle": 1, "not_serving": "no acknowledged send 60 s after the restart"}]).summary()
+    text = format_peer_table([row])
+    assert "nats/disk_fill cycle 0: disk 98.0% used: acked 3, failed 40, unknown 0 (40x fail 503 no space left" in text
+    assert "nats/disk_fill cycle 1: no acknowledged send 60 s after the restart" in text
