@@ -115,6 +115,10 @@ class PeerFaultResult:
                 "lost_beyond_promise": self.loss.beyond_promise if self.loss else None,
                 "duplicated": check.duplicated if check else None,
                 "unknown": check.unknown if check else None,
+                # Of the lost (acknowledged, never delivered): how many the broker still reported stored at the
+                # end (-1: it did not answer), and the queues it no longer had.
+                "backlog_at_end": self.load.backlog_at_end if self.load else None,
+                "missing_queues": list(self.load.missing_queues) if self.load else [],
                 "recovery_s_max": round(max(self.recovery_s), 2) if self.recovery_s else None,
                 "verdict": ("skipped" if self.skipped else "ERROR" if self.error else "ok" if self.ok else "FAIL"),
                 "violations": list(self.violations), "skipped": self.skipped, "error": self.error,
@@ -224,7 +228,10 @@ def run_peer_fault(driver: str, fault: str = "kill9", *, cycles: int = 3, runs_d
                                           "beyond_promise": result.loss.beyond_promise,
                                           "window_s": result.loss.window_s})
         elif result.load.check is not None and result.load.check.lost:
-            result.violations.append(f"{result.load.check.lost} acknowledged messages lost under {fault}")
+            result.violations.append(f"{result.load.check.lost} acknowledged messages lost under {fault} (the "
+                                     f"broker still reported {result.load.backlog_at_end} stored at the end)")
+        if result.load.missing_queues:
+            result.violations.append(f"durable queues gone after {fault}: {', '.join(result.load.missing_queues)}")
     return result
 
 

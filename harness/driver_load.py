@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ class LoadResult:
     unreceived: int = 0  # acknowledged keys no delivery brought by the end of the drain
     backlog_at_end: int | None = None  # the broker's backlog then (None: all received; -1: no answer)
     backlog_error: str = ""
+    missing_queues: list[str] = field(default_factory=list)  # queues the broker no longer has at the end
     check: CheckResult | None = None
 
 
@@ -170,7 +171,9 @@ class DriverLoad:
             # Acknowledged, not received: still in the broker (a consumer that stopped reading: unread) or
             # gone (lost)? The broker's own count tells them apart for the report; the checker counts both lost.
             try:
-                self.result.backlog_at_end = self.driver.backlog(self.group, [self.topic]).total
+                backlog = self.driver.backlog(self.group, [self.topic])
+                self.result.backlog_at_end = backlog.total
+                self.result.missing_queues = sorted(q for q, n in backlog.per_queue.items() if n < 0)
             except Exception as exc:  # noqa: BLE001 - a broker that does not answer: no figure
                 self.result.backlog_at_end = -1
                 self.result.backlog_error = f"{type(exc).__name__}: {exc}"[:200]
