@@ -2,7 +2,7 @@
 client's, NATS's, RabbitMQ's), every send and delivery recorded as run-record events, then a drain and the loss
 checker judged against the broker's own acknowledgement promise (meta.json ``ack_promise``).
 
-The compare command (``harness.compare``) and the chaos load's ``--driver`` (``chaos.peer_kill9``) run it. Three
+The compare command (``harness.compare``) and the chaos load's ``--driver`` (``chaos.peer_faults``) run it. Three
 shapes, as in OpenMessaging Benchmark: a fixed ``rate`` (open loop: each send's intended time is recorded, so a
 stalled broker shows as publish delay, not as a slower schedule), unbounded (``rate`` 0: ``in_flight`` sends
 outstanding, closed loop), and one in flight (``in_flight`` 1: the send latency without queueing).
