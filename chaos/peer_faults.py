@@ -50,7 +50,7 @@ from chaos.leftovers import Ledger, run_cmd
 from chaos.loopfs import LoopFs
 from chaos.loopfs import unsupported_reason as image_unsupported_reason
 from chaos.peer_verdict import LossVerdict, exposure_window_s, judge_losses, lost_acks
-from harness.driver import Driver
+from harness.driver import Driver, DriverError
 from harness.driver_load import DriverLoad, LoadResult, LoadShape
 from harness.drivers import PEER_DRIVERS, is_peer, make_driver, server_kind
 from harness.peer_drivers import loss_allowed
@@ -149,89 +149,96 @@ def run_peer_fault(driver: str, fault: str = "kill9", *, cycles: int = 3, runs_d
     shape = shape or LoadShape(name=fault, in_flight=32, queues=4, drain_timeout_s=60.0)
     if fault in IMAGE_FAULTS and shape.rate <= 0:
         shape = replace(shape, rate=IMAGE_FAULT_RATE)
-    with contextlib.ExitStack() as stack:
-        work = Path(tempfile.mkdtemp(prefix=f"peer-{driver}-", dir=work_dir))
-        stack.callback(shutil.rmtree, work, True)  # last: after the image is unmounted and detached
-        fs: LoopFs | None = None
-        if fault in IMAGE_FAULTS:
-            size = POWER_LOSS_IMAGE_BYTES if fault == "power_loss" else DISK_FILL_IMAGE_BYTES
-            fs = stack.enter_context(LoopFs.create(work / "disk.img", size, work / "mnt",
-                                                   ledger if ledger is not None else Ledger()))
-        try:
-            server = PeerServer(server_kind(driver), root=work / "server",
-                                data_root=None if fs is None else fs.mountpoint / "data")
-        except PeerUnavailable as exc:
-            result.skipped = str(exc)
-            return result
-        stack.callback(server.cleanup)  # before the image goes: nothing may hold the mount
-        server.start()
-        record = RunRecord.create(runs_dir, f"chaos-{fault}", {"driver": driver, "fault": fault, "cycles": cycles,
-                                                                "in_flight": shape.in_flight, "rate": shape.rate,
-                                                                "message_size": shape.message_size})
-        result.run_dir = record.run_dir
-        drv = make_peer_driver(driver, server)
-        stack.callback(drv.stop)
-        result.promise = str(getattr(drv, "ack_promise", None))
-        load = DriverLoad(drv, record, shape, topic="ChaosTopic", group="CHAOS_CG")
-        load.start()
-        if fs is not None:
-            # The stream / queues and the durable consumer exist on the disk before the first fault, as on a
-            # machine that made them long ago: what is judged is the messages, not whether a just-declared queue
-            # or consumer survives (NATS's consumer, created ~1 s before a power loss, did not: "consumer not
-            # found" until the end). The first delivery shows the consumer exists.
-            _wait_first_delivery(load, 15.0)
-            run_cmd(["sync", "-f", str(fs.mountpoint)])
-        crashes_ns: list[int] = []
-        try:
-            for i in range(cycles):
-                time.sleep(rng.uniform(*gap_s))
-                t0 = time.monotonic()
-                if fault == "kill9":
-                    record.add_fault(FaultKind.KILL9, f"{driver}:{server.pid}")
-                    server.kill()
-                    server.start()
-                    record.add_fault(FaultKind.RESTART, driver)
-                elif fault == "pause":
-                    record.add_fault(FaultKind.PAUSE, f"{driver}:{server.pid}")
-                    server.pause()
-                    time.sleep(rng.uniform(0.5, 2.0))
-                    server.resume()
-                    record.add_fault(FaultKind.RESUME, driver)
-                elif fault == "power_loss":
-                    assert fs is not None
-                    crashes_ns.append(_power_loss(server, fs, record, driver, i, result))
-                else:
-                    assert fs is not None
-                    _disk_fill(server, fs, record, load, driver, i, hold_s, result)
-                if fault != "disk_fill":  # (disk fill times its own recovery: from when the space is back)
-                    _wait_serving(load, time.time_ns(), result, i)
-                result.recovery_s.append(time.monotonic() - t0)
-                say(f"[{driver} {fault}] cycle {i + 1}/{cycles}: serving again {result.recovery_s[-1]:.1f} s "
-                    f"after the fault")
-        except PeerLaunchError as exc:
-            # The peer did not come back on its own directory after the fault: a finding about the peer.
-            result.violations.append(f"did not restart after the fault: {str(exc).splitlines()[0]}")
-            server.start()  # once more, to drain what it kept; a second failure is the cell's error
-        time.sleep(gap_s[1])
-        power_loss = fault == "power_loss"
-        result.load = load.finish(allow_loss=loss_allowed(result.promise, power_loss=power_loss),
-                                  extra_meta={"fault_recovery_s": result.recovery_s, "fault_cycles": result.cycle_info})
-        result.broker = _broker_version(record.run_dir)
-        if power_loss:
-            result.loss = judge_losses(lost_acks(load_events(record.run_dir, ["op", "key", "outcome", "end_ns"])),
-                                       crashes_ns, exposure_window_s(result.promise))
-            if not result.loss.ok:
-                result.violations.append(
-                    f"{result.loss.beyond_promise} acknowledged messages lost beyond the {result.promise} promise "
-                    f"(window {result.loss.window_s:g} s before a crash), e.g. {result.loss.samples_beyond}")
-            record.update_meta(peer_loss={"lost": result.loss.lost, "allowed": result.loss.allowed,
-                                          "beyond_promise": result.loss.beyond_promise,
-                                          "window_s": result.loss.window_s})
-        elif result.load.check is not None and result.load.check.lost:
-            result.violations.append(f"{result.load.check.lost} acknowledged messages lost under {fault} (the "
-                                     f"broker still reported {result.load.backlog_at_end} stored at the end)")
-        if result.load.missing_queues:
-            result.violations.append(f"durable queues gone after {fault}: {', '.join(result.load.missing_queues)}")
+    try:
+        with contextlib.ExitStack() as stack:
+            work = Path(tempfile.mkdtemp(prefix=f"peer-{driver}-", dir=work_dir))
+            stack.callback(shutil.rmtree, work, True)  # last: after the image is unmounted and detached
+            fs: LoopFs | None = None
+            if fault in IMAGE_FAULTS:
+                size = POWER_LOSS_IMAGE_BYTES if fault == "power_loss" else DISK_FILL_IMAGE_BYTES
+                fs = stack.enter_context(LoopFs.create(work / "disk.img", size, work / "mnt",
+                                                       ledger if ledger is not None else Ledger()))
+            try:
+                server = PeerServer(server_kind(driver), root=work / "server",
+                                    data_root=None if fs is None else fs.mountpoint / "data")
+            except PeerUnavailable as exc:
+                result.skipped = str(exc)
+                return result
+            stack.callback(server.cleanup)  # before the image goes: nothing may hold the mount
+            server.start()
+            record = RunRecord.create(runs_dir, f"chaos-{fault}", {"driver": driver, "fault": fault, "cycles": cycles,
+                                                                    "in_flight": shape.in_flight, "rate": shape.rate,
+                                                                    "message_size": shape.message_size})
+            result.run_dir = record.run_dir
+            drv = make_peer_driver(driver, server)
+            stack.callback(drv.stop)
+            result.promise = str(getattr(drv, "ack_promise", None))
+            load = DriverLoad(drv, record, shape, topic="ChaosTopic", group="CHAOS_CG")
+            load.start()
+            if fs is not None:
+                # The stream / queues and the durable consumer exist on the disk before the first fault, as on a
+                # machine that made them long ago: what is judged is the messages, not whether a just-declared queue
+                # or consumer survives (NATS's consumer, created ~1 s before a power loss, did not: "consumer not
+                # found" until the end). The first delivery shows the consumer exists.
+                _wait_first_delivery(load, 15.0)
+                run_cmd(["sync", "-f", str(fs.mountpoint)])
+            crashes_ns: list[int] = []
+            try:
+                for i in range(cycles):
+                    time.sleep(rng.uniform(*gap_s))
+                    t0 = time.monotonic()
+                    if fault == "kill9":
+                        record.add_fault(FaultKind.KILL9, f"{driver}:{server.pid}")
+                        server.kill()
+                        server.start()
+                        record.add_fault(FaultKind.RESTART, driver)
+                    elif fault == "pause":
+                        record.add_fault(FaultKind.PAUSE, f"{driver}:{server.pid}")
+                        server.pause()
+                        time.sleep(rng.uniform(0.5, 2.0))
+                        server.resume()
+                        record.add_fault(FaultKind.RESUME, driver)
+                    elif fault == "power_loss":
+                        assert fs is not None
+                        crashes_ns.append(_power_loss(server, fs, record, driver, i, result))
+                    else:
+                        assert fs is not None
+                        _disk_fill(server, fs, record, load, driver, i, hold_s, result)
+                    if fault != "disk_fill":  # (disk fill times its own recovery: from when the space is back)
+                        _wait_serving(load, time.time_ns(), result, i)
+                    result.recovery_s.append(time.monotonic() - t0)
+                    say(f"[{driver} {fault}] cycle {i + 1}/{cycles}: serving again {result.recovery_s[-1]:.1f} s "
+                        f"after the fault")
+            except PeerLaunchError as exc:
+                # The peer did not come back on its own directory after the fault: a finding about the peer.
+                result.violations.append(f"did not restart after the fault: {str(exc).splitlines()[0]}")
+                server.start()  # once more, to drain what it kept; a second failure is the cell's error
+            time.sleep(gap_s[1])
+            power_loss = fault == "power_loss"
+            result.load = load.finish(allow_loss=loss_allowed(result.promise, power_loss=power_loss),
+                                      extra_meta={"fault_recovery_s": result.recovery_s,
+                                                  "fault_cycles": result.cycle_info})
+            result.broker = _broker_version(record.run_dir)
+            if power_loss:
+                result.loss = judge_losses(lost_acks(load_events(record.run_dir, ["op", "key", "outcome", "end_ns"])),
+                                           crashes_ns, exposure_window_s(result.promise))
+                if not result.loss.ok:
+                    result.violations.append(
+                        f"{result.loss.beyond_promise} acknowledged messages lost beyond the {result.promise} promise "
+                        f"(window {result.loss.window_s:g} s before a crash), e.g. {result.loss.samples_beyond}")
+                record.update_meta(peer_loss={"lost": result.loss.lost, "allowed": result.loss.allowed,
+                                              "beyond_promise": result.loss.beyond_promise,
+                                              "window_s": result.loss.window_s})
+            elif result.load.check is not None and result.load.check.lost:
+                result.violations.append(f"{result.load.check.lost} acknowledged messages lost under {fault} (the "
+                                         f"broker still reported {result.load.backlog_at_end} stored at the end)")
+            if result.load.missing_queues:
+                gone = ", ".join(result.load.missing_queues)
+                result.violations.append(f"durable queues gone after {fault}: {gone}")
+    except (PeerLaunchError, DriverError, RuntimeError, OSError) as exc:
+        # The cell could not run as planned (the server did not come back twice, a loop device or mount
+        # failed): the gate fails on it; what was torn down is torn down (the ExitStack above).
+        result.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}"[:300]
     return result
 
 
