@@ -32,6 +32,8 @@ from chaos.leftovers import Ledger, cleanup
 from chaos.load import LoadSpec
 from chaos.matrix import (
     MatrixSpec,
+    aligned_table,
+    cell_gate_failures,
     format_table,
     gate_failures,
     make_fault,
@@ -39,7 +41,7 @@ from chaos.matrix import (
     run_matrix,
     summary_rows,
 )
-from chaos.peer_faults import PEER_FAULTS, PeerFaultResult, run_peer_fault
+from chaos.peer_faults import PEER_FAULTS, PeerFaultResult, peer_findings, run_peer_fault
 from chaos.replication import ReplicationFault
 from chaos.replication_verdict import ReplicationMode
 from harness import rocketmq
@@ -201,7 +203,7 @@ def _run_peers(drivers: list[str], faults: list[str], cycles: int, runs_dir: Pat
             if fault not in PEER_FAULTS:
                 results.append(PeerFaultResult(driver, fault, cycles,
                                                skipped=f"{fault} is not built for peer brokers (only "
-                                                       f"{', '.join(PEER_FAULTS)})"))
+                                                       f"{', '.join(PEER_FAULTS)}; chaos/peer_faults.py says why)"))
                 continue
             results.append(run_peer_fault(driver, fault, cycles=cycles, runs_dir=runs_dir, work_dir=work_dir,
                                           gap_s=_gap(gap), seed=seed, log=_progress(as_json),
@@ -211,16 +213,45 @@ def _run_peers(drivers: list[str], faults: list[str], cycles: int, runs_dir: Pat
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
     else:
-        cols = ("broker_impl", "fault", "cycles", "acknowledged", "lost", "duplicated", "unknown", "recovery_s_max",
-                "verdict")
-        click.echo("  ".join(cols))
-        for row in rows:
-            click.echo("  ".join(str(row[c]) for c in cols) + (f"  ({row['skipped']})" if row["skipped"] else ""))
+        click.echo(format_peer_table(rows))
+    for finding in peer_findings(results):
+        path = findings.record(runs_dir, finding)
+        click.echo(f"finding about {finding.broker}: {finding.title} (recorded in {path})", err=True)
     return results
 
 
+PEER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("broker_impl", "driver"), ("fault", "fault"), ("ack_promise", "promise"), ("cycles", "cycles"),
+    ("acknowledged", "acked"), ("lost", "lost"), ("lost_allowed", "lost (allowed)"),
+    ("lost_beyond_promise", "lost (beyond promise)"), ("duplicated", "dup"), ("unknown", "unknown"),
+    ("recovery_s_max", "recovery s (max)"), ("verdict", "verdict"))
+
+
+def format_peer_table(rows: list[dict[str, Any]]) -> str:
+    """The peer cells as the matrix's table, with skip reasons, violations, errors and what each disk fill saw."""
+    notes = []
+    for row in rows:
+        name = f"{row['broker_impl']}/{row['fault']}"
+        notes += [f"  {name}: {what}: {row[what]}" for what in ("skipped", "error") if row.get(what)]
+        notes += [f"  {name}: {v}" for v in row.get("violations") or []]
+        for c in row.get("cycle_info") or []:
+            if "not_serving" in c:
+                notes.append(f"  {name} cycle {c['cycle']}: {c['not_serving']}")
+            if "answers" in c:
+                answers = "; ".join(f"{a['count']}x {a['outcome']} {a['code']} {a['error'][:90]}"
+                                    for a in c["answers"])
+                notes.append(f"  {name} cycle {c['cycle']}: disk {c['used_ratio']:.1%} used: "
+                             f"acked {c['acked_while_full']}, failed {c['failed_while_full']}, "
+                             f"unknown {c['unknown_while_full']} ({answers or 'no errors'}); "
+                             f"back {c['recovered_s']} s after the space was freed"
+                             + (" (restarted)" if c["restarted"] else ""))
+        if row.get("run_dir"):
+            notes.append(f"  {name}: {row['run_dir']}")
+    return "\n".join(aligned_table(PEER_COLUMNS, rows) + (["", "notes and run records:", *notes] if notes else []))
+
+
 def _peer_single(fault: FaultName, kw: dict[str, Any]) -> bool:
-    """``kill9``/``pause`` with ``--driver`` naming peers: run those and exit; False when the driver is ours."""
+    """A single fault with ``--driver`` naming peers: run those and exit; False when the driver is ours."""
     drivers = _drivers(kw.pop("driver"))
     if drivers == ["rocketmq"]:
         return False
@@ -257,8 +288,10 @@ def kill9(**kw: Any) -> None:
 @_profile_opt
 @common_options
 @click.option("--torn", is_flag=True, help="Also zero or garble random 4 KiB pages past the flushed offset.")
+@_driver_opt
 def power_loss(torn: bool, **kw: Any) -> None:
     """SIGKILL, copy the loop-mounted disk image as the device holds it, restart on the copy (needs root)."""
+    _peer_single(FaultName.POWER_LOSS_TORN if torn else FaultName.POWER_LOSS, kw)
     _single(FaultName.POWER_LOSS_TORN if torn else FaultName.POWER_LOSS, **kw)
 
 
@@ -268,8 +301,11 @@ def power_loss(torn: bool, **kw: Any) -> None:
 @_profile_opt
 @common_options
 @click.option("--no-clean-phase", is_flag=True, help="Skip the cleaning phase (it waits for 60 s of uptime).")
+@_driver_opt
 def disk_fill(no_clean_phase: bool, **kw: Any) -> None:
-    """Fill a small loop-mounted filesystem past 90 %, then free it; ENOSPC and cleaning phases (needs root)."""
+    """Fill a small loop-mounted filesystem past 90 %, then free it; ENOSPC and cleaning phases (needs root).
+    A peer driver's disk is filled whole instead (chaos/peer_faults.py)."""
+    _peer_single(FaultName.DISK_FILL, kw)
     _single(FaultName.DISK_FILL, quick=no_clean_phase, **kw)
 
 
@@ -312,18 +348,19 @@ def matrix(flush: str, faults: str, topology: str, image: str | None, profiles: 
 
     A violation on Apache RocketMQ is a finding about RocketMQ (findings.jsonl in the runs directory), not
     a gate failure; a cell that could not run as planned fails the gate whichever broker it ran. ``--driver``
-    naming peer brokers runs their cells (kill9, pause) instead or as well, judged against each one's
-    acknowledgement promise."""
+    naming peer brokers runs their cells (kill9, pause, power_loss, disk_fill) instead or as well, judged against
+    each one's acknowledgement promise (a violation is a finding about the peer, not a gate failure)."""
     drivers = _drivers(driver)
     peers = [d for d in drivers if d != "rocketmq"]
     if peers:
         peer_results = _run_peers(peers, _split(faults), cycles, runs_dir, work_dir, seed, gap, msg_size, in_flight,
                                   as_json)
-        peer_failed = [r for r in peer_results if (r.skipped is None and not r.ok)
-                       or (require_all and r.skipped is not None)]
+        # As RocketMQ's: a peer that breaks its own promise is a finding (recorded above), not a failed gate; a
+        # cell that could not run as planned fails it.
+        peer_failed = cell_gate_failures(((f"{r.driver}/{r.fault}", r.driver, r) for r in peer_results), require_all)
         if "rocketmq" not in drivers:
             if gate and peer_failed:
-                click.echo("\nGATE FAILED: " + ", ".join(f"{r.driver} {r.fault}" for r in peer_failed), err=True)
+                click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in peer_failed), err=True)
                 sys.exit(EXIT_GATE)
             return
     spec = MatrixSpec(flushes=_flushes(flush), faults=_faults(faults), profiles=_profiles(profiles), cycles=cycles,

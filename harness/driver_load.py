@@ -2,7 +2,7 @@
 client's, NATS's, RabbitMQ's), every send and delivery recorded as run-record events, then a drain and the loss
 checker judged against the broker's own acknowledgement promise (meta.json ``ack_promise``).
 
-The compare command (``harness.compare``) and the chaos load's ``--driver`` (``chaos.peer_kill9``) run it. Three
+The compare command (``harness.compare``) and the chaos load's ``--driver`` (``chaos.peer_faults``) run it. Three
 shapes, as in OpenMessaging Benchmark: a fixed ``rate`` (open loop: each send's intended time is recorded, so a
 stalled broker shows as publish delay, not as a slower schedule), unbounded (``rate`` 0: ``in_flight`` sends
 outstanding, closed loop), and one in flight (``in_flight`` 1: the send latency without queueing).
@@ -10,12 +10,13 @@ outstanding, closed loop), and one in flight (``in_flight`` 1: the send latency 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from harness.peer_drivers import ACK_PROMISES
 from harness.records import RunRecord
 from harness.records.schema import Outcome
 from harness.send_outcome import record_send
+
+FAIL_BACKOFF_S = 0.02  # the producer's pause after a refused send
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class LoadResult:
     unreceived: int = 0  # acknowledged keys no delivery brought by the end of the drain
     backlog_at_end: int | None = None  # the broker's backlog then (None: all received; -1: no answer)
     backlog_error: str = ""
+    missing_queues: list[str] = field(default_factory=list)  # queues the broker no longer has at the end
     check: CheckResult | None = None
 
 
@@ -71,6 +75,11 @@ class DriverLoad:
         self._acked = set[str]()
         self._seen = set[str]()
         self.result = LoadResult(record.run_dir)
+        # What a fault observer reads while the load runs (chaos.peer_faults' disk fill): the latest failed or
+        # unknown answers (end_ns, outcome, code, error text), and the start of the latest acknowledged send.
+        self.recent_errors: collections.deque[tuple[int, str, int, str]] = collections.deque(maxlen=4096)
+        self.last_ok_start_ns = 0
+        self._backoff_until = 0.0
         self._thread: threading.Thread | None = None
         self._started = 0.0
         self._consumer = driver.consumer(group, [topic], self._on_delivery, name="c0", threads=1, batch=64)
@@ -92,13 +101,19 @@ class DriverLoad:
                 if o.outcome == Outcome.OK:
                     self.result.sent_ok += 1
                     self._acked.add(key)
-                elif o.outcome == Outcome.FAIL:
-                    self.result.sent_fail += 1
+                    self.last_ok_start_ns = max(self.last_ok_start_ns, start)
                 else:
-                    self.result.sent_unknown += 1
+                    if o.outcome == Outcome.FAIL:
+                        self.result.sent_fail += 1
+                    else:
+                        self.result.sent_unknown += 1
+                    self.recent_errors.append((end, str(o.outcome), o.code, o.error or ""))
+                if o.outcome == Outcome.FAIL:
+                    # A refusing broker: the producer backs off, as an application would. Not here: this runs on
+                    # the client's I/O thread (pika's ioloop, nats-py's event loop), where a sleep per refusal
+                    # starved the client's own reconnect — RabbitMQ's publisher stayed "not connected" for good.
+                    self._backoff_until = time.monotonic() + FAIL_BACKOFF_S
             self._slots.release()
-            if o.outcome == Outcome.FAIL:
-                time.sleep(0.02)  # a refusing broker: back off as an application would
         return cb
 
     def _produce(self) -> None:
@@ -115,9 +130,17 @@ class DriverLoad:
                     break
             if not self._slots.acquire(timeout=0.5):
                 continue
+            backoff = self._backoff_until - time.monotonic()
+            if backoff > 0:
+                self._stop.wait(backoff)
             key = f"{prefix}{i}"
             start = time.time_ns()
             self.driver.send_async(self.topic, key, self._body, self._done(key, intended, start))
+
+    def counts(self) -> tuple[int, int, int]:
+        """(acknowledged, failed, unknown) sends answered so far."""
+        with self._lock:
+            return self.result.sent_ok, self.result.sent_fail, self.result.sent_unknown
 
     def start(self) -> None:
         self.driver.start()
@@ -148,7 +171,9 @@ class DriverLoad:
             # Acknowledged, not received: still in the broker (a consumer that stopped reading: unread) or
             # gone (lost)? The broker's own count tells them apart for the report; the checker counts both lost.
             try:
-                self.result.backlog_at_end = self.driver.backlog(self.group, [self.topic]).total
+                backlog = self.driver.backlog(self.group, [self.topic])
+                self.result.backlog_at_end = backlog.total
+                self.result.missing_queues = sorted(q for q, n in backlog.per_queue.items() if n < 0)
             except Exception as exc:  # noqa: BLE001 - a broker that does not answer: no figure
                 self.result.backlog_at_end = -1
                 self.result.backlog_error = f"{type(exc).__name__}: {exc}"[:200]

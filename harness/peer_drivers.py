@@ -775,19 +775,30 @@ class RabbitMQDriver(Driver):
         return c
 
     def backlog(self, group: str, topics: Sequence[str]) -> Backlog:
+        """Messages ready per queue; a queue that no longer exists (passive declare: 404, which closes the
+        channel) is -1 in ``per_queue`` and counts nothing, so the others are still counted (chaos.peer_faults:
+        a durable queue gone after a disk fill)."""
+        import pika.exceptions
+
         per: dict[str, int] = {}
         conn = self._admin()
         try:
             ch = conn.channel()
             for t in topics:
                 for i in range(self.queue_count(t)):
-                    per[f"{t}/{i}"] = int(ch.queue_declare(f"{t}.{i}", passive=True).method.message_count)
+                    try:
+                        per[f"{t}/{i}"] = int(ch.queue_declare(f"{t}.{i}", passive=True).method.message_count)
+                    except pika.exceptions.ChannelClosedByBroker as exc:
+                        if exc.reply_code != 404:
+                            raise
+                        per[f"{t}/{i}"] = -1
+                        ch = conn.channel()
         except Exception as exc:
             raise DriverError(f"backlog on {topics}: {exc}") from exc
         finally:
             if conn.is_open:
                 conn.close()
-        return Backlog(sum(per.values()), per)
+        return Backlog(sum(n for n in per.values() if n > 0), per)
 
     def broker_addrs(self) -> dict[str, str]:
         return {"rabbitmq": f"{self.host}:{self.port}"}

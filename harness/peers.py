@@ -150,6 +150,9 @@ class PeerServer:
     _epmd_port: int = 0
     _dist_port: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Where the data directory lives, when not under ``root``: the chaos image faults put it on a loop-mounted
+    # image (chaos.peer_faults) while the log, cookie and config stay on the ordinary disk.
+    data_root: Path | None = None
 
     def __post_init__(self) -> None:
         reason = unavailable_reason(self.kind)
@@ -168,8 +171,9 @@ class PeerServer:
 
     @property
     def data_dir(self) -> Path:
-        assert self.root is not None
-        return self.root / ("jetstream" if self.kind == "nats" else "mnesia")
+        base = self.data_root if self.data_root is not None else self.root
+        assert base is not None
+        return base / ("jetstream" if self.kind == "nats" else "mnesia")
 
     @property
     def pid(self) -> int:
