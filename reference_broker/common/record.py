@@ -50,6 +50,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
+from reference_broker.common import compiled
 from reference_broker.common import message as mc
 from reference_broker.common.crc import raw_crc32
 from reference_broker.common.dispatch import DispatchRequest
@@ -635,3 +636,15 @@ def store_timestamp_at(buf: memoryview | bytes, pos: int) -> int:
     (sys_flag,) = INT.unpack_from(buf, pos + SYSFLAG_POS)
     off = BORNHOST_POS + (20 if sys_flag & mc.BORNHOST_V6_FLAG else 8)
     return int(struct.unpack_from(">q", buf, pos + off)[0])
+
+
+# ---- the compiled twins (common/compiled.py) ------------------------------------------------------------
+
+pure_prepare_record: Final = prepare_record  # the reference: what the compiled functions must equal
+pure_write_record: Final = write_record
+_compiled = compiled.load("_record_c")
+if _compiled is not None:
+    _compiled.bind(pure_prepare_record, pure_write_record, raw_crc32, _LAYOUTS, record_layout, PreparedRecord,
+                   _HOST_BITS, _HOST_V6_FLAGS, MESSAGE_MAGIC_CODE)
+    prepare_record = _compiled.prepare_record
+    write_record = _compiled.write_record

@@ -44,7 +44,10 @@ from reference_broker.store.index_file import IndexFile
 from reference_broker.store.index_format import HASH_SLOT_SIZE, HEADER_SIZE
 from reference_broker.store.index_service import IndexService
 from reference_broker.store.message_store import MessageStore
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
 from tests.store.store_helpers import make_config, new_store
+
+pytestmark = pytest.mark.usefixtures("put_path")  # pure and compiled (tests/compiled_paths.py)
 
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1

@@ -1,0 +1,60 @@
+"""Run a test module over both implementations of the put path's hot functions (common/compiled.py).
+
+``pytestmark = pytest.mark.usefixtures("put_path")`` plus ``from tests.compiled_paths import put_path`` runs
+each test twice: ``pure`` binds the pure-Python reference everywhere the store and broker look the functions
+up, ``compiled`` binds the Cython twins (skipped, with the reason, only when they are not built). Within
+this process only: the end-to-end tests' brokers choose by ``RMQ_PURE_PYTHON`` (tests/common/test_compiled.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+
+from reference_broker.bench import bare_broker
+from reference_broker.common import compiled
+from reference_broker.common import message as mc
+from reference_broker.common import message_batch as mb
+from reference_broker.common import record as rec
+from reference_broker.store import commit_log
+
+# (module that binds the name, name, owner, compiled module): every binding the put path calls through.
+BINDINGS: list[tuple[ModuleType, str, ModuleType, str]] = [
+    (rec, "prepare_record", rec, "_record_c"),
+    (rec, "write_record", rec, "_record_c"),
+    (mc, "string_to_properties", mc, "_message_c"),
+    (mc, "bytes_to_properties", mc, "_message_c"),
+    (mb, "decode_batch_entries", mb, "_message_batch_c"),
+    (commit_log, "decode_batch_entries", mb, "_message_batch_c"),
+    (bare_broker, "decode_batch_entries", mb, "_message_batch_c"),
+]
+NOT_BUILT = "the compiled twins are not built (scripts/build_compiled.py; needs a C compiler and Cython)"
+
+
+def compiled_module(name: str) -> ModuleType:
+    """The built module, bound to its owner's pure functions (binding again is harmless)."""
+    mod = importlib.import_module(f"reference_broker.common.{name}")
+    if name == "_record_c":
+        mod.bind(rec.pure_prepare_record, rec.pure_write_record, rec.raw_crc32, rec._LAYOUTS, rec.record_layout,
+                 rec.PreparedRecord, rec._HOST_BITS, rec._HOST_V6_FLAGS, rec.MESSAGE_MAGIC_CODE)
+    elif name == "_message_c":
+        mod.bind(mc.pure_string_to_properties, mc.pure_bytes_to_properties)
+    else:
+        mod.bind(mb.pure_decode_batch_entries, mb.BatchDecodeError, mb.crc32)
+    return mod
+
+
+@pytest.fixture(params=["pure", "compiled"])
+def put_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    for module, name, owner, cname in BINDINGS:
+        if request.param == "pure":
+            fn = getattr(owner, f"pure_{name}")
+        else:
+            if not compiled.compiled_available(cname):
+                pytest.skip(NOT_BUILT)
+            fn = getattr(compiled_module(cname), name)
+        monkeypatch.setattr(module, name, fn)
+    yield request.param
