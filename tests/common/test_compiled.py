@@ -201,3 +201,56 @@ def test_rmq_pure_python_forces_the_pure_path():
     env = {k: v for k, v in os.environ.items() if k != compiled.ENV_PURE}
     assert _runtime_info(env) == ["compiled", "False"]
     assert _runtime_info({**env, compiled.ENV_PURE: "1"}) == ["pure", "True"]
+
+
+# ---- record scan (dispatch, recovery) ---------------------------------------------------------------------
+
+PROPS_MAP = st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "xTAGS", "a"]),
+                            st.text(st.sampled_from("ab1é\x02"), max_size=5), max_size=4)
+
+
+@st.composite
+def record_run(draw):
+    """A run of records as the store writes them (random shapes: IPv6 hosts, the schedule topic, with or
+    without the whole-record CRC), then damaged at random, and a random window to scan."""
+    out = bytearray()
+    delay_table = draw(st.sampled_from([None, {1: 1000, 2: 5000}]))
+    for i in range(draw(st.integers(0, 6))):
+        props = mc.properties_to_bytes(draw(PROPS_MAP))
+        crc_on = draw(st.booleans())
+        if crc_on:
+            props = rec.reserve_prop_crc(props)
+        topic = draw(st.sampled_from([b"T", mc.SCHEDULE_TOPIC.encode(), "é".encode(), b"\xff"]))
+        born = draw(st.sampled_from([bytes(4), bytes(range(16))]))
+        store = draw(st.sampled_from([b"\x7f\x00\x00\x01", bytes(range(1, 17))]))
+        r = rec.pure_prepare_record(topic, draw(st.binary(max_size=50)), props, draw(st.integers(0, 7)), 0,
+                                    draw(st.integers(0, 3)), 5, born, 1, store, 2)
+        at = len(out)
+        out += bytes(r.size)
+        rec.pure_write_record(out, at, r, i, at, 1000 + i, crc_on)
+    if draw(st.booleans()):
+        out += rec.BLANK.pack(64, rec.BLANK_MAGIC_CODE) + bytes(56)
+    for _ in range(draw(st.sampled_from([0, 0, 1, 3]))):
+        if out:
+            out[draw(st.integers(0, len(out) - 1))] = draw(st.integers(0, 255))
+    pos = draw(st.integers(0, len(out))) if draw(st.integers(0, 3)) == 0 else 0
+    limit = draw(st.integers(0, len(out) + 40)) if draw(st.integers(0, 2)) == 0 else len(out)
+    return (bytes(out), pos, limit, draw(st.booleans()), delay_table, draw(st.sampled_from([1 << 30, 1, 3])),
+            draw(st.booleans()))
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_run())
+def test_scan_records_equals_the_reference(run):
+    raw, pos, limit, check_crc, delay_table, max_records, verify = run
+    c = compiled_module("_record_c")
+    for buf in (raw, memoryview(raw), memoryview(bytearray(raw))):
+        want = outcome(rec.pure_scan_records, buf, pos, limit, check_crc, delay_table, max_records, verify)
+        assert outcome(c.scan_records, buf, pos, limit, check_crc, delay_table, max_records, verify) == want
+
+
+def test_scan_records_on_other_arguments_fails_as_the_reference():
+    c = compiled_module("_record_c")
+    for args in [(None, 0, 10, False), (b"x" * 100, "0", 10, False), (b"x" * 100, -5, 10, False),
+                 (b"\x00" * 100, 0, 2**70, True)]:
+        assert outcome(c.scan_records, *args) == outcome(rec.pure_scan_records, *args)
