@@ -44,7 +44,8 @@ def main() -> int:
         print("[build_compiled] Cython is not installed (pip install -e '.[dev]'): skipped; the pure-Python path runs")
         return 0
     started = time.monotonic()
-    exts = [Extension(f"reference_broker.common.{p.stem}", [str(p.relative_to(ROOT))], extra_compile_args=["-O2", "-Wno-maybe-uninitialized"])
+    flags = ["-O2", "-Wno-maybe-uninitialized"]
+    exts = [Extension(f"reference_broker.common.{p.stem}", [str(p.relative_to(ROOT))], extra_compile_args=flags)
             for p in SOURCES]
     dist = Distribution({"ext_modules": cythonize(exts, quiet=True, compiler_directives={"language_level": 3})})
     cmd = dist.get_command_obj("build_ext")
