@@ -36,7 +36,10 @@ NOT_BUILT = "the compiled twins are not built (scripts/build_compiled.py; needs 
 
 
 def compiled_module(name: str) -> ModuleType:
-    """The built module, bound to its owner's pure functions (binding again is harmless)."""
+    """The built module, bound to its owner's pure functions (binding again is harmless); the test is skipped
+    when it is not built."""
+    if not compiled.compiled_available(name):
+        pytest.skip(NOT_BUILT)
     mod = importlib.import_module(f"reference_broker.common.{name}")
     if name == "_record_c":
         mod.bind(rec.pure_prepare_record, rec.pure_write_record, rec.raw_crc32, rec._LAYOUTS, rec.record_layout,
@@ -54,11 +57,19 @@ def compiled_module(name: str) -> ModuleType:
 @pytest.fixture(params=["pure", "compiled"])
 def put_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     for module, name, owner, cname in BINDINGS:
-        if request.param == "pure":
-            fn = getattr(owner, f"pure_{name}")
-        else:
-            if not compiled.compiled_available(cname):
-                pytest.skip(NOT_BUILT)
-            fn = getattr(compiled_module(cname), name)
+        fn = getattr(owner, f"pure_{name}") if request.param == "pure" else getattr(compiled_module(cname), name)
         monkeypatch.setattr(module, name, fn)
     yield request.param
+
+
+@pytest.fixture(params=["pure", "compiled"])
+def broker_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The path the brokers started by this test run (harness.launcher passes this process's environment on):
+    ``RMQ_PURE_PYTHON=1``, or unset with the twins built (skipped otherwise)."""
+    if request.param == "pure":
+        monkeypatch.setenv(compiled.ENV_PURE, "1")
+    else:
+        if not all(compiled.compiled_available(m) for m in compiled.MODULES):
+            pytest.skip(NOT_BUILT)
+        monkeypatch.delenv(compiled.ENV_PURE, raising=False)
+    return str(request.param)

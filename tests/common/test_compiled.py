@@ -8,18 +8,26 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from harness.launcher import Topology
 from reference_broker.common import compiled
 from reference_broker.common import message as mc
 from reference_broker.common import message_batch as mb
 from reference_broker.common import record as rec
-from tests.compiled_paths import NOT_BUILT, compiled_module
+from reference_broker.remoting.client import RemotingClient
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import create_request
+from reference_broker.remoting.headers import send_v1_to_v2
+from reference_broker.tools import admin
+from tests.broker.broker_helpers import pull_request, send_request
+from tests.compiled_paths import NOT_BUILT, broker_path, compiled_module  # noqa: F401 - broker_path: fixture
 
-pytestmark = pytest.mark.skipif(not all(compiled.compiled_available(m) for m in compiled.MODULES), reason=NOT_BUILT)
+BUILT = all(compiled.compiled_available(m) for m in compiled.MODULES)
 
 
 def outcome(fn, *args):
@@ -197,6 +205,7 @@ def _runtime_info(env: dict[str, str]) -> str:
                           timeout=60).stdout.split()
 
 
+@pytest.mark.skipif(not BUILT, reason=NOT_BUILT)
 def test_rmq_pure_python_forces_the_pure_path():
     env = {k: v for k, v in os.environ.items() if k != compiled.ENV_PURE}
     assert _runtime_info(env) == ["compiled", "False"]
@@ -254,3 +263,33 @@ def test_scan_records_on_other_arguments_fails_as_the_reference():
     for args in [(None, 0, 10, False), (b"x" * 100, "0", 10, False), (b"x" * 100, -5, 10, False),
                  (b"\x00" * 100, 0, 2**70, True)]:
         assert outcome(c.scan_records, *args) == outcome(rec.pure_scan_records, *args)
+
+
+# ---- a real broker on each path ----------------------------------------------------------------------------
+
+@pytest.mark.e2e
+def test_a_broker_on_each_path_stores_the_same_and_survives_bad_batches(tmp_path, broker_path):  # noqa: F811
+    """A real broker process says which path it runs (GET_BROKER_RUNTIME_INFO's putPathImpl), refuses damaged
+    batch bodies with MESSAGE_ILLEGAL and serves on, and stores singles and batches that read back as sent."""
+    fields = {"producerGroup": "pg", "topic": "PATHS", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+              "queueId": "0", "sysFlag": "0", "bornTimestamp": "1", "flag": "0", "properties": "",
+              "reconsumeTimes": "0", "unitMode": "false", "batch": "true"}
+    entries = [mb.BatchEntry(0, f"b{i}".encode(), {"TAGS": f"t{i}", "KEYS": "k é"}) for i in range(3)]
+    good = mb.encode_batch(entries)
+    with Topology(tmp_path / "topo") as topo, RemotingClient("127.0.0.1", topo.brokers[0].port, timeout_s=10) as c:
+        assert admin.broker_status(topo.brokers[0].addr)["putPathImpl"].startswith(f"path={broker_path} ")
+        for bad in (good[:-1], good[:8] + b"\x00\x00\x00\x07" + good[12:], b"\xff" * 64, b""):
+            r = c.invoke(create_request(RequestCode.SEND_BATCH_MESSAGE, send_v1_to_v2(fields), bad))
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL, (bad, r.code, r.remark)
+        r = c.invoke(create_request(RequestCode.SEND_BATCH_MESSAGE, send_v1_to_v2(fields), good))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert c.invoke(send_request("PATHS", b"single", props={"TAGS": "s"})).code == ResponseCode.SUCCESS
+        msgs = []
+        deadline = time.monotonic() + 10
+        while len(msgs) < 4 and time.monotonic() < deadline:
+            r = c.invoke(pull_request("PATHS", 0, 0, max_nums=32))
+            msgs = rec.decode_messages(r.body) if r.code == ResponseCode.SUCCESS else []
+            time.sleep(0.05)
+    assert [(m.body, m.tags, m.queue_offset) for m in msgs] == [(b"b0", "t0", 0), (b"b1", "t1", 1),
+                                                                  (b"b2", "t2", 2), (b"single", "s", 3)]
+    assert all(m.keys == "k é" for m in msgs[:3])
