@@ -23,7 +23,6 @@ from reference_broker.store import commit_log
 
 # (module that binds the name, name, owner, compiled module): every binding the put path calls through.
 BINDINGS: list[tuple[ModuleType, str, ModuleType, str]] = [
-    (rec, "prepare_record", rec, "_record_c"),
     (rec, "write_record", rec, "_record_c"),
     (rec, "scan_records", rec, "_record_c"),
     (mc, "string_to_properties", mc, "_message_c"),
@@ -42,8 +41,7 @@ def compiled_module(name: str) -> ModuleType:
         pytest.skip(NOT_BUILT)
     mod = importlib.import_module(f"reference_broker.common.{name}")
     if name == "_record_c":
-        mod.bind(rec.pure_prepare_record, rec.pure_write_record, rec.raw_crc32, rec._LAYOUTS, rec.record_layout,
-                 rec.PreparedRecord, rec._HOST_BITS, rec._HOST_V6_FLAGS, rec.MESSAGE_MAGIC_CODE)
+        mod.bind(rec.pure_write_record, rec.raw_crc32, rec._HOST_V6_FLAGS, rec.MESSAGE_MAGIC_CODE)
         mod.bind_scan(rec.pure_scan_records, rec.check_message_and_return_size, rec.DispatchRequest, rec.ScanEnd,
                       rec._TOPIC_CACHE, rec._TOPIC_CACHE_MAX, rec.tags_hash_code, rec._dispatch_props,
                       mc.SCHEDULE_TOPIC)

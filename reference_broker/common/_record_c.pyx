@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twin of ``record.prepare_record`` and ``record.write_record`` (the record's layout is tabled in
-record.py). Byte for byte what the pure functions write; any argument outside the common shape (a type
+"""Compiled twins of ``record.write_record`` and ``record.scan_records`` (the record's layout is tabled in
+record.py). Byte for byte what the pure functions write and read; any argument outside the common shape (a type
 other than int/bytes, a value out of its field's range, a buffer too small or read-only, a negative offset)
 is handed to the pure function, so errors are the reference's own."""
 
@@ -21,38 +21,16 @@ cdef extern from "Python.h":
 cdef extern from "Python.h":
     enum: PyBUF_READ
 
-cdef object _pure_prepare = None
 cdef object _pure_write = None
 cdef object _crc = None
-cdef object _layouts = None
-cdef object _layout_of = None
-cdef object _new_tuple = None
-cdef object _prepared_type = None
-cdef object _host_bits = None
 cdef long long _v6_flags = 0
 cdef int _magic = 0
 
 
-def bind(pure_prepare, pure_write, raw_crc32, layouts, record_layout, prepared_type, host_bits, long long v6_flags,
-         int magic):
-    """Take record.py's reference functions and tables (no import back into record.py: no cycle)."""
-    global _pure_prepare, _pure_write, _crc, _layouts, _layout_of, _new_tuple, _prepared_type, _host_bits
-    global _v6_flags, _magic
-    _pure_prepare, _pure_write, _crc, _layouts, _layout_of = pure_prepare, pure_write, raw_crc32, layouts, record_layout
-    _new_tuple, _prepared_type, _host_bits, _v6_flags, _magic = tuple.__new__, prepared_type, host_bits, v6_flags, magic
-
-
-def prepare_record(topic_b, body, props_b, queue_id, flag, sys_flag, born_ts, born_ip, born_port, store_ip,
-                   store_port, reconsume=0, prepared_offset=0, body_crc=-1):
-    """record.prepare_record, the same statements compiled (Python semantics for any argument)."""
-    born_v6 = len(born_ip) == 16
-    store_v6 = len(store_ip) == 16
-    key = (len(body), len(topic_b), len(props_b), born_v6, store_v6)
-    layout = _layouts.get(key) or _layout_of(key)
-    return _new_tuple(_prepared_type, (
-        layout, _crc(body) & 0x7FFFFFFF if body_crc < 0 else body_crc, queue_id, flag,
-        (sys_flag & ~_v6_flags) | _host_bits[born_v6, store_v6], born_ts, born_ip, born_port, store_ip,
-        store_port, reconsume, prepared_offset, body, topic_b, props_b))
+def bind(pure_write, raw_crc32, long long v6_flags, int magic):
+    """Take record.py's reference function and constants (no import back into record.py: no cycle)."""
+    global _pure_write, _crc, _v6_flags, _magic
+    _pure_write, _crc, _v6_flags, _magic = pure_write, raw_crc32, v6_flags, magic
 
 
 cdef inline void _put32(unsigned char* p, long long v) noexcept nogil:

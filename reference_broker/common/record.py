@@ -640,15 +640,13 @@ def store_timestamp_at(buf: memoryview | bytes, pos: int) -> int:
 
 # ---- the compiled twins (common/compiled.py) ------------------------------------------------------------
 
-pure_prepare_record: Final = prepare_record  # the reference: what the compiled functions must equal
-pure_write_record: Final = write_record
+# prepare_record has no twin: compiled as it stands it saved ~0.1 µs a put (BENCHMARKS.md, "Compiled paths").
+pure_write_record: Final = write_record  # the reference: what the compiled functions must equal
 pure_scan_records: Final = scan_records
 _compiled = compiled.load("_record_c")
 if _compiled is not None:
-    _compiled.bind(pure_prepare_record, pure_write_record, raw_crc32, _LAYOUTS, record_layout, PreparedRecord,
-                   _HOST_BITS, _HOST_V6_FLAGS, MESSAGE_MAGIC_CODE)
+    _compiled.bind(pure_write_record, raw_crc32, _HOST_V6_FLAGS, MESSAGE_MAGIC_CODE)
     _compiled.bind_scan(pure_scan_records, check_message_and_return_size, DispatchRequest, ScanEnd, _TOPIC_CACHE,
                         _TOPIC_CACHE_MAX, tags_hash_code, _dispatch_props, mc.SCHEDULE_TOPIC)
-    prepare_record = _compiled.prepare_record
     write_record = _compiled.write_record
     scan_records = _compiled.scan_records
