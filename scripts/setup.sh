@@ -97,3 +97,15 @@ else
     touch "$stamp"
     log "done"
 fi
+
+# ---------------------------------------------------------------- compiled twins (optional)
+# The put path's hot functions in C (reference_broker/common/_*_c.pyx, Cython); skipped with a message when
+# there is no compiler. RMQ_PURE_PYTHON=1 runs the pure-Python reference instead (common/compiled.py).
+mkdir -p build
+if .venv/bin/python scripts/build_compiled.py >build/compiled.log 2>&1; then
+    grep '^\[build_compiled\]' build/compiled.log | sed 's/^\[build_compiled\]/[setup]/'
+else
+    cat build/compiled.log >&2
+    log "ERROR: building the compiled twins failed (build/compiled.log); RMQ_PURE_PYTHON=1 runs without them"
+    exit 1
+fi

@@ -50,6 +50,7 @@ from reference_broker.broker.slave_synchronize import SYNC_INITIAL_DELAY_S, SYNC
 from reference_broker.broker.subscription_group import SubscriptionGroupManager
 from reference_broker.broker.topic_config import TopicConfigManager
 from reference_broker.broker.transaction_check import TransactionalMessageCheckService
+from reference_broker.common import compiled
 from reference_broker.common import transaction as tx
 from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.filter.bloom import BloomFilter
@@ -448,6 +449,8 @@ class BrokerController:
             "heldPullRequests": str(self.hold_service.held_count() if self.hold_service else 0),
             "flushDiskType": self.message_store_config.flush_disk_type.name,
             "brokerRole": self.message_store_config.broker_role.name,
+            # This lab's: whether the put path's hot functions run compiled or pure (common/compiled.py).
+            "putPathImpl": " ".join(f"{k}={v}" for k, v in compiled.runtime_info().items()),
         })
         info.update(self.broker_stats.runtime_info())
         if self.ha is not None:

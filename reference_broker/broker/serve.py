@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from reference_broker.broker.broker_config import BrokerConfig
 from reference_broker.broker.controller import BrokerController, BrokerStartError
+from reference_broker.common import compiled
 from reference_broker.remoting.server import new_event_loop
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.message_store import StoreLockedError
@@ -47,6 +48,7 @@ def run_broker(broker_config: BrokerConfig, store_config: MessageStoreConfig, ho
     try:
         controller = BrokerController(broker_config, store_config, host)
         controller.initialize()
+        log.info("put path: %s", compiled.runtime_info())  # compiled or pure (common/compiled.py)
     except (BrokerStartError, StoreLockedError, OSError, ValueError) as exc:
         log.error("the broker cannot start: %s", exc)
         return 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from reference_broker.common import topic_names
+from reference_broker.common import compiled, topic_names
 
 NAME_VALUE_SEPARATOR: Final = "\u0001"
 PROPERTY_SEPARATOR: Final = "\u0002"
@@ -85,13 +85,16 @@ def string_to_properties(text: str) -> dict[str, str]:
     return out
 
 
+_split_properties: Final = string_to_properties  # the pure one, whichever ``string_to_properties`` is bound to
+
+
 def bytes_to_properties(raw: bytes | memoryview) -> dict[str, str]:
     """Decode a properties blob as ``string_to_properties`` (tolerant of a trailing separator).
 
     One decode, then split: the separators are ASCII, so they end any broken UTF-8 sequence either way and
     the pairs come out as if each were decoded alone (a third cheaper for a pulled message's properties).
     Invalid UTF-8 becomes U+FFFD, as Java's new String(bytes, UTF_8) does."""
-    return string_to_properties(str(raw, "utf-8", "replace")) if raw else {}
+    return _split_properties(str(raw, "utf-8", "replace")) if raw else {}
 
 
 def is_canonical(text: str, props: dict[str, str]) -> bool:
@@ -140,3 +143,14 @@ def find_property(raw: bytes, key: bytes, ps_key: bytes) -> bytes | None:
         start += len(ps_key)
     end = raw.find(_PS_B, start)
     return raw[start:] if end < 0 else raw[start:end]
+
+
+# ---- the compiled twins (common/compiled.py) ------------------------------------------------------------
+
+pure_string_to_properties: Final = string_to_properties  # the reference: what the compiled functions must equal
+pure_bytes_to_properties: Final = bytes_to_properties
+_compiled = compiled.load("_message_c")
+if _compiled is not None:
+    _compiled.bind(pure_string_to_properties, pure_bytes_to_properties)
+    string_to_properties = _compiled.string_to_properties
+    bytes_to_properties = _compiled.bytes_to_properties

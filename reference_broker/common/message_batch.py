@@ -20,6 +20,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+from reference_broker.common import compiled
 from reference_broker.common import message as mc
 from reference_broker.common.crc import crc32
 
@@ -83,3 +84,12 @@ def decode_batch_entries(data: bytes | memoryview) -> list[tuple[int, bytes, byt
     if not out:
         raise BatchDecodeError("empty batch")
     return out
+
+
+# ---- the compiled twin (common/compiled.py) -------------------------------------------------------------
+
+pure_decode_batch_entries: Final = decode_batch_entries  # the reference: what the compiled function must equal
+_compiled = compiled.load("_message_batch_c")
+if _compiled is not None:
+    _compiled.bind(pure_decode_batch_entries, BatchDecodeError, crc32)
+    decode_batch_entries = _compiled.decode_batch_entries

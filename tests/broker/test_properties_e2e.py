@@ -19,8 +19,10 @@ from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
 from reference_broker.remoting.headers import send_v1_to_v2
 from tests.broker.broker_helpers import pull_request, send_request
+from tests.compiled_paths import broker_path  # noqa: F401 - the fixture, used by pytestmark
 
-pytestmark = pytest.mark.e2e
+# each test against a broker on the pure and on the compiled path (tests/compiled_paths.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("broker_path")]
 
 CLUSTER = {"CLUSTER": "DefaultCluster"}
 # header properties sent -> the pairs RocketMQ 4.9.8 stored

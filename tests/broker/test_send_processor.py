@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from reference_broker.broker.broker_config import BrokerConfig
 from reference_broker.broker.send_processor import SendMessageProcessor
 from reference_broker.broker.subscription_group import SubscriptionGroupManager
@@ -23,6 +25,9 @@ from reference_broker.store.durability import PendingPut, submit_all
 from reference_broker.store.flush import GroupCommitRequest
 from reference_broker.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
 from tests.broker.broker_helpers import FakeConn, send_request
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
+
+pytestmark = pytest.mark.usefixtures("put_path")  # pure and compiled (tests/compiled_paths.py)
 
 
 class Waits:

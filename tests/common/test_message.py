@@ -7,7 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference_broker.common import message as mc
-from reference_broker.common.message import bytes_to_properties, properties_to_bytes, property_from_bytes
+from reference_broker.common.message import properties_to_bytes, property_from_bytes
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
+
+pytestmark = pytest.mark.usefixtures("put_path")  # pure and compiled (tests/compiled_paths.py)
 
 
 def test_properties_round_trip_without_trailing_separator() -> None:
@@ -15,28 +18,28 @@ def test_properties_round_trip_without_trailing_separator() -> None:
     raw = properties_to_bytes(props)
     assert raw == b"KEYS\x01order-1 order-2 order-3\x02TAGS\x01TagA\x02UNIQ_KEY\x017F0000010001\x02WAIT\x01true"
     assert not raw.endswith(b"\x02")  # 4.9.8 messageProperties2String strips the trailing separator
-    assert bytes_to_properties(raw) == props
+    assert mc.bytes_to_properties(raw) == props
 
 
 def test_properties_round_trip_non_ascii_and_empty() -> None:
     props = {"KEYS": "ключ 键", "note": "  leading and trailing spaces  "}
-    assert bytes_to_properties(properties_to_bytes(props)) == props
+    assert mc.bytes_to_properties(properties_to_bytes(props)) == props
     # string2messageProperties drops a pair with an empty value or an empty name (seen on RocketMQ 4.9.8: a
     # sent "x\x01\x02\x01y" is stored as CLUSTER alone)
-    assert bytes_to_properties(properties_to_bytes({**props, "EMPTY": "", "": "v"})) == props
+    assert mc.bytes_to_properties(properties_to_bytes({**props, "EMPTY": "", "": "v"})) == props
     assert properties_to_bytes({}) == b""
     assert properties_to_bytes(None) == b""
-    assert bytes_to_properties(b"") == {}
+    assert mc.bytes_to_properties(b"") == {}
 
 
 def test_decode_tolerates_trailing_separator_and_memoryview() -> None:
     raw = b"TAGS\x01TagA\x02KEYS\x01a b\x02"  # pre-4.9.8 clients end with \x02
-    assert bytes_to_properties(raw) == {"TAGS": "TagA", "KEYS": "a b"}
-    assert bytes_to_properties(memoryview(raw)) == {"TAGS": "TagA", "KEYS": "a b"}
+    assert mc.bytes_to_properties(raw) == {"TAGS": "TagA", "KEYS": "a b"}
+    assert mc.bytes_to_properties(memoryview(raw)) == {"TAGS": "TagA", "KEYS": "a b"}
 
 
 def test_decode_skips_pairs_without_separator() -> None:
-    assert bytes_to_properties(b"garbage\x02TAGS\x01t\x02\x02") == {"TAGS": "t"}
+    assert mc.bytes_to_properties(b"garbage\x02TAGS\x01t\x02\x02") == {"TAGS": "t"}
 
 
 RAW = properties_to_bytes({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ABCDEF"})
@@ -96,8 +99,8 @@ _PIECES = st.sampled_from([b"\x01", b"\x02", b"a", b"KEYS", b"\xe4", b"\xb8", b"
 @given(st.lists(_PIECES, max_size=24).map(b"".join))
 def test_decoding_the_blob_once_equals_decoding_each_pair(raw: bytes) -> None:
     """bytes_to_properties decodes once and splits; broken UTF-8 next to a separator must not change a pair."""
-    assert bytes_to_properties(raw) == _pairwise_reference(raw)
-    assert bytes_to_properties(memoryview(raw)) == _pairwise_reference(raw)
+    assert mc.bytes_to_properties(raw) == _pairwise_reference(raw)
+    assert mc.bytes_to_properties(memoryview(raw)) == _pairwise_reference(raw)
 
 
 @pytest.mark.parametrize("text,canonical", [
@@ -112,7 +115,7 @@ def test_is_canonical_says_whether_the_text_is_the_maps_encoding(text: str, cano
 
 
 def test_invalid_utf8_decodes_to_replacement_characters() -> None:
-    assert bytes_to_properties(b"KEYS\x01k\xff\xfe1\x02TAGS\x01t\xc3") == {"KEYS": "k\ufffd\ufffd1",
+    assert mc.bytes_to_properties(b"KEYS\x01k\xff\xfe1\x02TAGS\x01t\xc3") == {"KEYS": "k\ufffd\ufffd1",
                                                                           "TAGS": "t\ufffd"}
 
 

@@ -44,7 +44,12 @@ from reference_broker.store.index_file import IndexFile
 from reference_broker.store.index_format import HASH_SLOT_SIZE, HEADER_SIZE
 from reference_broker.store.index_service import IndexService
 from reference_broker.store.message_store import MessageStore
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
 from tests.store.store_helpers import make_config, new_store
+
+# The record scan's tests run over the pure and the compiled scan_records (tests/compiled_paths.py); the index
+# and consume-queue tests below build on them and stay on the default path.
+SCAN_PATHS = pytest.mark.usefixtures("put_path")
 
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1
@@ -310,6 +315,7 @@ def check_scan(case: ScanCase) -> None:
     assert (reqs, pos, end) == per_record_scan(buf, case.pos, limit, case.check_crc, case.delay, 1 << 30, vp)
 
 
+@SCAN_PATHS
 @pytest.mark.parametrize("past", [1, 7, 100])
 @pytest.mark.parametrize("max_records", [1, 2, 1 << 30])
 def test_a_limit_past_the_buffer_is_damage_at_its_end(past: int, max_records: int) -> None:
@@ -376,6 +382,7 @@ def _with_examples(cases: Sequence[Any], name: str) -> Any:
     return wrap
 
 
+@SCAN_PATHS
 @MANY
 @given(case=scan_cases())
 @_with_examples(SCAN_EXAMPLES, "case")
@@ -385,6 +392,7 @@ def test_scan_records_equals_check_message_record_after_record(case: ScanCase) -
     check_scan(case)
 
 
+@SCAN_PATHS
 def test_rec_helper_encodes_like_the_store() -> None:
     """The hand encoder above writes what record.write_record writes (it must, for the examples to mean anything)."""
     msg = rec.MessageExtBrokerInner(topic="TopicTest", body=b"hello", queue_id=3, flag=7,
@@ -411,6 +419,7 @@ def test_rec_helper_encodes_like_the_store() -> None:
 # pair
 
 
+@SCAN_PATHS
 @pytest.mark.parametrize("name", WANTED_NAMES)
 def test_bare_property_name_before_its_pair(name: bytes) -> None:
     """Minimal input: properties ``NAME \\x02 NAME \\x01 3`` (SCHEDULE topic and a delay table for DELAY)."""
@@ -418,6 +427,7 @@ def test_bare_property_name_before_its_pair(name: bytes) -> None:
     check_scan(ScanCase(r.encode(), delay=DELAY_TABLE))
 
 
+@SCAN_PATHS
 @MANY
 @given(case=scan_cases(bare_names=True))
 @example(case=ScanCase(Rec(props=props(b"TAGS", (b"TAGS", b"a"))).encode()))

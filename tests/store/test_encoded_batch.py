@@ -17,7 +17,10 @@ from reference_broker.common.message_batch import BatchEntry, encode_batch
 from reference_broker.common.record import MessageExtBrokerInner
 from reference_broker.store.commit_log import CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.status import PutMessageStatus
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
 from tests.store.test_prop_crc import assert_whole_record_crc, logs_fixture, open_log
+
+pytestmark = pytest.mark.usefixtures("put_path")  # pure and compiled (tests/compiled_paths.py)
 
 
 @pytest.fixture

@@ -17,6 +17,9 @@ from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.commit_log import CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
+
+pytestmark = pytest.mark.usefixtures("put_path")  # pure and compiled (tests/compiled_paths.py)
 
 
 @pytest.fixture(params=[True, False], ids=["prop-crc", "no-prop-crc"])

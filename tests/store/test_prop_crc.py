@@ -20,6 +20,9 @@ from reference_broker.store.checkpoint import StoreCheckpoint
 from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE, CommitLog, MessageExtBatch
 from reference_broker.store.config import ROCKETMQ_KEYS, MessageStoreConfig, coerce_value
 from reference_broker.store.status import AppendMessageResult, PutMessageStatus
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
+
+pytestmark = pytest.mark.usefixtures("put_path")  # pure and compiled (tests/compiled_paths.py)
 
 FILE = 64 * 1024
 

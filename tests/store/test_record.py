@@ -13,6 +13,9 @@ from reference_broker.common.dispatch import DispatchRequest
 from reference_broker.common.java_hash import string_hash_code
 from reference_broker.common.record import MessageExtBrokerInner, MessageIdError
 from reference_broker.store.config import MessageStoreConfig
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
+
+pytestmark = pytest.mark.usefixtures("put_path")  # pure and compiled (tests/compiled_paths.py)
 
 STORE_HOST = ("10.0.0.2", 10911)
 STORE_TS = 1_700_000_000_123

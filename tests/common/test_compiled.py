@@ -1,0 +1,293 @@
+"""The compiled twins (common/compiled.py) against the pure-Python reference: byte-identical output and the
+same exception type for the same input, random and hostile input included (hypothesis), the
+``RMQ_PURE_PYTHON`` switch, and a real broker process on each path (its runtime info says which)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from harness.launcher import Topology
+from reference_broker.common import compiled
+from reference_broker.common import message as mc
+from reference_broker.common import message_batch as mb
+from reference_broker.common import record as rec
+from reference_broker.remoting.client import RemotingClient
+from reference_broker.remoting.codes import RequestCode, ResponseCode
+from reference_broker.remoting.command import create_request
+from reference_broker.remoting.headers import send_v1_to_v2
+from reference_broker.tools import admin
+from tests.broker.broker_helpers import pull_request, send_request
+from tests.compiled_paths import NOT_BUILT, broker_path, compiled_module  # noqa: F401 - broker_path: fixture
+
+BUILT = all(compiled.compiled_available(m) for m in compiled.MODULES)
+
+
+def outcome(fn, *args):
+    """What a call gives: ("ok", value) or ("raised", exception type)."""
+    try:
+        return "ok", fn(*args)
+    except Exception as e:  # noqa: BLE001 - the exception's type is what is compared
+        return "raised", type(e)
+
+
+# ---- record encoder -----------------------------------------------------------------------------------
+
+I32 = st.integers(-(2**31), 2**31 - 1)
+I64 = st.integers(-(2**63), 2**63 - 1)
+ANY_INT = st.one_of(I32, I64, st.integers(-(2**70), 2**70), st.booleans())
+IP = st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16), st.binary(max_size=20))
+
+
+@st.composite
+def record_args(draw, hostile: bool):
+    ints = ANY_INT if hostile else I32
+    longs = ANY_INT if hostile else I64
+    props = draw(st.binary(max_size=300))
+    if draw(st.booleans()):
+        props = rec.reserve_prop_crc(props)
+    return (draw(st.binary(min_size=0, max_size=300 if hostile else 127)), draw(st.binary(max_size=2000)), props,
+            draw(ints), draw(ints), draw(ints), draw(longs),
+            draw(IP if hostile else st.sampled_from([bytes(4), bytes(range(16))])), draw(ints),
+            draw(IP if hostile else st.sampled_from([b"\x7f\x00\x00\x01", bytes(range(1, 17))])), draw(ints),
+            draw(ints), draw(longs), draw(st.one_of(st.just(-1), st.integers(0, 2**31 - 1))))
+
+
+def _write_both(args, at_delta, lock_fields, prop_crc):
+    c = compiled_module("_record_c")
+    prepared = outcome(rec.prepare_record, *args)
+    if prepared[0] != "ok":
+        return
+    r = prepared[1]
+    size = r.size + max(0, at_delta) + 8
+    for make in (bytearray, lambda n: memoryview(bytearray(n))):
+        out_p, out_c = make(size), make(size)
+        at = at_delta if at_delta < 0 else 8
+        got_p = outcome(rec.pure_write_record, out_p, at, r, *lock_fields, prop_crc)
+        got_c = outcome(c.write_record, out_c, at, r, *lock_fields, prop_crc)
+        assert got_p == got_c
+        assert bytes(out_p) == bytes(out_c)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_args(hostile=False), I64, I64, I64, st.booleans())
+def test_encoder_writes_the_same_bytes(args, qoff, phys, store_ts, prop_crc):
+    _write_both(args, 0, (qoff, phys, store_ts), prop_crc)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_args(hostile=True), st.integers(-4000, 100), ANY_INT, ANY_INT, ANY_INT, st.booleans())
+def test_encoder_on_hostile_fields_raises_as_the_reference(args, at, qoff, phys, store_ts, prop_crc):
+    _write_both(args, at, (qoff, phys, store_ts), prop_crc)
+
+
+def test_encoder_written_record_decodes_and_its_crc_verifies():
+    c = compiled_module("_record_c")
+    props = rec.reserve_prop_crc(mc.properties_to_bytes({"TAGS": "t", "KEYS": "k"}))
+    r = rec.prepare_record(b"T", b"body", props, 3, 0, 0, 5, bytes(4), 1, b"\x7f\x00\x00\x01", 2)
+    out = bytearray(r.size)
+    assert c.write_record(out, 0, r, 7, 0, 9, True) == r.size
+    m = rec.decode_message(out, check_crc=True, verify_prop_crc=True)
+    assert (m.body, m.queue_id, m.queue_offset, m.store_timestamp, m.tags) == (b"body", 3, 7, 9, "t")
+
+
+def test_encoder_refuses_what_the_reference_refuses():
+    c = compiled_module("_record_c")
+    r = rec.prepare_record(b"T", b"b", b"", 0, 0, 0, 0, bytes(4), 0, bytes(4), 0)
+    for args in [(bytearray(10), 0, r, 0, 0, 0, False),  # no room
+                 (bytes(r.size), 0, r, 0, 0, 0, False),  # read-only
+                 (bytearray(r.size), 0, r, 2**63, 0, 0, False),  # queue offset past a long
+                 (bytearray(r.size), 0, r._replace(queue_id=2**31), 0, 0, 0, False),  # queue id past an int
+                 (bytearray(r.size), 0, r._replace(body="b"), 0, 0, 0, False)]:  # not bytes
+        want = outcome(rec.pure_write_record, *args)
+        assert want[0] == "raised"
+        assert outcome(c.write_record, *args) == want
+
+
+# ---- properties -----------------------------------------------------------------------------------------
+
+PROPS_TEXT = st.text(alphabet=st.sampled_from(["\x01", "\x02", "a", "K", "é", "\ud800", "\U0001f600", " "]),
+                     max_size=60)
+
+
+@settings(max_examples=500, deadline=None)
+@given(PROPS_TEXT)
+def test_string_to_properties_equals_the_reference(text):
+    assert compiled_module("_message_c").string_to_properties(text) == mc.pure_string_to_properties(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.binary(max_size=80),
+                 st.lists(st.sampled_from([b"\x01", b"\x02", b"K", b"v", b"\xc3", b"\xa9", b"\xff", b"\xe2\x82"]),
+                          max_size=40).map(b"".join)))
+def test_bytes_to_properties_equals_the_reference(raw):
+    c = compiled_module("_message_c")
+    assert c.bytes_to_properties(raw) == mc.pure_bytes_to_properties(raw)
+    assert c.bytes_to_properties(memoryview(raw)) == mc.pure_bytes_to_properties(memoryview(raw))
+    assert c.bytes_to_properties(bytearray(raw)) == mc.pure_bytes_to_properties(bytearray(raw))
+
+
+def test_properties_of_other_types_fail_as_the_reference():
+    c = compiled_module("_message_c")
+    for bad in (None, 5, b"KEYS\x01k"):
+        assert outcome(c.string_to_properties, bad) == outcome(mc.pure_string_to_properties, bad)
+    assert outcome(c.bytes_to_properties, 5) == outcome(mc.pure_bytes_to_properties, 5)
+
+
+# ---- batch body ------------------------------------------------------------------------------------------
+
+ENTRY = st.builds(mb.BatchEntry, st.integers(-(2**31), 2**31 - 1), st.binary(max_size=200),
+                  st.dictionaries(st.text("ab\x01", min_size=1, max_size=4), st.text("xy", min_size=1, max_size=4),
+                                  max_size=3))
+
+
+def _decode_both(data):
+    c = compiled_module("_message_batch_c")
+    want = outcome(mb.pure_decode_batch_entries, data)
+    assert outcome(c.decode_batch_entries, data) == want
+    return want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ENTRY, min_size=1, max_size=6), st.booleans())
+def test_batch_decoder_equals_the_reference(entries, zero_crc):
+    data = bytearray(mb.encode_batch(entries))
+    if zero_crc:  # an entry may carry no BODYCRC (0): decoded as -1
+        struct.pack_into(">i", data, 8, 0)
+    got = _decode_both(bytes(data))
+    assert got[0] == "ok" and len(got[1]) == len(entries)
+    _decode_both(memoryview(data))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(ENTRY, min_size=0, max_size=4), st.data())
+def test_batch_decoder_on_damaged_bytes_raises_as_the_reference(entries, data):
+    raw = bytearray(mb.encode_batch(entries))
+    for _ in range(data.draw(st.integers(0, 4))):
+        if not raw:
+            break
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(raw)))
+    got = _decode_both(bytes(raw[:cut]))
+    assume(got[0] == "raised")
+    assert got[1] is mb.BatchDecodeError
+
+
+def test_batch_decoder_errors_carry_the_reference_text():
+    c = compiled_module("_message_batch_c")
+    good = mb.encode_batch([mb.BatchEntry(0, b"body", {"k": "v"})])
+    for data in (b"", good[:10], good[:-1], good[:8] + b"\x00\x00\x00\x01" + good[12:], b"\xff" * 30):
+        with pytest.raises(mb.BatchDecodeError) as want:
+            mb.pure_decode_batch_entries(data)
+        with pytest.raises(mb.BatchDecodeError) as got:
+            c.decode_batch_entries(data)
+        assert str(got.value) == str(want.value)
+    for bad in (None, "text", memoryview(good).cast("i", [len(good) // 4]) if len(good) % 4 == 0 else None):
+        assert outcome(c.decode_batch_entries, bad) == outcome(mb.pure_decode_batch_entries, bad)
+
+
+# ---- the switch ------------------------------------------------------------------------------------------
+
+def _runtime_info(env: dict[str, str]) -> str:
+    code = ("from reference_broker.common import compiled, record, message, message_batch; "
+            "print(compiled.runtime_info()['path'], record.write_record is record.pure_write_record)")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                          timeout=60).stdout.split()
+
+
+@pytest.mark.skipif(not BUILT, reason=NOT_BUILT)
+def test_rmq_pure_python_forces_the_pure_path():
+    env = {k: v for k, v in os.environ.items() if k != compiled.ENV_PURE}
+    assert _runtime_info(env) == ["compiled", "False"]
+    assert _runtime_info({**env, compiled.ENV_PURE: "1"}) == ["pure", "True"]
+
+
+# ---- record scan (dispatch, recovery) ---------------------------------------------------------------------
+
+PROPS_MAP = st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "xTAGS", "a"]),
+                            st.text(st.sampled_from("ab1é\x02"), max_size=5), max_size=4)
+
+
+@st.composite
+def record_run(draw):
+    """A run of records as the store writes them (random shapes: IPv6 hosts, the schedule topic, with or
+    without the whole-record CRC), then damaged at random, and a random window to scan."""
+    out = bytearray()
+    delay_table = draw(st.sampled_from([None, {1: 1000, 2: 5000}]))
+    for i in range(draw(st.integers(0, 6))):
+        props = mc.properties_to_bytes(draw(PROPS_MAP))
+        crc_on = draw(st.booleans())
+        if crc_on:
+            props = rec.reserve_prop_crc(props)
+        topic = draw(st.sampled_from([b"T", mc.SCHEDULE_TOPIC.encode(), "é".encode(), b"\xff"]))
+        born = draw(st.sampled_from([bytes(4), bytes(range(16))]))
+        store = draw(st.sampled_from([b"\x7f\x00\x00\x01", bytes(range(1, 17))]))
+        r = rec.prepare_record(topic, draw(st.binary(max_size=50)), props, draw(st.integers(0, 7)), 0,
+                                    draw(st.integers(0, 3)), 5, born, 1, store, 2)
+        at = len(out)
+        out += bytes(r.size)
+        rec.pure_write_record(out, at, r, i, at, 1000 + i, crc_on)
+    if draw(st.booleans()):
+        out += rec.BLANK.pack(64, rec.BLANK_MAGIC_CODE) + bytes(56)
+    for _ in range(draw(st.sampled_from([0, 0, 1, 3]))):
+        if out:
+            out[draw(st.integers(0, len(out) - 1))] = draw(st.integers(0, 255))
+    pos = draw(st.integers(0, len(out))) if draw(st.integers(0, 3)) == 0 else 0
+    limit = draw(st.integers(0, len(out) + 40)) if draw(st.integers(0, 2)) == 0 else len(out)
+    return (bytes(out), pos, limit, draw(st.booleans()), delay_table, draw(st.sampled_from([1 << 30, 1, 3])),
+            draw(st.booleans()))
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_run())
+def test_scan_records_equals_the_reference(run):
+    raw, pos, limit, check_crc, delay_table, max_records, verify = run
+    c = compiled_module("_record_c")
+    for buf in (raw, memoryview(raw), memoryview(bytearray(raw))):
+        want = outcome(rec.pure_scan_records, buf, pos, limit, check_crc, delay_table, max_records, verify)
+        assert outcome(c.scan_records, buf, pos, limit, check_crc, delay_table, max_records, verify) == want
+
+
+def test_scan_records_on_other_arguments_fails_as_the_reference():
+    c = compiled_module("_record_c")
+    for args in [(None, 0, 10, False), (b"x" * 100, "0", 10, False), (b"x" * 100, -5, 10, False),
+                 (b"\x00" * 100, 0, 2**70, True)]:
+        assert outcome(c.scan_records, *args) == outcome(rec.pure_scan_records, *args)
+
+
+# ---- a real broker on each path ----------------------------------------------------------------------------
+
+@pytest.mark.e2e
+def test_a_broker_on_each_path_stores_the_same_and_survives_bad_batches(tmp_path, broker_path):  # noqa: F811
+    """A real broker process says which path it runs (GET_BROKER_RUNTIME_INFO's putPathImpl), refuses damaged
+    batch bodies with MESSAGE_ILLEGAL and serves on, and stores singles and batches that read back as sent."""
+    fields = {"producerGroup": "pg", "topic": "PATHS", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+              "queueId": "0", "sysFlag": "0", "bornTimestamp": "1", "flag": "0", "properties": "",
+              "reconsumeTimes": "0", "unitMode": "false", "batch": "true"}
+    entries = [mb.BatchEntry(0, f"b{i}".encode(), {"TAGS": f"t{i}", "KEYS": "k é"}) for i in range(3)]
+    good = mb.encode_batch(entries)
+    with Topology(tmp_path / "topo") as topo, RemotingClient("127.0.0.1", topo.brokers[0].port, timeout_s=10) as c:
+        assert admin.broker_status(topo.brokers[0].addr)["putPathImpl"].startswith(f"path={broker_path} ")
+        for bad in (good[:-1], good[:8] + b"\x00\x00\x00\x07" + good[12:], b"\xff" * 64, b""):
+            r = c.invoke(create_request(RequestCode.SEND_BATCH_MESSAGE, send_v1_to_v2(fields), bad))
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL, (bad, r.code, r.remark)
+        r = c.invoke(create_request(RequestCode.SEND_BATCH_MESSAGE, send_v1_to_v2(fields), good))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert c.invoke(send_request("PATHS", b"single", props={"TAGS": "s"})).code == ResponseCode.SUCCESS
+        msgs = []
+        deadline = time.monotonic() + 10
+        while len(msgs) < 4 and time.monotonic() < deadline:
+            r = c.invoke(pull_request("PATHS", 0, 0, max_nums=32))
+            msgs = rec.decode_messages(r.body) if r.code == ResponseCode.SUCCESS else []
+            time.sleep(0.05)
+    assert [(m.body, m.tags, m.queue_offset) for m in msgs] == [(b"b0", "t0", 0), (b"b1", "t1", 1),
+                                                                  (b"b2", "t2", 2), (b"single", "s", 3)]
+    assert all(m.keys == "k é" for m in msgs[:3])
