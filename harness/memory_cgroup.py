@@ -333,6 +333,15 @@ class MemoryCgroup:
             peak = None
         return stats_from(p.version, parse_memory_stat(p.stat_file.read_text(), p.version), usage, peak)
 
+    def oom_kills(self) -> int | None:
+        """Processes the kernel's OOM killer ended in this group (v1 memory.oom_control, v2 memory.events):
+        a limit below the broker's own memory ends it, and this says so."""
+        name = "memory.oom_control" if self.plan.version is CgroupVersion.V1 else "memory.events"
+        try:
+            return parse_memory_stat((self.plan.path / name).read_text(), self.plan.version).get("oom_kill")
+        except OSError:
+            return None
+
     def close(self, timeout_s: float = LEAVE_TIMEOUT_S) -> None:
         """Remove the group: wait (bounded) for its processes to exit, move any left to the parent (a process
         must not be killed by a cleanup), then rmdir; its page-cache charges go to the parent. Idempotent."""

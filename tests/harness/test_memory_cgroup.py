@@ -224,3 +224,17 @@ def test_a_real_process_reading_more_than_the_limit_keeps_its_cache_under_it(tmp
         while cg.pids() and time.monotonic() < deadline:
             time.sleep(0.05)
     assert cg.removed and not p.path.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plan() asks for root")
+def test_fake_tree_oom_kills_are_read_per_version(tmp_path: Path) -> None:
+    cases = ((CgroupVersion.V1, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"),
+             (CgroupVersion.V2, "memory.events", "low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n"))
+    for version, name, text in cases:
+        proc, _own = _fake_tree(tmp_path / version.value, version)
+        p = detect(64 << 20, name="child", proc_self=proc)
+        assert isinstance(p, Plan)
+        with MemoryCgroup(p, rmdir=shutil.rmtree) as cg:
+            assert cg.oom_kills() is None
+            (p.path / name).write_text(text)
+            assert cg.oom_kills() == (2 if version is CgroupVersion.V1 else 1)
