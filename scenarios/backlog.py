@@ -27,7 +27,8 @@ from scenarios.spec import ScenarioSpec
 SPEC = ScenarioSpec(
     name="backlog",
     defaults=Settings(rate=3000.0, queues=8, in_flight=1000, backlog_bytes=16 << 20, warmup_s=2.0, head_readers=1),
-    options=("backlog_bytes", "drain_ratio", "drain_rate", "warmup_s", "cold", "memory_max", "head_readers"),
+    options=("backlog_bytes", "drain_ratio", "drain_rate", "warmup_s", "cold", "memory_max", "head_readers",
+             "stop_after_drain"),
     controller=backlog_control.control,
 )
 install(SPEC)

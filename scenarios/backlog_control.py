@@ -352,3 +352,6 @@ def _control(ctx: RunContext, b: dict[str, Any], target: int, watch: CgroupWatch
     if s.drain_rate >= 0:
         ctx.hub.command("set_rate", rate=s.rate if s.rate > 0 else -1)
     ctx.say(f"backlog drained in {drain_s:.2f} s; {b['read_from']}")
+    if s.stop_after_drain and ctx.end_run is not None:
+        ctx.say("drained: ending the run (--stop-after-drain)")
+        ctx.end_run()

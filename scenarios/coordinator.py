@@ -304,7 +304,8 @@ class _Run:
             counts=lambda: (hub.totals().ok, hub.totals().received)).start()
         run_time = getattr(opts, "run_time", None)
         self.ctx = RunContext(s, info, hub, self.driver, rec, brokers, float(run_time) if run_time else None,
-                              self.results, memory_cgroup=co.memory_cgroup)
+                              self.results, memory_cgroup=co.memory_cgroup,
+                              end_run=lambda: gevent.spawn_later(0.5, co.runner.quit))
         self.controller = gevent.spawn(self._control, processes)
         log.info("run %s: %s, %d phase(s), %s", rec.run_id, rec.run_dir, len(phases),
                  "embedded broker" if co.topology is not None else f"name server {co.namesrv}")

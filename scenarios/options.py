@@ -59,6 +59,7 @@ class Settings:
     warmup_s: float = 2.0
     cold: bool = False
     memory_max: int = 0  # embedded broker in a memory cgroup of this limit, bytes (harness.memory_cgroup); 0 = none
+    stop_after_drain: bool = False  # end the run once the backlog is drained (a backlog of GiB: no idle minutes)
     head_readers: int = 0  # consumers (per process) of a second group that keeps up with the sends, never paused
     # queues
     queue_counts: tuple[int, ...] = (1, 100, 1000, 10000)
@@ -182,8 +183,8 @@ SIZE_OPTIONS: Final = frozenset({"backlog_bytes", "memory_max"})  # read with pa
 
 def register(parser: Any, defaults: Settings, scenario_options: tuple[str, ...] = ()) -> None:
     """Add the options to locust's parser (``events.init_command_line_parser``), with this scenario's
-    defaults, plus the scenario-specific ones named in ``scenario_options`` (keys of SCENARIO_OPTIONS, and
-    "cold")."""
+    defaults, plus the scenario-specific ones named in ``scenario_options`` (keys of SCENARIO_OPTIONS, "cold"
+    and "stop_after_drain")."""
     group = parser  # LocustArgumentParser: its add_argument knows include_in_web_ui (argument groups do not)
     for flag, name, typ, help_text, web in _OPTIONS:
         default = getattr(defaults, name)
@@ -206,6 +207,11 @@ def register(parser: Any, defaults: Settings, scenario_options: tuple[str, ...] 
             group.add_argument("--cold", dest="cold", action="store_true", default=defaults.cold,
                                help="Drop the page cache before draining (root: sync; echo 1 > "
                                     "/proc/sys/vm/drop_caches), recorded as a fault", env_var="RMQ_LAB_COLD")
+            continue
+        if name == "stop_after_drain":
+            group.add_argument("--stop-after-drain", dest="stop_after_drain", action="store_true",
+                               default=defaults.stop_after_drain, env_var="RMQ_LAB_STOP_AFTER_DRAIN",
+                               help="End the run as soon as the backlog is drained (-t is then a bound)")
             continue
         flag, typ, help_text = SCENARIO_OPTIONS[name]
         default = getattr(defaults, name)

@@ -45,6 +45,7 @@ class RunContext:
     run_time_s: float | None  # locust --run-time, when given
     results: dict[str, Any] = field(default_factory=dict)
     memory_cgroup: MemoryCgroup | None = None  # the embedded broker's (--memory-max), else None
+    end_run: Callable[[], None] | None = None  # end the run now, as -t would (after the controller returns)
     stopped: Event = field(default_factory=Event)
     started_monotonic: float = field(default_factory=time.monotonic)
 
