@@ -47,6 +47,7 @@ from harness.memory_cgroup import MemoryCgroup, major_faults
 from harness.metrics_sampler import commitlog_range_residency, io_read_bytes
 from harness.page_out import page_out
 from harness.records.schema import MetricName
+from scenarios.agent import head_group
 from scenarios.head_latency import merge_stages
 from scenarios.spec import RunContext
 
@@ -273,11 +274,18 @@ def control(ctx: RunContext) -> None:
                 b["head_error"] = f"{type(exc).__name__}: {exc}"
 
 
-def _mark(ctx: RunContext, watch: CgroupWatch | None, stage: str) -> None:
+def _mark(ctx: RunContext, watch: CgroupWatch | None, stage: str, b: dict[str, Any]) -> None:
+    """A new stage: the cgroup's and the head readers' figures count toward it from now on. The head group's
+    backlog (as the broker reports it) says whether the head readers were really at the head."""
     if watch is not None:
         watch.enter(stage)
     if ctx.settings.head_readers:
         ctx.hub.command("mark", stage=stage)
+        try:
+            lag = ctx.driver.backlog(head_group(ctx.info), ctx.info.all_topics).total
+        except DriverError:
+            return
+        b.setdefault("head_backlog_msgs", {})[stage] = lag
 
 
 def _control(ctx: RunContext, b: dict[str, Any], target: int, watch: CgroupWatch | None) -> None:
@@ -287,7 +295,7 @@ def _control(ctx: RunContext, b: dict[str, Any], target: int, watch: CgroupWatch
         return
     # Build.
     ctx.hub.command("pause")
-    _mark(ctx, watch, "build")
+    _mark(ctx, watch, "build", b)
     paused = ctx.now_ns()
     at_pause = ctx.hub.totals()
     b["paused_at_ns"] = paused
@@ -321,7 +329,7 @@ def _control(ctx: RunContext, b: dict[str, Any], target: int, watch: CgroupWatch
     io_before = _read_bytes(ctx)
     received_before = ctx.hub.totals().received
     ctx.hub.command("resume")
-    _mark(ctx, watch, "drain")
+    _mark(ctx, watch, "drain", b)
     resumed = ctx.now_ns()
     b["resumed_at_ns"] = resumed
     threshold = drain_threshold(backlog, s.drain_ratio)
@@ -335,7 +343,7 @@ def _control(ctx: RunContext, b: dict[str, Any], target: int, watch: CgroupWatch
             b["note"] = "the run ended while draining"
             return
     drained = ctx.now_ns()
-    _mark(ctx, watch, "after")
+    _mark(ctx, watch, "after", b)
     drain_s = (drained - resumed) / 1e9
     io_after = _read_bytes(ctx)
     disk_read = None if io_before is None or io_after is None else io_after - io_before
