@@ -76,21 +76,29 @@ class Plan:
     path: Path  # the child group to create
     limit_bytes: int
 
+    def _file(self, v1: str, v2: str) -> Path:
+        return self.path / (v1 if self.version is CgroupVersion.V1 else v2)
+
     @property
     def limit_file(self) -> Path:
-        return self.path / (V1_LIMIT if self.version is CgroupVersion.V1 else V2_LIMIT)
+        return self._file(V1_LIMIT, V2_LIMIT)
+
+    @property
+    def usage_file(self) -> Path:
+        return self._file(V1_USAGE, V2_USAGE)
+
+    @property
+    def peak_file(self) -> Path:
+        return self._file(V1_MAX_USAGE, V2_PEAK)
+
+    @property
+    def events_file(self) -> Path:
+        """Where the OOM kills are counted (``oom_kill N``)."""
+        return self._file("memory.oom_control", "memory.events")
 
     @property
     def procs_file(self) -> Path:
         return self.path / "cgroup.procs"
-
-    @property
-    def usage_file(self) -> Path:
-        return self.path / (V1_USAGE if self.version is CgroupVersion.V1 else V2_USAGE)
-
-    @property
-    def peak_file(self) -> Path:
-        return self.path / (V1_MAX_USAGE if self.version is CgroupVersion.V1 else V2_PEAK)
 
     @property
     def stat_file(self) -> Path:
@@ -336,9 +344,8 @@ class MemoryCgroup:
     def oom_kills(self) -> int | None:
         """Processes the kernel's OOM killer ended in this group (v1 memory.oom_control, v2 memory.events):
         a limit below the broker's own memory ends it, and this says so."""
-        name = "memory.oom_control" if self.plan.version is CgroupVersion.V1 else "memory.events"
         try:
-            return parse_memory_stat((self.plan.path / name).read_text(), self.plan.version).get("oom_kill")
+            return parse_memory_stat(self.plan.events_file.read_text(), self.plan.version).get("oom_kill")
         except OSError:
             return None
 
