@@ -164,6 +164,12 @@ def test_a_backlog_beyond_the_brokers_cgroup_is_what_the_cold_read_claim_is_judg
     assert f"the broker in a {backlog / 4 / 2**30:.2f} GiB memory cgroup" in f.measured
     assert "1234 major faults" in f.detail and "p99 of 250 ms (during the build: 40 ms)" in f.detail
     assert f.figures["memory_limit_bytes"] == backlog // 4 and f.figures["head_p99_ms_in_drain"] == 250.0
+    # Messages larger than the seed's 1 KiB: a rate under 5,000 msg/s does not judge the claim, one above it does.
+    slow = replace(large, plan=replace(large.plan, message_bytes=16384), receives_in_drain=1)
+    big = bc.cold_read_finding([slow])
+    assert big.verdict is Verdict.INCONCLUSIVE and "--message-size 1024" in big.detail
+    fast_big = bc.cold_read_finding([replace(large, plan=replace(large.plan, message_bytes=16384))])
+    assert fast_big.verdict is Verdict.HELD
     # A limit above the backlog does not make the drain read from disk: the --cold runs decide, and it says so.
     roomy = _beyond_cache(r["cold-disk"], backlog * 2)
     fallback = bc.cold_read_finding([r["hot"], r["cold-disk"], roomy])
@@ -178,7 +184,7 @@ def test_page_cache_capacity_says_which_backlog_it_was_judged_at(capacity):
     large = _beyond_cache(r["hot"], backlog // 4)
     f = bc.page_cache_finding(list(prints.values()), [large, *(v for k, v in r.items() if k != "hot")])
     assert f.runs == (prints["hot"].run_id,)  # only the run beyond its cgroup
-    assert f"Judged at a {backlog / 2**30:.2f} GiB backlog, the broker in a" in f.detail
+    assert f"Judged at a {backlog / 2**30:.2f} GiB (" in f.detail and "backlog, the broker in a" in f.detail
     assert "the broker's cache peaked at" in f.detail
     small = bc.page_cache_finding(list(prints.values()), list(r.values()))
     assert len(small.runs) == len(prints)
