@@ -99,6 +99,8 @@ class BacklogPlan:
 
     @property
     def mode(self) -> str:
+        if self.beyond_cache:
+            return "beyond the cache (memory cgroup)"
         if self.cold:
             return "cold"
         if self.cold_requested:

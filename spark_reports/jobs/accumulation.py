@@ -48,9 +48,16 @@ class ModeSummary:
     mean_drain_rate: float
 
 
+def _heat(row: BacklogRow) -> str:
+    """cold or hot; a drain whose backlog exceeded the broker's memory cgroup read from disk: cold, though nothing
+    was dropped."""
+    return "cold" if row.plan.cold or row.plan.beyond_cache else "hot"
+
+
 def mode_summaries(spark: SparkSession, rows: list[BacklogRow]) -> list[ModeSummary]:
-    """Per hot / cold (runs that asked for cold but kept the cache count as hot), over runs with both rates."""
-    data = [("cold" if r.plan.cold else "hot", r.read_rate, r.drain_rate) for r in rows
+    """Per hot / cold (runs that asked for cold but kept the cache count as hot; runs beyond the broker's memory
+    cgroup count as cold), over runs with both rates."""
+    data = [(_heat(r), r.read_rate, r.drain_rate) for r in rows
             if r.read_rate is not None and r.drain_rate is not None]
     if not data:
         return []
@@ -226,7 +233,7 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
         rated = [r for r in rows if r.read_rate is not None and r.drain_rate is not None]
         if rated:
             files.append(bar_plot(report_dir / "drain_rates.png", "Backlog read and drain rates",
-                                  [f"{r.plan.run_id} ({'cold' if r.plan.cold else 'hot'})" for r in rated],
+                                  [f"{r.plan.run_id} ({_heat(r)})" for r in rated],
                                   {"read rate": [r.read_rate or 0.0 for r in rated],
                                    "net drain rate": [r.drain_rate or 0.0 for r in rated]}, "messages/s"))
             page.figure("drain_rates.png", "read and drain rates per backlog run")
