@@ -372,7 +372,6 @@ class Agent:
                      response_time=max(0.0, (now - d.born_ns) / 1e6), response_length=d.nbytes, exception=None,
                      context=None)
 
-
     def _on_head(self, deliveries: list[Delivery]) -> None:
         """The head readers: send-to-consume latency (delivery time - born time), nothing in the events."""
         now = self.clock.now_ns()
