@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Generic, Protocol, TypeVar
@@ -84,6 +84,10 @@ class Process:
     # A JVM started through a distribution's script: its own session, signalled as a group (harness/rocketmq.py).
     group: bool = False
     ready_timeout_s: float = READY_TIMEOUT_S
+    # Called with the child's pid right after the spawn, before it runs far enough to map its store (a memory
+    # cgroup's admit: pages are charged to the group the process is in when it faults them in). Its children
+    # (the JVM under RocketMQ's script) inherit the placement. An error kills the process and fails the start.
+    spawn_hook: Callable[[int], None] | None = None
 
     @property
     def pid(self) -> int:
@@ -114,6 +118,12 @@ class Process:
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env={**(self.env or os.environ), "PYTHONUNBUFFERED": "1"},
                                          start_new_session=self.group)
+        if self.spawn_hook is not None:
+            try:
+                self.spawn_hook(self.proc.pid)
+            except BaseException:
+                self.kill()
+                raise
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -277,7 +287,8 @@ each broker runs on a host of that lab network (see the module doc)."""
     def __init__(self, root: Path | str | None = None, broker_conf: Mapping[str, Any] | None = None,
                  brokers: int = 1, python: str = sys.executable, impl: BrokerImpl = "reference",
                  rocketmq_home: Path | str | None = None, rocketmq_heap: str | None = None,
-                 slaves: int = 0, lab: NetLab | None = None) -> None:
+                 slaves: int = 0, lab: NetLab | None = None,
+                 broker_spawn_hook: Callable[[int], None] | None = None) -> None:
         if impl not in rocketmq.IMPLS:
             raise ValueError(f"unknown broker implementation {impl!r}: one of {', '.join(rocketmq.IMPLS)}")
         self.impl: BrokerImpl = impl
@@ -302,6 +313,7 @@ each broker runs on a host of that lab network (see the module doc)."""
         self.namesrv_port = 0
         self.brokers: list[BrokerProcess] = []
         self.lab = lab
+        self.broker_spawn_hook = broker_spawn_hook  # each broker's Process.spawn_hook (harness/memory_cgroup.py)
         self.namesrv_host = lab.gateway if lab is not None else LOOPBACK
 
     @property
@@ -373,6 +385,7 @@ each broker runs on a host of that lab network (see the module doc)."""
                                       "-n", self.namesrv_addr, "-c", str(conf_path)],
                                self.root / f"{name}.log", BOOT_LINE_BROKER, port=port, store_root=store_root,
                                conf=conf, host=ip)
+        bp.spawn_hook = self.broker_spawn_hook
         self.brokers.append(bp)  # before it starts: stop() then ends it even if its start fails
         bp.start()
         return bp

@@ -19,6 +19,7 @@ import functools
 import itertools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,9 +30,11 @@ from gevent.lock import Semaphore
 
 from harness.driver import Consumer, Delivery, Driver, SendOutcome
 from harness.drivers import make_driver
-from harness.records import EventWriter, Outcome, RunRecord, wall_clock
+from harness.records import EventWriter, MetricsWriter, Outcome, RunRecord, wall_clock
+from harness.records.schema import MetricName
 from harness.send_outcome import record_send
 from scenarios.contract import Counts, RunInfo
+from scenarios.head_latency import LatencyHistogram
 from scenarios.options import Settings
 from scenarios.pacing import Pacer
 
@@ -39,6 +42,12 @@ log = logging.getLogger(__name__)
 
 Fire = Callable[..., None]  # locust's events.request.fire
 STOP_WAIT_S = 2.0  # beyond the send timeout, how long stop_producing waits for outstanding sends
+HEAD_WINDOW_NS = 1_000_000_000  # the head readers' latency goes into the metrics once per second
+
+
+def head_group(info: RunInfo) -> str:
+    """The head readers' consumer group: a second group on the run's topics, never paused."""
+    return f"lab_head_{info.tag}"
 
 
 class SendError(Exception):
@@ -78,6 +87,14 @@ class Agent:
         self.counts = Counts(worker=worker)
         self.writer: EventWriter | None = None
         self.consumers: list[Consumer] = []
+        self.head_consumers: list[Consumer] = []
+        # Head readers' latency per stage (the controller's "mark"), and the current second's for the metrics.
+        self._head_lock = threading.Lock()
+        self._head_stage = "warmup"
+        self.head_hist: dict[str, LatencyHistogram] = {}
+        self._head_window = LatencyHistogram()
+        self._head_window_end = 0
+        self._head_metrics: MetricsWriter | None = None
         self.pacer = Pacer(self._process_rate(settings.rate), self.clock.now_ns(), settings.batch)
         self._slots = Semaphore(settings.in_flight)
         self._body = os.urandom(settings.message_size)
@@ -114,6 +131,14 @@ class Agent:
                                      threads=self.settings.consume_threads, batch=self.settings.consume_batch)
             c.start()
             self.consumers.append(c)
+        if self.settings.head_readers > 0 and self.settings.record:
+            self._head_metrics = RunRecord(run_dir, self.clock).metrics_writer(f"head-{self.worker}")
+        for i in range(self.settings.head_readers):
+            c = self.driver.consumer(head_group(self.info), self._topics, self._on_head, name=f"{self.worker}-h{i}",
+                                     from_timestamp_ms=self.info.from_timestamp_ms,
+                                     threads=self.settings.consume_threads, batch=self.settings.consume_batch)
+            c.start()
+            self.head_consumers.append(c)
         Agent.current = self
         self.producing = True
         self.counts.producing = True
@@ -126,13 +151,23 @@ class Agent:
         c.rows = self.writer.rows_written if self.writer is not None else 0
         c.producing = self.producing
         c.extra = {"owned_queues": sum(x.owned_queues() for x in self.consumers), "phase": self._phase}
+        if self.head_consumers:
+            with self._head_lock:
+                c.extra["head"] = {stage: h.to_json() for stage, h in self.head_hist.items()}
         return Counts.from_dict(c.to_dict())
 
     # ---- steering (the coordinator's commands) --------------------------------------------------------
 
+    def mark(self, stage: str) -> Counts:
+        """From now on the head readers' latency counts toward ``stage`` (the backlog controller's build,
+        drain, ...)."""
+        with self._head_lock:
+            self._head_stage = stage
+        return self.snapshot()
+
     def set_phase(self, index: int) -> Counts:
         phase = self.info.phases[index]
-        for c in self.consumers:
+        for c in [*self.consumers, *self.head_consumers]:
             c.subscribe(phase.topic_names)
         self._phase = index
         self._topics = phase.topic_names
@@ -177,7 +212,7 @@ class Agent:
         self.stop_producing()
         for p in list(self._pending):  # no callback in time: maybe stored, maybe not
             self._sent(p, SendOutcome(Outcome.UNKNOWN, error="no outcome by the end of the run"))
-        for c in self.consumers:
+        for c in [*self.consumers, *self.head_consumers]:
             try:
                 c.stop()
             except Exception as exc:  # noqa: BLE001 - shutdown: one failed stop must not skip the rest
@@ -186,6 +221,12 @@ class Agent:
             self.driver.stop()
         except Exception as exc:  # noqa: BLE001 - shutdown: one failed stop must not skip the rest
             log.warning("stopping the driver: %s", exc)
+        self._flush_head_window(self.clock.now_ns())
+        if self._head_metrics is not None:
+            try:
+                self._head_metrics.close()
+            except Exception as exc:  # noqa: BLE001 - shutdown: the head figures are lost, the run says so
+                self.counts.error = f"head metrics writer: {exc}"
         if self.writer is not None:
             try:
                 self.writer.close()
@@ -330,6 +371,36 @@ class Agent:
                 fire(request_type="receive", name=self._labels.get(d.topic, d.topic),
                      response_time=max(0.0, (now - d.born_ns) / 1e6), response_length=d.nbytes, exception=None,
                      context=None)
+
+    def _on_head(self, deliveries: list[Delivery]) -> None:
+        """The head readers: send-to-consume latency (delivery time - born time), nothing in the events."""
+        now = self.clock.now_ns()
+        with self._head_lock:
+            hist = self.head_hist.get(self._head_stage)
+            if hist is None:
+                hist = self.head_hist[self._head_stage] = LatencyHistogram()
+            for d in deliveries:
+                if not d.key.startswith(self._run_prefix):
+                    continue
+                hist.add(now - d.born_ns)
+                self._head_window.add(now - d.born_ns)
+        if now >= self._head_window_end:
+            self._flush_head_window(now)
+
+    def _flush_head_window(self, now: int) -> None:
+        with self._head_lock:
+            window, self._head_window = self._head_window, LatencyHistogram()
+            self._head_window_end = now + HEAD_WINDOW_NS
+        if self._head_metrics is None or window.n == 0:
+            return
+        try:
+            for label, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
+                value = window.quantile_ms(q)
+                if value is not None:
+                    self._head_metrics.record(MetricName.HEAD_LATENCY_MS, value, label, ts_ns=now)
+            self._head_metrics.record(MetricName.HEAD_MSGS, window.n, "", ts_ns=now)
+        except ValueError:  # closed by finish meanwhile
+            pass
 
 
 def agent_user_loop() -> None:

@@ -6,6 +6,11 @@ drain read from the page cache or from disk (``--cold`` drops the page cache fir
 
     locust -f scenarios/backlog.py --headless -t 30s                       # 16 MiB backlog at 3,000 msg/s
     locust -f scenarios/backlog.py --headless -t 120s --backlog-bytes 1073741824 --rate 10000 --cold
+    locust -f scenarios/backlog.py --headless -t 15m --backlog-bytes 4GiB --memory-max 1GiB  # root
+
+A head reader (``--head-readers``, one by default) keeps up with the sends throughout; its send-to-consume
+latency per stage is in ``results.backlog.head``. ``--memory-max`` runs the broker in a memory cgroup of that
+limit (harness.memory_cgroup): the backlog then exceeds its page cache and the drain reads from disk.
 """
 
 import sys
@@ -21,8 +26,9 @@ from scenarios.spec import ScenarioSpec
 
 SPEC = ScenarioSpec(
     name="backlog",
-    defaults=Settings(rate=3000.0, queues=8, in_flight=1000, backlog_bytes=16 << 20, warmup_s=2.0),
-    options=("backlog_bytes", "drain_ratio", "drain_rate", "warmup_s", "cold"),
+    defaults=Settings(rate=3000.0, queues=8, in_flight=1000, backlog_bytes=16 << 20, warmup_s=2.0, head_readers=1),
+    options=("backlog_bytes", "drain_ratio", "drain_rate", "warmup_s", "cold", "memory_max", "head_readers",
+             "stop_after_drain"),
     controller=backlog_control.control,
 )
 install(SPEC)

@@ -25,6 +25,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Final
@@ -37,7 +38,8 @@ from harness.checker import check_run
 from harness.driver import Driver, RocketMQDriver
 from harness.drivers import is_peer, make_driver, server_kind
 from harness.fio_baseline import fio_baseline
-from harness.launcher import Topology
+from harness.launcher import LaunchError, Topology
+from harness.memory_cgroup import CgroupError, MemoryCgroup, Skip, detect
 from harness.metrics_sampler import BrokerTarget, MetricsSampler
 from harness.peer_drivers import ACK_PROMISES
 from harness.peers import PeerServer
@@ -59,6 +61,7 @@ log = logging.getLogger("scenarios")
 QUIET_S: Final = 0.5  # drained: everything acknowledged received, and no delivery for this long
 IDLE_S: Final = 5.0  # give up draining when no delivery arrives for this long
 JOIN_TIMEOUT_S: Final = 30.0  # workers reporting for a new run
+CONTROLLER_GRACE_S: Final = 5.0  # the run is ending: how long the controller may take to return
 EXIT_VALID, EXIT_INVALID, EXIT_ERROR = 0, 1, 2
 
 
@@ -75,6 +78,7 @@ class Coordinator:
         self.namesrv = ""
         self.sysctl: dict[str, Any] = {"profile": None, "applied": False, "reason": None, "values": {}}
         self.fio: dict[str, Any] | None = None
+        self.memory_cgroup: MemoryCgroup | None = None
         self.master_hub = MasterHub(runner) if self.distributed else None
         self.run: _Run | None = None
         self.summary_text: str | None = None
@@ -100,10 +104,14 @@ class Coordinator:
             self._host_facts(s)
             return
         namesrv = parse_host(self.env.host)
+        if s.memory_max and namesrv is not None:
+            raise OptionError("--memory-max limits the embedded broker: it is not taken with --host")
         if namesrv is None:
             conf = {**self.spec.broker_conf, **s.broker_conf_dict()}
             root = Path(s.store_dir) / f"topology-{os.getpid()}" if s.store_dir else None
-            self.topology = Topology(root, broker_conf=conf, impl=s.broker_impl, rocketmq_home=s.rocketmq_home or None)
+            hook = self._memory_cgroup(s.memory_max) if s.memory_max else None
+            self.topology = Topology(root, broker_conf=conf, impl=s.broker_impl, rocketmq_home=s.rocketmq_home or None,
+                                     broker_spawn_hook=hook)
             self._exit.callback(self.topology.cleanup)
             log.info("starting the embedded topology (name server + %s broker) in %s", s.broker_impl,
                      self.topology.root)
@@ -113,6 +121,30 @@ class Coordinator:
         self.driver = RocketMQDriver(namesrv, instance=f"lab-coordinator-{os.getpid()}")
         self._exit.callback(self.driver.stop)
         self._host_facts(s)
+
+    def _memory_cgroup(self, limit: int) -> Callable[[int], None]:
+        """The broker's memory cgroup (created now, removed at teardown after the topology stopped: the exit
+        stack unwinds in reverse) and the spawn hook that moves a broker into it; OptionError with why there
+        is none."""
+        plan = detect(limit)
+        if isinstance(plan, Skip):
+            raise OptionError(f"--memory-max: skipped: {plan.reason}")
+        try:
+            cg = MemoryCgroup(plan).create()
+        except CgroupError as exc:
+            raise OptionError(f"--memory-max: {exc}") from exc
+        self._exit.callback(cg.close)
+        self.memory_cgroup = cg
+        log.info("memory cgroup %s (%s) limited to %d MiB: the broker starts in it", plan.path,
+                 plan.version.value, limit >> 20)
+
+        def admit(pid: int) -> None:
+            try:
+                cg.admit(pid)
+            except CgroupError as exc:
+                raise LaunchError(str(exc)) from exc
+
+        return admit
 
     def _host_facts(self, s: Settings) -> None:
         """The sysctl profile (applied or read) and the fio baseline, for meta.json."""
@@ -272,7 +304,8 @@ class _Run:
             counts=lambda: (hub.totals().ok, hub.totals().received)).start()
         run_time = getattr(opts, "run_time", None)
         self.ctx = RunContext(s, info, hub, self.driver, rec, brokers, float(run_time) if run_time else None,
-                              self.results)
+                              self.results, memory_cgroup=co.memory_cgroup,
+                              end_run=lambda: gevent.spawn_later(0.5, co.runner.quit))
         self.controller = gevent.spawn(self._control, processes)
         log.info("run %s: %s, %d phase(s), %s", rec.run_id, rec.run_dir, len(phases),
                  "embedded broker" if co.topology is not None else f"name server {co.namesrv}")
@@ -304,6 +337,9 @@ class _Run:
         if self.ctx is not None:
             self.ctx.stopped.set()
         if self.controller is not None:
+            # A controller sees ``stopped`` at its next sleep and returns: give it a moment to write its
+            # findings (a kill lands inside its cleanup otherwise), then kill one that does not.
+            self.controller.join(timeout=CONTROLLER_GRACE_S)
             self.controller.kill(block=True, timeout=10)
         if self.hub is not None:
             self.hub.command("stop_producing", timeout_s=self.settings.send_timeout_s * 3 + 5)

@@ -25,7 +25,7 @@ from scenarios.contract import Counts
 
 log = logging.getLogger(__name__)
 
-COMMANDS: Final = frozenset({"set_phase", "set_rate", "pause", "resume", "stop_producing", "finish"})
+COMMANDS: Final = frozenset({"set_phase", "set_rate", "pause", "resume", "stop_producing", "finish", "mark"})
 PROGRESS_INTERVAL_S: Final = 0.25
 MSG_CMD, MSG_ACK, MSG_PROGRESS = "rmq_cmd", "rmq_ack", "rmq_progress"
 

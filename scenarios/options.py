@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final
 
 from harness.drivers import DRIVER_NAMES
+from harness.memory_cgroup import parse_size
 from harness.rocketmq import IMPLS, BrokerImpl
 
 FLUSH_TYPES: Final = ("ASYNC_FLUSH", "SYNC_FLUSH")
@@ -57,6 +58,9 @@ class Settings:
     drain_rate: float = -1.0  # -1 = keep the production rate while draining; 0 = stop producers
     warmup_s: float = 2.0
     cold: bool = False
+    memory_max: int = 0  # embedded broker in a memory cgroup of this limit, bytes (harness.memory_cgroup); 0 = none
+    stop_after_drain: bool = False  # end the run once the backlog is drained (a backlog of GiB: no idle minutes)
+    head_readers: int = 0  # consumers (per process) of a second group that keeps up with the sends, never paused
     # queues
     queue_counts: tuple[int, ...] = (1, 100, 1000, 10000)
     max_queues_per_topic: int = 1000
@@ -150,7 +154,13 @@ _OPTIONS: Final[list[tuple[str, str, Callable[[Any], Any], str, bool]]] = [
 
 # Scenario-specific options: Settings field -> (flag, type, help); a scenario names the ones it takes.
 SCENARIO_OPTIONS: Final[dict[str, tuple[str, Callable[[Any], Any], str]]] = {
-    "backlog_bytes": ("--backlog-bytes", int, "Backlog to build while consumers are paused, bytes"),
+    "backlog_bytes": ("--backlog-bytes", parse_size, "Backlog to build while consumers are paused, bytes "
+                                                     "(4GiB, 512MiB, or a number)"),
+    "memory_max": ("--memory-max", parse_size, "Embedded broker: run it in a memory cgroup limited to this "
+                                               "(1GiB ...; root, cgroup v1 or v2 with memory), so its page "
+                                               "cache is at most this; 0 = no cgroup"),
+    "head_readers": ("--head-readers", int, "Consumers of a second group at the head (never paused), whose "
+                                            "send-to-consume latency is recorded while the paused group drains"),
     "drain_ratio": ("--drain-ratio", float, "Share of the backlog to drain (OMB backlogDrainRatio)"),
     "drain_rate": ("--drain-rate", float, "Production rate while draining, msgs/s: -1 = unchanged, 0 = stop "
                                           "producers"),
@@ -167,10 +177,14 @@ SCENARIO_OPTIONS: Final[dict[str, tuple[str, Callable[[Any], Any], str]]] = {
 }
 
 
+TOPOLOGY_OPTIONS: Final = frozenset({"memory_max"})
+SIZE_OPTIONS: Final = frozenset({"backlog_bytes", "memory_max"})  # read with parse_size (4GiB, 512MiB, bytes)
+
+
 def register(parser: Any, defaults: Settings, scenario_options: tuple[str, ...] = ()) -> None:
     """Add the options to locust's parser (``events.init_command_line_parser``), with this scenario's
-    defaults, plus the scenario-specific ones named in ``scenario_options`` (keys of SCENARIO_OPTIONS, and
-    "cold")."""
+    defaults, plus the scenario-specific ones named in ``scenario_options`` (keys of SCENARIO_OPTIONS, "cold"
+    and "stop_after_drain")."""
     group = parser  # LocustArgumentParser: its add_argument knows include_in_web_ui (argument groups do not)
     for flag, name, typ, help_text, web in _OPTIONS:
         default = getattr(defaults, name)
@@ -194,12 +208,18 @@ def register(parser: Any, defaults: Settings, scenario_options: tuple[str, ...] 
                                help="Drop the page cache before draining (root: sync; echo 1 > "
                                     "/proc/sys/vm/drop_caches), recorded as a fault", env_var="RMQ_LAB_COLD")
             continue
+        if name == "stop_after_drain":
+            group.add_argument("--stop-after-drain", dest="stop_after_drain", action="store_true",
+                               default=defaults.stop_after_drain, env_var="RMQ_LAB_STOP_AFTER_DRAIN",
+                               help="End the run as soon as the backlog is drained (-t is then a bound)")
+            continue
         flag, typ, help_text = SCENARIO_OPTIONS[name]
         default = getattr(defaults, name)
         if name == "queue_counts":
             default = ",".join(map(str, default))
+        # The memory cgroup shapes the embedded topology once, at start: not offered in the web form.
         group.add_argument(flag, dest=name, type=typ, default=default, help=f"{help_text} (default {default!r})",
-                           env_var="RMQ_LAB_" + name.upper())
+                           env_var="RMQ_LAB_" + name.upper(), include_in_web_ui=name not in TOPOLOGY_OPTIONS)
 
 
 def settings_from(options: Any, defaults: Settings) -> Settings:
@@ -215,6 +235,11 @@ def settings_from(options: Any, defaults: Settings) -> Settings:
             values[f.name] = _ints(",".join(map(str, raw)) if isinstance(raw, list | tuple) else raw)
         elif f.name == "broker_conf":
             values[f.name] = tuple(raw) if isinstance(raw, list | tuple) else (str(raw),)
+        elif f.name in SIZE_OPTIONS:
+            try:
+                values[f.name] = raw if isinstance(raw, int) else parse_size(str(raw))
+            except ValueError as exc:
+                raise OptionError(f"option {f.name}: {exc}") from None
         elif isinstance(current, bool):
             values[f.name] = raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
         else:
@@ -245,6 +270,8 @@ def validate(s: Settings) -> None:
         problems.append(f"--driver must be one of {', '.join(DRIVER_NAMES)}")
     if s.broker_impl not in IMPLS:
         problems.append(f"--broker-impl must be one of {', '.join(IMPLS)}")
+    if s.backlog_bytes < 1 or s.memory_max < 0 or s.head_readers < 0:
+        problems.append("--backlog-bytes must be > 0, --memory-max >= 0, --head-readers >= 0")
     if not 0 < s.drain_ratio <= 1:
         problems.append("--drain-ratio must be in (0, 1]")
     if not 1 <= s.max_queues_per_topic <= 1024:

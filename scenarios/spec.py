@@ -20,6 +20,7 @@ from typing import Any
 from gevent.event import Event
 
 from harness.driver import Driver
+from harness.memory_cgroup import MemoryCgroup
 from harness.metrics_sampler import BrokerTarget
 from harness.records import RunRecord, wall_clock
 from scenarios.contract import Phase, RunInfo
@@ -43,6 +44,8 @@ class RunContext:
     brokers: list[BrokerTarget]
     run_time_s: float | None  # locust --run-time, when given
     results: dict[str, Any] = field(default_factory=dict)
+    memory_cgroup: MemoryCgroup | None = None  # the embedded broker's (--memory-max), else None
+    end_run: Callable[[], None] | None = None  # end the run now, as -t would (after the controller returns)
     stopped: Event = field(default_factory=Event)
     started_monotonic: float = field(default_factory=time.monotonic)
 

@@ -61,6 +61,32 @@ class BacklogPlan:
     residency_at_build: float | None
     residency_after_drop: float | None
     note: str | None
+    # --memory-max runs (scenarios/backlog_control.py results.backlog.memory_cgroup, .head, .tail); None otherwise.
+    memory_limit_bytes: int | None = None
+    cache_max_in_drain_bytes: int | None = None
+    major_faults_in_drain: int | None = None
+    oom_kills: int | None = None
+    head_p99_ms: dict[str, float] | None = None  # stage -> the head readers' p99 send-to-consume latency
+    head_p50_ms: dict[str, float] | None = None
+    head_backlog_msgs: dict[str, int] | None = None  # the head group's backlog when each stage began
+    message_bytes: int | None = None  # params.message_size
+
+    @property
+    def beyond_cache(self) -> bool:
+        """The broker ran in a memory cgroup smaller than the backlog: its page cache could not hold it, so
+        the drain read the backlog's start from disk by construction."""
+        return (self.memory_limit_bytes is not None and self.backlog_bytes is not None
+                and self.backlog_bytes > self.memory_limit_bytes)
+
+    @property
+    def scale(self) -> str:
+        """The backlog size and memory limit a figure was measured at, in words."""
+        size = "unknown size" if self.backlog_bytes is None else f"{self.backlog_bytes / 2**30:.2f} GiB"
+        if self.message_bytes:
+            size += f" ({self.message_bytes:,} B messages)"
+        if self.memory_limit_bytes is None:
+            return f"a {size} backlog, the broker's page cache not limited"
+        return f"a {size} backlog, the broker in a {self.memory_limit_bytes / 2**30:.2f} GiB memory cgroup"
 
     @property
     def complete(self) -> bool:
@@ -73,6 +99,8 @@ class BacklogPlan:
 
     @property
     def mode(self) -> str:
+        if self.beyond_cache:
+            return "beyond the cache (memory cgroup)"
         if self.cold:
             return "cold"
         if self.cold_requested:
@@ -115,11 +143,28 @@ class BacklogPlan:
         return self.residency_after_drop if self.cold else self.residency_at_build
 
 
+def _stage_figure(head: Any, stage: str, key: str) -> float | None:
+    d = head.get(stage) if isinstance(head, dict) else None
+    return float(d[key]) if isinstance(d, dict) and d.get(key) is not None else None
+
+
+def _per_stage(head: Any, key: str) -> dict[str, float] | None:
+    if not isinstance(head, dict):
+        return None
+    out = {stage: v for stage in head if (v := _stage_figure(head, stage, key)) is not None}
+    return out or None
+
+
 def backlog_plan(run: RunInfo) -> BacklogPlan | None:
     """The run's results.backlog, or None for a run that is not a backlog run."""
     b = (run.meta.get("results") or {}).get("backlog")
     if not isinstance(b, dict):
         return None
+    raw_cg = b.get("memory_cgroup")
+    cg: dict[str, Any] = raw_cg if isinstance(raw_cg, dict) else {}
+    stages = cg.get("stages")
+    raw_drain = stages.get("drain") if isinstance(stages, dict) else None
+    drain: dict[str, Any] = raw_drain if isinstance(raw_drain, dict) else {}
     cold = b.get("cold")
     cold_requested = isinstance(cold, dict) or bool((run.meta.get("params") or {}).get("cold"))
     return BacklogPlan(
@@ -133,7 +178,13 @@ def backlog_plan(run: RunInfo) -> BacklogPlan | None:
         read_from=str(b.get("read_from") or "not recorded"),
         residency_at_build=_ratio(b.get("page_cache_at_build")),
         residency_after_drop=_ratio(cold.get("page_cache_after_drop")) if isinstance(cold, dict) else None,
-        note=str(b["note"]) if b.get("note") else None)
+        note=str(b["note"]) if b.get("note") else None,
+        memory_limit_bytes=_int(cg.get("limit_bytes")), cache_max_in_drain_bytes=_int(drain.get("cache_max_bytes")),
+        major_faults_in_drain=_int(drain.get("broker_major_faults")), oom_kills=_int(cg.get("oom_kills")),
+        head_p99_ms=_per_stage(b.get("head"), "p99_ms"), head_p50_ms=_per_stage(b.get("head"), "p50_ms"),
+        head_backlog_msgs=({str(k): int(v) for k, v in b["head_backlog_msgs"].items()}
+                           if isinstance(b.get("head_backlog_msgs"), dict) else None),
+        message_bytes=_int((run.meta.get("params") or {}).get("message_size")))
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,13 @@ Metrics (long format, one row per sample)::
     ts_ns   int64    wall-clock ns of the sample
     metric  string   one of MetricName
     value   float64
-    label   string   backlog_msgs: consumer group; page_cache_bytes: file set; else ""
+    label   string   backlog_msgs: consumer group; page_cache_bytes: file set; head_latency_ms: p50, p99 or
+                     max (of the second before ts_ns); else ""
+
+The backlog scenario's head readers (added in v1, optional): head_latency_ms and head_msgs per second from each
+load process (metrics/part-head-<worker>-*), send-to-consume latency of a second consumer group that is never
+paused; with ``--memory-max``, the broker's memory cgroup sampled by the controller (metrics/part-cgroup-*):
+cgroup_cache_bytes, cgroup_usage_bytes, and broker_major_faults (majflt of /proc/PID/stat, cumulative).
 """
 
 # pyarrow ships no type information; its names are Any here.
@@ -161,6 +167,11 @@ class MetricName(StrEnum):
     PAGE_CACHE_BYTES = "page_cache_bytes"
     SEND_TPS = "send_tps"
     CONSUME_TPS = "consume_tps"
+    HEAD_LATENCY_MS = "head_latency_ms"
+    HEAD_MSGS = "head_msgs"
+    CGROUP_CACHE_BYTES = "cgroup_cache_bytes"
+    CGROUP_USAGE_BYTES = "cgroup_usage_bytes"
+    BROKER_MAJOR_FAULTS = "broker_major_faults"
 
 
 OPS: Final = frozenset(o.value for o in Op)

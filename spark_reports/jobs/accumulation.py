@@ -48,9 +48,16 @@ class ModeSummary:
     mean_drain_rate: float
 
 
+def _heat(row: BacklogRow) -> str:
+    """cold or hot; a drain whose backlog exceeded the broker's memory cgroup read from disk: cold, though nothing
+    was dropped."""
+    return "cold" if row.plan.cold or row.plan.beyond_cache else "hot"
+
+
 def mode_summaries(spark: SparkSession, rows: list[BacklogRow]) -> list[ModeSummary]:
-    """Per hot / cold (runs that asked for cold but kept the cache count as hot), over runs with both rates."""
-    data = [("cold" if r.plan.cold else "hot", r.read_rate, r.drain_rate) for r in rows
+    """Per hot / cold (runs that asked for cold but kept the cache count as hot; runs beyond the broker's memory
+    cgroup count as cold), over runs with both rates."""
+    data = [(_heat(r), r.read_rate, r.drain_rate) for r in rows
             if r.read_rate is not None and r.drain_rate is not None]
     if not data:
         return []
@@ -93,6 +100,44 @@ def _phase_plot(path: Path, row: BacklogRow, series: Series) -> Path:
 
 def _share(value: float | None) -> str | None:
     return None if value is None else f"{100 * value:.1f} %"
+
+
+def _ms(stage_figures: dict[str, float] | None, stage: str) -> str | None:
+    value = (stage_figures or {}).get(stage)
+    return None if value is None else f"{value:,.1f}"
+
+
+def _memory_cgroup_section(page: Page, rows: list[BacklogRow]) -> None:
+    """Runs with the broker in a memory cgroup (--memory-max, tox -e backlog-large): the tail group's read rate,
+    the head readers' latency by stage, the group's cache against its limit."""
+    limited = [r for r in rows if r.plan.memory_limit_bytes is not None]
+    page.heading("A backlog beyond the page cache: head and tail readers")
+    if not limited:
+        page.paragraph("No run here had its broker in a memory cgroup (--memory-max; tox -e backlog-large as root), "
+                       "so every backlog above fitted in the page cache this machine had free.", note=True)
+        return
+    page.table(
+        ["run", "backlog (GiB)", "memory limit (GiB)", "beyond the cache", "tail read rate (msg/s)",
+         "head p50 / p99 in build (ms)", "head p50 / p99 in drain (ms)", "cache max in drain (MiB)",
+         "broker major faults in drain", "OOM kills", "head group behind at the drain's start (msgs)"],
+        [(r.plan.run_id, fixed(None if r.plan.backlog_bytes is None else r.plan.backlog_bytes / 2**30, 2),
+          fixed((r.plan.memory_limit_bytes or 0) / 2**30, 2), "yes" if r.plan.beyond_cache else "no",
+          fixed(r.read_rate, 1),
+          f"{_ms(r.plan.head_p50_ms, 'build')} / {_ms(r.plan.head_p99_ms, 'build')}",
+          f"{_ms(r.plan.head_p50_ms, 'drain')} / {_ms(r.plan.head_p99_ms, 'drain')}",
+          fixed(None if r.plan.cache_max_in_drain_bytes is None else r.plan.cache_max_in_drain_bytes / 2**20, 1),
+          r.plan.major_faults_in_drain, r.plan.oom_kills, (r.plan.head_backlog_msgs or {}).get("drain"))
+         for r in limited], text_columns=1)
+    page.paragraph(
+        "The broker ran in a memory cgroup of the given limit (harness/memory_cgroup.py): the kernel charges page "
+        "cache to the group that faults it in, so a backlog larger than the limit cannot be cached whole and its "
+        "drain reads from disk. Tail: the run's own consumer group, paused for the build, draining from the "
+        "backlog's start. Head: a second group, never paused, reading what the producers send meanwhile; its "
+        "send-to-consume latency (delivery − born time) in the build and in the drain shows what the tail's disk "
+        "reads cost the readers at the head, provided they were at the head (the last column: the head group's "
+        "backlog as the broker reported it when the drain began; thousands = the head readers had fallen behind "
+        "during the build and their latency includes that). Cache and major faults: the group's memory.stat and "
+        "the broker's /proc/PID/stat, sampled every 0.5 s.", note=True)
 
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERENCE) -> ReportOutput:
@@ -168,6 +213,7 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
             "measured at the build and right after a cold run's drop. drop_caches evicts only clean, unmapped pages: "
             "the broker maps its commit log, so a cold run may still find the backlog cached, and then its drain "
             "is a hot figure. The cached columns are the page_cache_bytes metric of all commit-log files.", note=True)
+        _memory_cgroup_section(page, rows)
         summaries = mode_summaries(spark, rows)
         if len(summaries) == 2:
             hot, cold = (next(s for s in summaries if s.mode == m) for m in ("hot", "cold"))
@@ -187,7 +233,7 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
         rated = [r for r in rows if r.read_rate is not None and r.drain_rate is not None]
         if rated:
             files.append(bar_plot(report_dir / "drain_rates.png", "Backlog read and drain rates",
-                                  [f"{r.plan.run_id} ({'cold' if r.plan.cold else 'hot'})" for r in rated],
+                                  [f"{r.plan.run_id} ({_heat(r)})" for r in rated],
                                   {"read rate": [r.read_rate or 0.0 for r in rated],
                                    "net drain rate": [r.drain_rate or 0.0 for r in rated]}, "messages/s"))
             page.figure("drain_rates.png", "read and drain rates per backlog run")

@@ -156,3 +156,25 @@ def test_load_metrics_reads_parquet_and_jsonl_runs_alike(spark, backlogs):
     labels = {r["label"] for r in df.where("metric = 'page_cache_bytes'").select("label").distinct().collect()}
     assert labels == {"commitlog", "consumequeue", "index"}
     assert load_metrics(spark, []).count() == 0
+
+
+def test_a_memory_cgroup_run_has_its_limit_head_and_cache_figures(backlogs):
+    """results.backlog of a --memory-max run (scenarios/backlog_control.py) as the plan reads it."""
+    run = discover_runs(backlogs.runs_dir)[0]
+    meta = dict(run.meta)
+    results = dict(meta["results"]["backlog"])
+    backlog = results["backlog_bytes"]
+    results["memory_cgroup"] = {"version": "v1", "limit_bytes": backlog // 2, "oom_kills": 0, "stages": {
+        "build": {"cache_max_bytes": 7, "broker_major_faults": 1},
+        "drain": {"cache_max_bytes": backlog // 3, "broker_major_faults": 4321}}}
+    results["head"] = {"build": {"n": 10, "p50_ms": 2.0, "p99_ms": 5.0}, "drain": {"n": 9, "p50_ms": 3.0,
+                                                                                  "p99_ms": 80.5}}
+    plan = backlog_plan(type(run)(run.run_id, run.path, {**meta, "results": {"backlog": results}}))
+    assert plan is not None and plan.beyond_cache
+    assert (plan.memory_limit_bytes, plan.cache_max_in_drain_bytes, plan.major_faults_in_drain, plan.oom_kills) == (
+        backlog // 2, backlog // 3, 4321, 0)
+    assert plan.head_p99_ms == {"build": 5.0, "drain": 80.5} and plan.head_p50_ms == {"build": 2.0, "drain": 3.0}
+    assert "memory cgroup" in plan.scale
+    unlimited = backlog_plan(run)
+    assert unlimited is not None and not unlimited.beyond_cache and unlimited.head_p99_ms is None
+    assert "not limited" in unlimited.scale

@@ -2,7 +2,7 @@
 
 import csv
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -143,3 +143,49 @@ def test_pages_a_record_touches_and_the_fio_limit():
     assert bc.pages_per_record(4097) == 2.0
     assert bc.fio_limit(8_000.0, 2049.0) == pytest.approx(8_000 / 1.5)
     assert bc.fio_limit(None, 1000.0) is None
+
+
+def _beyond_cache(row: BacklogRow, limit: int) -> BacklogRow:
+    """The same drain, as a run whose broker sat in a memory cgroup of ``limit`` bytes (--memory-max)."""
+    plan = replace(row.plan, cold_requested=False, cache_dropped=False, memory_limit_bytes=limit,
+                   cache_max_in_drain_bytes=limit // 2, major_faults_in_drain=1234, oom_kills=0,
+                   head_p99_ms={"build": 40.0, "drain": 250.0}, head_p50_ms={"drain": 9.0})
+    return replace(row, plan=plan)
+
+
+def test_a_backlog_beyond_the_brokers_cgroup_is_what_the_cold_read_claim_is_judged_on(capacity):
+    r = capacity.rows
+    backlog = r["cold-disk"].plan.backlog_bytes
+    assert backlog is not None
+    large = _beyond_cache(r["cold-disk"], backlog // 4)
+    assert large.plan.beyond_cache and not r["cold-disk"].plan.beyond_cache
+    f = bc.cold_read_finding([r["hot"], r["cold-slow"], large])  # the slow --cold run is not what decides now
+    assert f.verdict is Verdict.HELD and f.runs == (large.plan.run_id,)
+    assert f"the broker in a {backlog / 4 / 2**30:.2f} GiB memory cgroup" in f.measured
+    assert "1234 major faults" in f.detail and "p99 of 250 ms (during the build: 40 ms)" in f.detail
+    assert f.figures["memory_limit_bytes"] == backlog // 4 and f.figures["head_p99_ms_in_drain"] == 250.0
+    # Messages larger than the seed's 1 KiB: a rate under 5,000 msg/s does not judge the claim, one above it does.
+    slow = replace(large, plan=replace(large.plan, message_bytes=16384), receives_in_drain=1)
+    big = bc.cold_read_finding([slow])
+    assert big.verdict is Verdict.INCONCLUSIVE and "--message-size 1024" in big.detail
+    fast_big = bc.cold_read_finding([replace(large, plan=replace(large.plan, message_bytes=16384))])
+    assert fast_big.verdict is Verdict.HELD
+    # A limit above the backlog does not make the drain read from disk: the --cold runs decide, and it says so.
+    roomy = _beyond_cache(r["cold-disk"], backlog * 2)
+    fallback = bc.cold_read_finding([r["hot"], r["cold-disk"], roomy])
+    assert fallback.runs == (r["cold-disk"].plan.run_id,)
+    assert "Judged from small backlogs" in fallback.detail and "tox -e backlog-large" in fallback.detail
+
+
+def test_page_cache_capacity_says_which_backlog_it_was_judged_at(capacity):
+    r, prints = capacity.rows, capacity.prints
+    backlog = r["hot"].plan.backlog_bytes
+    assert backlog is not None
+    large = _beyond_cache(r["hot"], backlog // 4)
+    f = bc.page_cache_finding(list(prints.values()), [large, *(v for k, v in r.items() if k != "hot")])
+    assert f.runs == (prints["hot"].run_id,)  # only the run beyond its cgroup
+    assert f"Judged at a {backlog / 2**30:.2f} GiB (" in f.detail and "backlog, the broker in a" in f.detail
+    assert "the broker's cache peaked at" in f.detail
+    small = bc.page_cache_finding(list(prints.values()), list(r.values()))
+    assert len(small.runs) == len(prints)
+    assert "no run had a backlog larger than the broker's memory cgroup" in small.detail
