@@ -161,6 +161,13 @@ class MetricName(StrEnum):
     PAGE_CACHE_BYTES = "page_cache_bytes"
     SEND_TPS = "send_tps"
     CONSUME_TPS = "consume_tps"
+    # The host's page cache and reclaim (harness/vm_stats.py): /proc/meminfo and /proc/vmstat, label "".
+    HOST_DIRTY_BYTES = "host_dirty_bytes"
+    HOST_WRITEBACK_BYTES = "host_writeback_bytes"
+    VM_NR_DIRTY = "vm_nr_dirty"
+    VM_NR_WRITEBACK = "vm_nr_writeback"
+    VM_PGMAJFAULT = "vm_pgmajfault"
+    VM_ALLOCSTALL = "vm_allocstall"
 
 
 OPS: Final = frozenset(o.value for o in Op)
