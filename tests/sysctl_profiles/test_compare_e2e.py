@@ -56,9 +56,24 @@ def _running(runs: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
     try:
         yield proc
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # a test that failed: its workload's process group too, then the experiment
+            for child in _children(proc.pid):
+                if _group_alive(child):
+                    os.killpg(child, signal.SIGKILL)
             proc.kill()
             proc.wait()
+
+
+def _workload_running(runs: Path) -> bool:
+    """The locust workload's run has begun: its broker is up and described in meta.json. (A Ctrl-C while locust
+    is still starting can hang it in a logging lock, docs/profiles.md — not what this test is about.)"""
+    for meta in runs.glob("*/meta.json"):
+        try:
+            if json.loads(meta.read_text()).get("broker"):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def _children(pid: int) -> list[int]:
@@ -121,11 +136,13 @@ def test_two_profiles_every_workload_then_the_machine_as_before(tmp_path: Path) 
         assert names.count("host_dirty_bytes") >= 4 and "commitlog_max_offset" in names
 
 
+@pytest.mark.slow  # locust ends its run after the SIGINT with its drain and final read: ~65 s on the busy VM
 def test_interrupted_while_a_workload_runs_restores_and_starts_nothing_more(tmp_path: Path) -> None:
     before = read_values(watched_keys())
     runs = tmp_path / "runs"
     with _running(runs, "--profiles", "low-latency-async,rocketmq-os") as proc:
-        _wait(lambda: read_values(LOW_LATENCY) == LOW_LATENCY, 60, "low-latency-async applied by the workload")
+        _wait(lambda: read_values(LOW_LATENCY) == LOW_LATENCY and _workload_running(runs), 120,
+              "low-latency-async applied and the workload running")
         proc.send_signal(signal.SIGINT)  # Ctrl-C: forwarded to the workload, which restores and ends
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
@@ -143,8 +160,8 @@ def test_a_workload_killed_before_its_own_restore_is_restored_by_the_experiment(
     pgid = None
     with _running(runs, "--profiles", "low-latency-async") as proc:
         try:
-            _wait(lambda: read_values(LOW_LATENCY) == LOW_LATENCY and DEFAULT_STATE_FILE.exists(), 60,
-                  "low-latency-async applied by the workload")
+            _wait(lambda: read_values(LOW_LATENCY) == LOW_LATENCY and DEFAULT_STATE_FILE.exists()
+                  and _workload_running(runs), 120, "low-latency-async applied and the workload running")
             (child,) = _children(proc.pid)
             pgid = os.getpgid(child)
             assert pgid == child != os.getpgid(proc.pid)  # the workload runs in its own process group
