@@ -40,6 +40,7 @@ from harness.launcher import BrokerProcess, LaunchError, Process, Topology
 from harness.records import FaultKind, RunRecord, WallClock
 from harness.records.run import write_json_atomic
 from harness.rocketmq import BrokerImpl
+from harness.vm_stats import VmSampler
 from reference_broker.remoting.errors import RemotingError
 from reference_broker.tools import admin
 
@@ -466,6 +467,8 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
                               record.metrics_writer(), record.clock, workload.counters)
             sampler.start()
             stack.callback(sampler.stop)
+            vm_sampler = VmSampler(record.metrics_writer("vm").record, clock=record.clock.now_ns).start()
+            stack.callback(vm_sampler.stop)
             wait_first_ack(workload)
             cell = Cell(spec, record, topo, broker, store_root, workload, ledger, rng)
             cell.broker_started = broker_started

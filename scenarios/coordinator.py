@@ -45,6 +45,7 @@ from harness.peer_drivers import ACK_PROMISES
 from harness.peers import PeerServer
 from harness.records import MetricsWriter, RunRecord, load_events, validate_run
 from harness.records.findings import record as record_finding
+from harness.vm_stats import VmSampler
 from reference_broker.broker.broker_config import BROKER_KEYS, load_broker_conf
 from reference_broker.store.config import ROCKETMQ_KEYS
 from scenarios.agent import Agent
@@ -238,6 +239,7 @@ class _Run:
         self.record: RunRecord | None = None
         self.metrics: MetricsWriter | None = None
         self.sampler: MetricsSampler | None = None
+        self.vm_sampler: VmSampler | None = None
         self.hub: Hub | None = None
         self.agent: Agent | None = None
         self.ctx: RunContext | None = None
@@ -302,6 +304,8 @@ class _Run:
             self.metrics.record, brokers, runtime_info=self.driver.runtime_info,
             backlog=lambda: {info.group: self.driver.backlog(info.group, info.all_topics).total},
             counts=lambda: (hub.totals().ok, hub.totals().received)).start()
+        # The host's dirty page cache and reclaim, finer than once a second: what a sysctl profile changes.
+        self.vm_sampler = VmSampler(rec.metrics_writer("vm").record, clock=rec.clock.now_ns).start()
         run_time = getattr(opts, "run_time", None)
         self.ctx = RunContext(s, info, hub, self.driver, rec, brokers, float(run_time) if run_time else None,
                               self.results, memory_cgroup=co.memory_cgroup,
@@ -424,6 +428,9 @@ class _Run:
                 self.sampler.stop()
                 self.results["sampler"] = {"rounds": self.sampler.stats.rounds, "errors": self.sampler.stats.errors,
                                            "last_error": self.sampler.stats.last_error}
+            if self.vm_sampler is not None:
+                self.vm_sampler.stop()
+                self.results["vm_sampler"] = self.vm_sampler.stats()
             try:
                 rec.finish(results=self.results)
             except Exception as exc:  # finishing the record: the error goes into the results
@@ -463,6 +470,8 @@ class _Run:
             self.agent.finish()
         if self.sampler is not None:
             self.sampler.stop(final_sample=False)
+        if self.vm_sampler is not None:
+            self.vm_sampler.stop(final_sample=False)
         if self.record is not None:
             try:
                 self.record.finish(results={"aborted": why})

@@ -10,4 +10,4 @@ from typing import Final
 
 REPORT_NAMES: Final = ("offset-overflow", "latency", "loss", "flush-compare", "recovery", "queues",
                        "accumulation", "backlog-capacity", "transactions",
-                       "filtering")
+                       "filtering", "profiles")

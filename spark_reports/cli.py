@@ -19,6 +19,7 @@ from spark_reports.jobs import (
     latency,
     loss,
     offset_overflow,
+    profiles,
     queues,
     recovery,
     transactions,
@@ -26,7 +27,7 @@ from spark_reports.jobs import (
 
 JOBS: Final[dict[str, Job]] = {job.name: job for job in (
     offset_overflow.JOB, latency.JOB, loss.JOB, flush_compare.JOB, recovery.JOB, queues.JOB, accumulation.JOB,
-    backlog_capacity.JOB, transactions.JOB, filtering.JOB)}
+    backlog_capacity.JOB, transactions.JOB, filtering.JOB, profiles.JOB)}
 assert tuple(JOBS) == REPORT_NAMES
 
 

@@ -39,6 +39,9 @@ DESCRIPTIONS: Final = {
                     "beside the faults, and the check-back latency of the UNKNOW ones.",
     "filtering": "Tag, SQL92 and FilterServer filtering at the same selectivity: broker CPU per delivered message, "
                  "bytes on the wire to the consumer and deliveries/s.",
+    "profiles": "The vm.* sysctl profiles compared (python -m sysctl_profiles compare): per profile send latency "
+                "and its stalls over time beside Dirty/Writeback, throughput, and the acknowledged data a power "
+                "cut takes, with one measured sentence on each profile's trade.",
 }
 
 

@@ -1,4 +1,4 @@
-"""Command line: `python -m sysctl_profiles {list,show,diff,apply,restore}`.
+"""Command line: `python -m sysctl_profiles {list,show,diff,apply,restore,compare}`.
 
 Exit codes (ExitCode): apply passes the command's own code through (128 + N if it died of signal N);
 its own outcomes use 2 (error: nothing changed), 3 (profile not applied and --allow-unapplied not
@@ -19,6 +19,7 @@ import click
 
 from sysctl_profiles import procsys
 from sysctl_profiles.catalog import load_profile, profile_names
+from sysctl_profiles.compare import PROFILES, WORKLOADS, CompareSpec, Workload, run_compare, summary_lines
 from sysctl_profiles.errors import RestoreError, SysctlProfileError
 from sysctl_profiles.plan import DiffStatus, Unavailable, check_targets, diff_rows
 from sysctl_profiles.profile import Keep, Profile, RamScaled, resolve
@@ -242,3 +243,42 @@ def values(keys: tuple[str, ...]) -> None:
         else:
             click.echo(f"{key} = {reading}")
     sys.exit(ExitCode.ERROR if failed else ExitCode.OK)
+
+
+@main.command()
+@click.option("--profiles", default=",".join(PROFILES), show_default=True, help="Profiles, comma-separated.")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+              show_default=True, help="Where the run records (and profiles-<id>.json) go.")
+@click.option("--seconds", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Length of each throughput and latency workload.")
+@click.option("--cycles", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Power cuts per profile (ASYNC_FLUSH power-loss cell).")
+@click.option("--latency-rate", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Offered rate of the latency workloads, msg/s; 0 = half the first profile's throughput.")
+@click.option("--workloads", default=",".join(WORKLOADS), show_default=True,
+              help="Workloads, comma-separated: throughput, latency, power_loss.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Scratch for the power-loss cells' stores and disk images (default $TMPDIR).")
+def compare(profiles: str, runs_dir: Path, seconds: int, cycles: int, latency_rate: float, workloads: str,
+            work_dir: Path | None) -> None:
+    """The same throughput, half-rate latency and ASYNC power-loss workloads under each profile; the machine's
+    values restored after each workload and at the end (also on failure or Ctrl-C). Report: python -m
+    spark_reports profiles."""
+    names = tuple(p.strip() for p in profiles.split(",") if p.strip())
+    try:
+        chosen = tuple(Workload(w.strip()) for w in workloads.split(",") if w.strip())
+    except ValueError:
+        raise click.BadParameter(f"{workloads!r}: expected {', '.join(WORKLOADS)}", param_hint="--workloads") from None
+    spec = CompareSpec(profiles=names, runs_dir=runs_dir, seconds=seconds, cycles=cycles, latency_rate=latency_rate,
+                       work_dir=work_dir, workloads=chosen)
+    try:
+        manifest, code = run_compare(spec, _say)
+    except RestoreError as e:
+        _fail(str(e), ExitCode.RESTORE_FAILED)
+    except SysctlProfileError as e:
+        _fail(str(e))
+    for line in summary_lines(manifest):
+        click.echo(line)
+    if not manifest["restore"]["restored"]:
+        code = ExitCode.RESTORE_FAILED
+    sys.exit(code)

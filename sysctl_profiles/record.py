@@ -29,6 +29,11 @@ def write_record(path: Path, entry: dict[str, Any]) -> None:
 
 def update_run_meta(run_dir: Path, entry: dict[str, Any]) -> Path:
     """Set meta.json's "sysctl" entry, keeping every other key; returns the meta.json path."""
+    return update_meta_key(run_dir, META_KEY, entry)
+
+
+def update_meta_key(run_dir: Path, key: str, entry: Any) -> Path:
+    """Set one key of meta.json, keeping every other key (creating a minimal file when absent)."""
     meta_path = run_dir / META_FILE
     meta: dict[str, Any] = {}
     if meta_path.exists():
@@ -36,6 +41,6 @@ def update_run_meta(run_dir: Path, entry: dict[str, Any]) -> Path:
         if not isinstance(loaded, dict):
             raise ValueError(f"{meta_path}: expected a JSON object")
         meta = loaded
-    meta[META_KEY] = entry
+    meta[key] = entry
     write_atomic(meta_path, (json.dumps(meta, indent=2) + "\n").encode())
     return meta_path

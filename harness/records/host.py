@@ -56,8 +56,11 @@ def git_state(cwd: Path | None = None) -> tuple[str | None, bool | None]:
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
                              timeout=10, check=True).stdout.strip()
+        # No index refresh (GIT_OPTIONAL_LOCKS=0): a run killed while `git status` held index.lock would leave
+        # the lock behind and block every later git command in the checkout.
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+                               capture_output=True, text=True, timeout=10, check=True,
+                               env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"}).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None, None
     return (rev or None), bool(dirty)

@@ -172,6 +172,13 @@ class MetricName(StrEnum):
     CGROUP_CACHE_BYTES = "cgroup_cache_bytes"
     CGROUP_USAGE_BYTES = "cgroup_usage_bytes"
     BROKER_MAJOR_FAULTS = "broker_major_faults"
+    # The host's page cache and reclaim (harness/vm_stats.py): /proc/meminfo and /proc/vmstat, label "".
+    HOST_DIRTY_BYTES = "host_dirty_bytes"
+    HOST_WRITEBACK_BYTES = "host_writeback_bytes"
+    VM_NR_DIRTY = "vm_nr_dirty"
+    VM_NR_WRITEBACK = "vm_nr_writeback"
+    VM_PGMAJFAULT = "vm_pgmajfault"
+    VM_ALLOCSTALL = "vm_allocstall"
 
 
 OPS: Final = frozenset(o.value for o in Op)

@@ -55,7 +55,8 @@ def assert_good_run(proc: subprocess.CompletedProcess[str], run: Path, scenario:
     assert meta["results"]["load"]["ok"] == check["acknowledged"]
     metrics = set(load_metrics(run)["metric"].to_pylist())
     required = {"commitlog_max_offset", "dispatch_lag_bytes", "backlog_msgs", "disk_used_ratio", "send_tps",
-                "consume_tps"}
+                "consume_tps", "host_dirty_bytes", "host_writeback_bytes", "vm_nr_dirty", "vm_pgmajfault",
+                "vm_allocstall"}  # the host's page cache beside the broker's (harness/vm_stats.py)
     if impl_prefix == "reference_broker":  # RocketMQ 4.9.8's runtime info has no flushed offset
         required.add("commitlog_flushed_offset")
     assert metrics >= required, metrics

@@ -38,7 +38,7 @@ def test_reports_over_a_real_backlog_run(spark: SparkSession, tmp_path: Path) ->
         page = output.index.read_text(encoding="utf-8")
         assert all((output.index.parent / r).is_file() for r in local_references(page)), name
         assert run_dir.name in page or name in ("recovery", "queues", "flush-compare", "transactions",
-                                                              "filtering"), name
+                                                              "filtering", "profiles"), name
     index = write_site_index(out, runs)
     front = index.read_text(encoding="utf-8")
     assert all((index.parent / r).is_file() for r in local_references(front))
