@@ -21,7 +21,11 @@ th, td { border: 1px solid #bbb; padding: 0.2rem 0.5rem; text-align: right; }
 th { background: #eee; } td.text, th.text { text-align: left; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5rem 0; }
 .note { color: #555; font-size: 0.9rem; }
+p.finding { font-size: 1.15rem; border-left: 4px solid #2b7bba; padding: 0.3rem 0.8rem; background: #f3f7fb; }
 """
+
+
+_FIGURE = '<p class="figure">'
 
 
 class MissingReferenceError(RuntimeError):
@@ -75,10 +79,21 @@ def _cell(value: object) -> str:
 
 @dataclass
 class Page:
-    """An HTML page assembled from escaped parts."""
+    """An HTML page assembled from escaped parts.
+
+    A page opens with its finding: one sentence computed from the data (``finding``), then its main figure
+    (the one marked ``main``, else the first), then the other parts in the order they were added, so the tables
+    come below what they support.
+    """
 
     title: str
     parts: list[str] = field(default_factory=list)
+    lead: str | None = None
+    main_part: int | None = None  # index into ``parts`` of the main figure
+
+    def finding(self, sentence: str) -> None:
+        """The page's one-sentence finding, shown first (the last call wins)."""
+        self.lead = sentence
 
     def heading(self, text: str, level: int = 2) -> None:
         self.parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
@@ -100,17 +115,30 @@ class Page:
         body.extend(row_html([_cell(v) for v in row], "td") for row in rows)
         self.parts.append("<table>" + "\n".join(body) + "</table>")
 
-    def figure(self, src: str, alt: str) -> None:
-        self.parts.append(f'<p><img src="{html.escape(src)}" alt="{html.escape(alt)}"></p>')
+    def figure(self, src: str, alt: str, *, main: bool = False) -> None:
+        """An image; ``main`` makes it the figure shown under the finding (else the first figure is)."""
+        if main or self.main_part is None:
+            self.main_part = len(self.parts)
+        self.parts.append(f'{_FIGURE}<img src="{html.escape(src)}" alt="{html.escape(alt)}"></p>')
 
     def links(self, items: Iterable[tuple[str, str]]) -> None:
         lis = "".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a></li>' for href, text in items)
         self.parts.append(f"<ul>{lis}</ul>")
 
+    def ordered_parts(self) -> list[str]:
+        """The body in page order: the finding, the main figure, then the rest as added."""
+        parts = list(self.parts)
+        head = []
+        if self.lead is not None:
+            head.append(f'<p class="finding">{html.escape(self.lead)}</p>')
+            if self.main_part is not None:
+                head.append(parts.pop(self.main_part))
+        return head + parts
+
     def render(self) -> str:
         title = html.escape(self.title)
         return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-                f"<style>{_STYLE}</style></head><body>\n<h1>{title}</h1>\n" + "\n".join(self.parts)
+                f"<style>{_STYLE}</style></head><body>\n<h1>{title}</h1>\n" + "\n".join(self.ordered_parts())
                 + "\n</body></html>\n")
 
     def write(self, path: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Final
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from spark_reports.fault_bands import fault_bands
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.percentiles import (
@@ -31,9 +32,9 @@ from spark_reports.percentiles import (
     MIN_ACCURACY,
     PERCENTILES,
 )
-from spark_reports.plots import cdf_plot, window_plot
+from spark_reports.plots import cdf_panels, fault_scatter, window_panels
 from spark_reports.report_io import finish_report, make_report_dir
-from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events
+from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events, read_faults
 
 NAME: Final = "latency"
 WINDOW_NS: Final = 10_000_000_000
@@ -170,6 +171,55 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
+def panel_of(run: RunInfo) -> str:
+    """The small-multiples panel a run is drawn in: its scenario (a chaos run's names its fault and flush mode)."""
+    return run.scenario
+
+
+def finding_sentence(whole: Sequence[Stats], panels: Mapping[str, str]) -> str:
+    """The page's one sentence, from the run totals: the spread of send-latency p99 over the runs, and the run
+    with the worst tail (its scenario, p99.9 and maximum)."""
+    send = [s for s in whole if s.metric is Metric.SEND and s.samples]
+    if not send:
+        return "No acknowledged send in these runs, so no send latency to report."
+    p99 = sorted(send, key=lambda s: s.value("p99") or 0)
+    best, worst = p99[0], p99[-1]
+    scenarios = len({panels.get(s.run_id, "?") for s in send})
+    return (f"Send latency p99 ranged from {_fmt_ms(best.value('p99'))} ms ({panels.get(best.run_id, '?')}) to "
+            f"{_fmt_ms(worst.value('p99'))} ms ({panels.get(worst.run_id, '?')}, p99.9 "
+            f"{_fmt_ms(worst.value('p99.9'))} ms, max {_fmt_ms(worst.value('max'))} ms) over {len(send)} runs "
+            f"in {scenarios} scenario{'s' if scenarios != 1 else ''}.")
+
+
+def _fmt_ms(ns: int | None) -> str:
+    return "–" if ns is None else f"{ns / 1e6:,.3g}" if ns < 10**9 else f"{ns / 1e6:,.0f}"
+
+
+MAX_SCATTER_POINTS: Final = 40_000  # per run: more points only overdraw; a larger run is sampled uniformly
+
+
+def send_points(spark: SparkSession, runs: Sequence[RunInfo], starts: Mapping[str, int],
+                limit: int = MAX_SCATTER_POINTS) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """Each send of ``runs``: ``[run][outcome] = [(s since the run's start, latency ms)]``; a run with more than
+    ``limit`` sends is sampled (a fixed seed, so the same runs draw the same points)."""
+    if not runs:
+        return {}
+    events = load_events(spark, runs, ["op", "start_ns", "end_ns", "outcome"])
+    sends = events.where(F.col("op") == "send")
+    counts = {str(r[0]): int(r[1]) for r in sends.groupBy("run_id").count().collect()}
+    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for run_id, n in counts.items():
+        rows = sends.where(F.col("run_id") == run_id)
+        if n > limit:
+            rows = rows.sample(fraction=limit / n, seed=1)
+        per: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        start = starts.get(run_id, 0)
+        for r in rows.select("start_ns", "end_ns", "outcome").collect():
+            per[str(r["outcome"])].append(((r["start_ns"] - start) / 1e9, max(0, r["end_ns"] - r["start_ns"]) / 1e6))
+        out[run_id] = dict(per)
+    return out
+
+
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY,
         window_accuracy: int = DEFAULT_WINDOW_ACCURACY, broker: str = REFERENCE) -> ReportOutput:
     runs = discover_runs(runs_dir, broker)
@@ -178,6 +228,7 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
     whole = [s for s in stats if s.window is None]
     windows = [s for s in stats if s.window is not None]
     value_labels = (*LABELS, "max")
+    panels = {r.run_id: panel_of(r) for r in runs}
 
     files = [
         write_csv(report_dir / "latency_summary.csv",
@@ -193,39 +244,49 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
     ]
 
     page = Page("Latency")
+    page.finding(finding_sentence(whole, panels))
     page.paragraph(
         "Percentiles are nearest-rank values from the raw event rows (Spark's percentile_approx); run totals "
         "are computed from all of a run's samples, never by combining windows. Rank error at most n/accuracy: "
         f"accuracy {accuracy:,} for run totals, {window_accuracy:,} for 10 s windows. Send latency counts "
         "acknowledged sends; publish delay counts every send attempt (0 in closed-loop runs); send-to-consume "
         "joins each delivery to the first send of its key, and deliveries of keys never sent are counted as "
-        "unmatched. Values in milliseconds.")
+        "unmatched. Values in milliseconds. Each figure has one panel per scenario (a chaos run's scenario names "
+        "its fault and flush mode), with the same axes on every panel; inside a panel, one line per run.")
+    starts = {r.run_id: r.started_at_ns for r in runs if r.started_at_ns is not None}
+    _chaos_section(spark, page, report_dir, files, runs, starts)
     for metric in Metric:
         page.heading(TITLES[metric])
         rows = [s for s in whole if s.metric is metric]
         if not rows:
             page.paragraph("No samples.", note=True)
             continue
-        header = ["run", "samples", *value_labels]
+        cdf_panels_: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(dict)
+        for s in sorted(rows, key=lambda s: (panels.get(s.run_id, "?"), s.run_id)):
+            if s.cdf:
+                cdf_panels_[panels.get(s.run_id, "?")][s.run_id] = [(p, v / 1e6) for p, v in s.cdf]
+        files.append(cdf_panels(report_dir / f"cdf_{metric.value}.png", TITLES[metric], cdf_panels_))
+        page.figure(f"cdf_{metric.value}.png", f"percentile plot of {metric.value}: one panel per scenario, "
+                    "one line per run", main=metric is Metric.SEND)
+        header = ["run", "scenario", "samples", *value_labels]
         if metric is Metric.SEND_TO_CONSUME:
-            header.insert(2, "unmatched receives")
+            header.insert(3, "unmatched receives")
         page.table(header, [
-            (s.run_id, s.samples, *([s.unmatched] if metric is Metric.SEND_TO_CONSUME else []),
-             *(_ms(s.value(lab)) for lab in value_labels)) for s in rows])
-        cdf_series = {s.run_id: [(p, v / 1e6) for p, v in s.cdf] for s in rows if s.cdf}
-        files.append(cdf_plot(report_dir / f"cdf_{metric.value}.png", TITLES[metric], cdf_series))
-        page.figure(f"cdf_{metric.value}.png", f"CDF of {metric.value} per run")
-        per_run: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+            (s.run_id, panels.get(s.run_id, "?"), s.samples,
+             *([s.unmatched] if metric is Metric.SEND_TO_CONSUME else []),
+             *(_ms(s.value(lab)) for lab in value_labels)) for s in rows], text_columns=2)
+        per_panel: dict[str, dict[str, dict[str, list[tuple[float, float]]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(list)))
         metric_windows = [s for s in windows if s.metric is metric and s.samples]
         for s in metric_windows:
             start_s = (s.window or 0) * WINDOW_NS / 1e9
             for lab in ("p50", "p99", "max"):
                 value = s.value(lab)
                 if value is not None:
-                    per_run[s.run_id][lab].append((start_s, value / 1e6))
-        files.append(window_plot(report_dir / f"windows_{metric.value}.png", f"{TITLES[metric]}, per 10 s window",
-                                 per_run))
-        page.figure(f"windows_{metric.value}.png", f"{metric.value} per 10 s window")
+                    per_panel[panels.get(s.run_id, "?")][s.run_id][lab].append((start_s, value / 1e6))
+        files.append(window_panels(report_dir / f"windows_{metric.value}.png",
+                                   f"{TITLES[metric]}, per 10 s window", dict(sorted(per_panel.items()))))
+        page.figure(f"windows_{metric.value}.png", f"{metric.value} per 10 s window, one panel per scenario")
         if len(metric_windows) <= MAX_HTML_WINDOW_ROWS:
             page.table(["run", "window start (s)", "samples", *value_labels],
                        [(s.run_id, str((s.window or 0) * WINDOW_NS // 10**9), s.samples,
@@ -233,6 +294,29 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
         else:
             page.paragraph(f"{len(metric_windows)} windows: see latency_windows.csv.", note=True)
     return finish_report(page, report_dir, NAME, runs, files, link_csvs=True)
+
+
+def _chaos_section(spark: SparkSession, page: Page, report_dir: Path, files: list[Path], runs: Sequence[RunInfo],
+                   starts: Mapping[str, int]) -> None:
+    """Jepsen's latency-over-time chart for each run with faults: every send a point (colour by outcome), each
+    fault a band from its start to its recovery, read from the run's faults.jsonl."""
+    bands = {r.run_id: b for r in runs if r.run_id in starts and (b := fault_bands(read_faults(r), starts[r.run_id]))}
+    if not bands:
+        return
+    page.heading("Send latency over time, faults shaded (runs with faults)")
+    page.paragraph("Each send is a point at its start: blue acknowledged, red failed, orange unknown (timed out: "
+                   "the producer cannot tell). Each grey band runs from a fault (from faults.jsonl) to the line that "
+                   "ends it: the restart, resume, heal or freed space.", note=True)
+    points = send_points(spark, [r for r in runs if r.run_id in bands], starts)
+    rows = []
+    for run_id, run_bands in bands.items():
+        name = f"faults_{run_id}.png"
+        files.append(fault_scatter(report_dir / name, f"{run_id}: send latency over time", points.get(run_id, {}),
+                                   run_bands))
+        page.figure(name, f"send latency over time of {run_id}, faults shaded")
+        rows += [(run_id, b.label, f"{b.start_s:.3f}", f"{b.end_s:.3f}", f"{b.end_s - b.start_s:.3f}")
+                 for b in run_bands]
+    page.table(["run", "fault", "start (s)", "recovered (s)", "down (s)"], rows, text_columns=2)
 
 
 JOB: Final = Job(NAME, run, percentile_options=True)
