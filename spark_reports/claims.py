@@ -9,7 +9,7 @@ run records (never from constants), states the figure it measured, the runs it u
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -89,6 +89,38 @@ CLAIMS: Final[tuple[Claim, ...]] = (
 )
 CLAIM_BY_ID: Final = {c.id: c for c in CLAIMS}
 
+# The figure (a key of ``Finding.figures``) each claim's verdict turns on, and its unit: a claim judged over
+# repeated runs shows this figure's spread (min–max over the runs) beside "held in k of n".
+HEADLINE: Final[dict[ClaimId, tuple[str, str]]] = {
+    ClaimId.SYNC_NO_LOSS: ("lost", "acknowledged lost"),
+    ClaimId.ASYNC_KILL9_NO_LOSS: ("lost", "acknowledged lost"),
+    ClaimId.ASYNC_POWER_LOSS_TAIL: ("window_max_bytes", "B unflushed at the worst crash"),
+    ClaimId.RECOVERY_CHECKPOINT: ("checkpointed_growth", "× checkpointed kill -9 recovery, largest ÷ smallest log"),
+    ClaimId.DISK_FULL_PROTECTION: ("refused", "sends refused while full"),
+    ClaimId.QUEUES_10K: ("worst_rate_share", "× the fewest-queue phase's rate"),
+    ClaimId.COLD_BACKLOG_READ: ("read_rate_msgs_per_s", "msg/s from disk"),
+    ClaimId.PAGE_CACHE_CAPACITY: ("messages_in_96_gib", "messages of 1 KiB in 96 GiB"),
+    ClaimId.OFFSET_616_YEARS: ("years_4k_1e10_per_day", "years"),
+    ClaimId.REPLICATION_MASTER_LOSS: ("async_kept_share", "of ASYNC_MASTER's acknowledged kept"),
+}
+
+# Why one run is enough for a claim the main job does not repeat (harness/pipeline.py runs it once): shown on the
+# page in place of a spread when a claim was judged from a single run.
+ONE_RUN_SUFFICES: Final[dict[ClaimId, str]] = {
+    ClaimId.SYNC_NO_LOSS: "every acknowledged message of every crash cycle is a trial, and one lost message "
+                          "decides it: more runs add trials, not a second opinion",
+    ClaimId.ASYNC_KILL9_NO_LOSS: "every acknowledged message of every kill -9 cycle is a trial, and one lost message "
+                                 "decides it",
+    ClaimId.ASYNC_POWER_LOSS_TAIL: "each crash cycle is a trial of the rule (loss within the unflushed window)",
+    ClaimId.OFFSET_616_YEARS: "the seed's table is arithmetic, the same on every run; the measured peak only places "
+                              "this machine on the chart",
+    ClaimId.PAGE_CACHE_CAPACITY: "bytes per message follow the store's record format for a message size, not the "
+                                 "machine's load",
+    ClaimId.DISK_FULL_PROTECTION: "each fill cycle is a trial of refusing writes and accepting them again",
+    ClaimId.REPLICATION_MASTER_LOSS: "judged from one SYNC_MASTER and one ASYNC_MASTER run; every acknowledged "
+                                     "message is a trial",
+}
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -102,6 +134,7 @@ class Finding:
     detail: str = ""  # why this verdict (threshold, caveats)
     figures: dict[str, float] = field(default_factory=dict)  # machine-readable figures behind `measured`
     per_run: dict[str, str] = field(default_factory=dict)  # run id -> that run's own verdict (``settle``)
+    per_run_figures: dict[str, float] = field(default_factory=dict)  # run id -> its HEADLINE figure (``settle``)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -116,7 +149,24 @@ class Finding:
                    report=str(d["report"]), runs=tuple(str(r) for r in d.get("runs", ())),
                    detail=str(d.get("detail", "")),
                    figures={str(k): float(v) for k, v in dict(d.get("figures", {})).items()},
-                   per_run={str(k): Verdict(v).value for k, v in dict(d.get("per_run", {})).items()})
+                   per_run={str(k): Verdict(v).value for k, v in dict(d.get("per_run", {})).items()},
+                   per_run_figures={str(k): float(v) for k, v in dict(d.get("per_run_figures", {})).items()})
+
+    def repeats(self) -> tuple[int, int]:
+        """(k, n): held in k of the n runs judged one by one; a finding not judged run by run counts its runs as
+        one judgement each with its own verdict when it has one run, else (0, 0)."""
+        judged = [v for v in self.per_run.values() if v in (Verdict.HELD.value, Verdict.NOT_HELD.value)]
+        if not judged and len(self.runs) == 1 and self.verdict in (Verdict.HELD, Verdict.NOT_HELD):
+            return (1 if self.verdict is Verdict.HELD else 0), 1
+        return sum(1 for v in judged if v == Verdict.HELD.value), len(judged)
+
+    def spread(self) -> tuple[float, float] | None:
+        """Min and max of the headline figure over the runs judged one by one (None without per-run figures)."""
+        values = list(self.per_run_figures.values())
+        if not values:
+            key = HEADLINE.get(self.claim, ("", ""))[0]
+            values = [self.figures[key]] if len(self.runs) == 1 and key in self.figures else []
+        return (min(values), max(values)) if values else None
 
 
 def settle(pooled: Finding, per_run: Mapping[str, Finding]) -> Finding:
@@ -124,20 +174,70 @@ def settle(pooled: Finding, per_run: Mapping[str, Finding]) -> Finding:
     own. Runs that disagree (some held, some not) make the claim "unsettled", with the count, rather than let
     the pooled figure decide; runs that agree keep the pooled verdict, and the page says "held in k of n"."""
     verdicts = {rid: f.verdict for rid, f in per_run.items()}
+    key = HEADLINE.get(pooled.claim, ("", ""))[0]
+    figures = {rid: f.figures[key] for rid, f in per_run.items() if key in f.figures}
     judged = [v for v in verdicts.values() if v in (Verdict.HELD, Verdict.NOT_HELD)]
     held = sum(1 for v in judged if v is Verdict.HELD)
     verdict, measured = pooled.verdict, pooled.measured
-    if len(judged) > 1:
-        if 0 < held < len(judged):
-            verdict = Verdict.UNSETTLED
-            measured = f"unsettled: held in {held} of {len(judged)} runs; pooled, {measured}"
-        else:
-            measured = f"held in {held} of {len(judged)} runs; {measured}"
+    if len(judged) > 1 and 0 < held < len(judged):
+        verdict = Verdict.UNSETTLED
+        measured = f"pooled over the runs, {measured}"
     detail = pooled.detail
     if len(verdicts) > 1:
         detail += " Run by run: " + ", ".join(f"{rid} {v.value}" for rid, v in sorted(verdicts.items())) + "."
     return replace(pooled, verdict=verdict, measured=measured, detail=detail,
-                   per_run={rid: v.value for rid, v in verdicts.items()})
+                   per_run={rid: v.value for rid, v in verdicts.items()}, per_run_figures=figures)
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 or value == int(value) else f"{value:,.3g}"
+
+
+def repeats_text(finding: Finding) -> str:
+    """How the claim fared over repeated runs, in words: "held in k of n runs", the spread of its headline figure
+    (min–max over the runs), each run's figure and verdict when they disagree, and why one run suffices when the
+    claim was judged from one. Empty for a claim nothing measured."""
+    if finding.verdict is Verdict.NOT_MEASURED:
+        return ""
+    k, n = finding.repeats()
+    unit = HEADLINE.get(finding.claim, ("", ""))[1]
+    spread = finding.spread()
+    if n == 0:
+        text = f"pooled over {len(finding.runs)} runs, not judged run by run" if finding.runs else "no run"
+    else:
+        text = f"held in {k} of {n} run{'s' if n != 1 else ''}"
+    if spread is not None:
+        lo, hi = spread
+        text += (f"; {_figure(lo)} {unit}" if n <= 1 else f"; {_figure(lo)} {unit} in every run" if lo == hi
+                 else f"; spread {_figure(lo)}–{_figure(hi)} {unit}")
+    if n == 1:
+        text += f"; one run: {ONE_RUN_SUFFICES.get(finding.claim, 'not repeated by the main job')}"
+    if finding.verdict is Verdict.UNSETTLED:
+        runs = [f"{rid} {finding.per_run[rid]}" + (f" at {_figure(finding.per_run_figures[rid])}"
+                                                   if rid in finding.per_run_figures else "")
+                for rid in sorted(finding.per_run)]
+        text += "; run by run: " + ", ".join(runs)
+    return text
+
+
+def settle_each(pooled: Sequence[Finding], judge: Callable[[str], Sequence[Finding]]) -> list[Finding]:
+    """``settle`` for every finding of a report: ``judge(run_id)`` judges the report's claims from that run alone.
+    A finding made from one run, or judged NOT_MEASURED, is kept as it is."""
+    cache: dict[str, Sequence[Finding]] = {}
+    out = []
+    for finding in pooled:
+        if len(finding.runs) < 2 or finding.verdict is Verdict.NOT_MEASURED:
+            out.append(finding)
+            continue
+        per_run = {}
+        for rid in finding.runs:
+            if rid not in cache:
+                cache[rid] = judge(rid)
+            mine = [f for f in cache[rid] if f.claim == finding.claim]
+            if mine:
+                per_run[rid] = mine[0]
+        out.append(settle(finding, per_run))
+    return out
 
 
 def write_findings(report_dir: Path, findings: list[Finding]) -> Path:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from spark_reports.claims import CLAIM_BY_ID, CLAIMS, Claim, ClaimId, Finding, Verdict
+from spark_reports.claims import CLAIM_BY_ID, CLAIMS, Claim, ClaimId, Finding, Verdict, repeats_text
 from spark_reports.html_report import Page
 
 VERDICT_STYLE: Final = {
@@ -59,8 +59,10 @@ def _measured_cell(finding: Finding | None) -> str:
     if finding is None:
         return (f'<td style="{_LEFT}">no report judged this claim: its runs have not been made or its report '
                 "has not been run</td>")
+    repeats = repeats_text(finding)
+    runs = f'<br><b class="repeats">{_e(repeats)}</b>' if repeats else ""
     detail = f'<br><span class="note">{_e(finding.detail)}</span>' if finding.detail else ""
-    return f'<td style="{_LEFT}">{_e(finding.measured)}{detail}</td>'
+    return f'<td style="{_LEFT}">{_e(finding.measured)}{runs}{detail}</td>'
 
 
 def claims_table(findings: Sequence[Finding], out_dir: Path) -> str:
@@ -148,6 +150,8 @@ def findings_section(page: Page, findings: Sequence[Finding]) -> None:
     for f in findings:
         claim: Claim = CLAIM_BY_ID[f.claim]
         rows.append(f'<tr><td style="{_LEFT}">{_e(claim.text)}</td>{verdict_cell(f.verdict)}'
-                    f'<td style="{_LEFT}">{_e(f.measured)}</td><td style="{_LEFT}">{_e(f.detail)}</td>'
+                    f'<td style="{_LEFT}">{_e(f.measured)}'
+                    + (f'<br><b class="repeats">{_e(r)}</b>' if (r := repeats_text(f)) else "")
+                    + f'</td><td style="{_LEFT}">{_e(f.detail)}</td>'
                     f"{runs_cell(f.runs)}</tr>")
     page.parts.append('<table class="findings">' + "\n".join(rows) + "</table>")

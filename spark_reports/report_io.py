@@ -8,7 +8,7 @@ A job's ``run`` makes the directory with ``make_report_dir``, builds its page an
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from spark_reports.claims import Finding, write_findings
+from spark_reports.claims import Finding, Verdict, repeats_text, write_findings
 from spark_reports.claims_html import findings_section
 from spark_reports.html_report import Page, ReportOutput, runs_section
 from spark_reports.run_records import RunInfo
@@ -35,10 +35,25 @@ def report_findings(page: Page, directory: Path, findings: Sequence[Finding]) ->
     return write_findings(directory, list(findings))
 
 
+def claims_sentence(findings: Sequence[Finding]) -> str | None:
+    """A page's one-sentence finding from the claims it judged: each judged claim's verdict and measured figure
+    (None when it judged none)."""
+    judged = [f for f in findings if f.verdict is not Verdict.NOT_MEASURED]
+    if not judged:
+        return None
+    return "; ".join(f"{f.claim.value} {f.verdict.value} ({repeats_text(f)}): {f.measured}" for f in judged) + "."
+
+
 def finish_report(page: Page, directory: Path, name: str, runs: Sequence[RunInfo], files: Sequence[Path], *,
                   link_csvs: bool = False, findings: Sequence[Finding] | None = None) -> ReportOutput:
     """End the page — a link to each CSV in ``files`` (``link_csvs``), the claims judged (``findings``, see
-    ``report_findings``), the runs used — write it as ``directory/index.html`` and say what the report wrote."""
+    ``report_findings``), the runs used — write it as ``directory/index.html`` and say what the report wrote.
+    A page that set no finding of its own opens with the claims it judged (``claims_sentence``), or with how
+    many runs it read when it judged none."""
+    if page.lead is None:
+        page.finding(claims_sentence(findings or ()) or (
+            f"{len(runs)} run{'s' if len(runs) != 1 else ''} read; none holds what this report measures."
+            if not runs else f"{len(runs)} run{'s' if len(runs) != 1 else ''} read: the figures are below."))
     if link_csvs:
         csv_links(page, files)
     if findings is not None:

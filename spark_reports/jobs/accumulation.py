@@ -176,6 +176,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
                        "Run: locust -f scenarios/backlog.py --headless (add --cold for a cold drain).", note=True)
     else:
         page.heading("Build and drain")
+        first = rows[0].plan
+        if first.backlog_msgs is not None and first.build_s is not None and first.drain_s is not None:
+            page.finding(f"A backlog of {first.backlog_msgs:,} messages built in {first.build_s:,.1f} s and drained "
+                         f"in {first.drain_s:,.1f} s ({first.mode}, {first.run_id}).")
         page.table(
             ["run", "mode", "build (s)", "backlog (msgs)", "backlog (MiB)", "drain (s)", "drain (s, events)",
              "drain rate (msg/s)", "drain (MB/s)", "read rate (msg/s)", "sends during drain (msg/s)"],
@@ -223,6 +227,9 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
                        [(s.mode, s.runs, fixed(s.mean_read_rate, 1), fixed(s.min_read_rate, 1),
                          fixed(s.mean_drain_rate, 1))
                         for s in summaries])
+            page.finding(f"Cold backlog reads ran at {cold.mean_read_rate / hot.mean_read_rate:.2f} × the hot rate "
+                         f"({cold.mean_read_rate:,.0f} against {hot.mean_read_rate:,.0f} msg/s, means over "
+                         f"{cold.runs} cold and {hot.runs} hot runs).")
             page.paragraph(f"Cold reads ran at {cold.mean_read_rate / hot.mean_read_rate:.2f} × the hot rate "
                            f"(mean over runs); cold drains at {cold.mean_drain_rate / hot.mean_drain_rate:.2f} × "
                            "the hot drain rate.")

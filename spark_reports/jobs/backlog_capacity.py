@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from spark_reports.backlog_runs import BacklogPlan, BacklogRow, ReadSource, backlog_rows
-from spark_reports.claims import ClaimId, Finding, Verdict, write_findings
+from spark_reports.claims import ClaimId, Finding, Verdict, settle_each, write_findings
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.report_io import finish_report, fixed, make_report_dir
@@ -374,7 +374,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     report_dir = make_report_dir(out_dir, NAME)
     prints, excluded = footprints(spark, runs)
     rows, _ = backlog_rows(spark, runs, with_series=False)
-    findings = [cold_read_finding(rows), page_cache_finding(prints, rows)]
+    # Each claim judged from each run alone too: runs that disagree read "unsettled" (claims.settle).
+    findings = settle_each([cold_read_finding(rows), page_cache_finding(prints, rows)], lambda rid: [
+        cold_read_finding([r for r in rows if r.plan.run_id == rid]),
+        page_cache_finding([f for f in prints if f.run_id == rid], [r for r in rows if r.plan.run_id == rid])])
     by_id = {r.run_id: r for r in runs}
     record_of = {f.run_id: f.record_bytes for f in prints}
     files = [write_findings(report_dir, findings)]

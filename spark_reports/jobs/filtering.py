@@ -113,6 +113,12 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
                         "seconds", "msgs_per_s", "broker_cpu_s", "broker_cpu_us_per_msg", "wire_bytes",
                         "wire_bytes_per_msg", "note"], table)]
     measured = [r for r in rows if r.skipped is None]
+    costs = [r for r in measured if r.cpu_us_per_msg is not None]
+    if costs:
+        costs.sort(key=lambda r: r.cpu_us_per_msg or 0.0)
+        cheap, dear = costs[0], costs[-1]
+        page.finding(f"Broker CPU per delivered message ran from {cheap.cpu_us_per_msg:,.1f} µs ({cheap.mode}) to "
+                     f"{dear.cpu_us_per_msg:,.1f} µs ({dear.mode}) at the same selectivity.")
     multi = len({r.run_id for r in measured}) > 1
     categories = [f"{r.run_id} {r.mode}" if multi else r.mode for r in measured]
     files.append(bar_plot(report_dir / "cpu_per_message.png", "Broker CPU per delivered message", categories,

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
-from spark_reports.claims import ClaimId, Finding, Verdict
+from spark_reports.claims import ClaimId, Finding, Verdict, settle_each
 from spark_reports.disk_fill_evidence import RESUME_DEADLINE_S, FillCycle, fill_cycles, is_disk_fill_run
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
@@ -244,6 +244,20 @@ def _disk_fill_section(page: Page, cycles: list[FillCycle]) -> list[tuple[object
     return rows
 
 
+def loss_sentence(losses: list[RunLoss]) -> str:
+    """The page's one sentence: acknowledged messages lost per flush mode, over how many runs and which faults."""
+    if not losses:
+        return "No run has a check.json: nothing to count."
+    parts = []
+    for mode in sorted({x.flush_mode for x in losses}):
+        rows = [x for x in losses if x.flush_mode == mode]
+        faults = sorted({x.fault for x in rows})
+        parts.append(f"{mode} lost {sum(x.lost for x in rows):,} of {sum(x.acknowledged for x in rows):,} "
+                     f"acknowledged messages in {len(rows)} run{'s' if len(rows) != 1 else ''} "
+                     f"({', '.join(faults)})")
+    return "; ".join(parts) + "."
+
+
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERENCE) -> ReportOutput:
     runs = discover_runs(runs_dir, broker)
     report_dir = make_report_dir(out_dir, NAME)
@@ -252,7 +266,10 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     by_group = grouped(spark, losses, ("flush_mode", "replication", "fault", "profile")) if losses else []
     by_mode_fault = grouped(spark, losses, ("flush_mode", "fault")) if losses else []
     cycles = fill_cycles(spark, [r for r in runs if is_disk_fill_run(r)])
-    judged = findings(losses, {r.run_id: read_faults(r) for r in runs}, cycles)
+    faults_of = {r.run_id: read_faults(r) for r in runs}
+    # Each claim judged from each run alone too: runs that disagree read "unsettled" (claims.settle).
+    judged = settle_each(findings(losses, faults_of, cycles), lambda rid: findings(
+        [x for x in losses if x.run_id == rid], {rid: faults_of.get(rid, [])}, [c for c in cycles if c.run_id == rid]))
 
     run_header = ["run_id", "flush_mode", "replication", "fault", "sysctl_profile", "attempted", "acknowledged",
                   "acked_master_only", "lost", "lost_promised", "lost_bytes", "unread", "unflushed_bytes",
@@ -274,6 +291,7 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
         write_csv(report_dir / "loss_headline.csv", ["flush_mode", *faults], headline_rows),
     ]
     page = Page("Loss: what each flush mode keeps under each fault")
+    page.finding(loss_sentence(losses))
     page.paragraph(
         "Counts from each run's check.json (acknowledged = sends the broker confirmed; lost = acknowledged, "
         "never delivered and not found by the run's final read; lost bytes = their body bytes; unread = "

@@ -18,7 +18,7 @@ from typing import Final
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_reports.claims import ClaimId, Finding, Verdict
+from spark_reports.claims import ClaimId, Finding, Verdict, settle_each
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.percentiles import DEFAULT_ACCURACY, MIN_ACCURACY
@@ -179,7 +179,8 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
     runs = [r for r in discover_runs(runs_dir, broker) if r.scenario == SCENARIO]
     report_dir = make_report_dir(out_dir, NAME)
     stats = compute(spark, runs, accuracy)
-    finding = judge(stats)
+    # Judged from each run alone too: runs that disagree read "unsettled" (claims.settle).
+    (finding,) = settle_each([judge(stats)], lambda rid: [judge([s for s in stats if s.phase.run_id == rid])])
 
     page = Page("Queues: write rate and latency from 1 to 10,000+ queues")
     page.paragraph(

@@ -177,7 +177,9 @@ def judge(cells: list[Cell], run_ids: tuple[str, ...], clean_phases: dict[str, f
         detail += " Not shown: " + "; ".join(failed) + "."
     figures = {"small_mib": float(small), "large_mib": float(large), "no_checkpoint_small_s": n_small,
                "no_checkpoint_large_s": n_large, **{f"{k}_large_s": t[(large, k)] for k in cp},
-               **{f"{k}_small_s": t[(small, k)] for k in cp}}
+               **{f"{k}_small_s": t[(small, k)] for k in cp},
+               # What the verdict turns on first: how much the checkpointed recovery grows with the log.
+               "checkpointed_growth": max((t[(large, k)] / max(t[(small, k)], 1e-9) for k in cp), default=0.0)}
     return Finding(claim, Verdict.HELD if held else Verdict.NOT_HELD, measured, NAME, run_ids, detail, figures)
 
 

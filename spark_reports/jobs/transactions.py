@@ -86,6 +86,11 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     else:
         page.paragraph("No run with transactional messages (tx rows).", note=True)
     files = [write_csv(report_dir / "transactions.csv", header, rows)]
+    if runs:
+        total = {k: sum(int((read_check(r) or {}).get(k) or 0) for r in runs) for k in (*TX_COUNTS, "lost")}
+        page.finding(f"{total[TX_COUNTS[0]]:,} transactions committed and {total[TX_COUNTS[1]]:,} rolled back over "
+                     f"{len(runs)} run{'s' if len(runs) != 1 else ''}: {total[TX_COUNTS[3]]:,} leaked and "
+                     f"{total['lost']:,} lost.")
     return finish_report(page, report_dir, NAME, runs, files, link_csvs=True)
 
 

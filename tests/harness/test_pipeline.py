@@ -102,3 +102,21 @@ def test_each_broker_loses_a_master_under_sync_and_async_replication(why: str | 
         assert args[args.index("--replication") + 1] == "sync,async"
         assert args[args.index("--faults") + 1] == "master_disk_destroyed"
         assert args[args.index("--cycles") + 1] == "2"
+
+
+def test_the_timing_claims_experiments_run_repeatedly_and_the_others_say_why_once_suffices() -> None:
+    """Claims judged from a timing (cold backlog read, queue counts, recovery) get REPEATS runs each, so the claims
+    page can say "held in k of n"; each claim judged from a single run names why one suffices on the page."""
+    from harness.pipeline import REPEATS
+    from spark_reports.claims import ONE_RUN_SUFFICES, ClaimId
+
+    text = [" ".join(a) for a in _all_argv(None)]
+    assert REPEATS >= 3
+    assert sum("--cold" in t for t in text) == REPEATS
+    assert sum("scenarios/queues.py" in t for t in text) == REPEATS
+    assert sum(" recovery-bench " in t for t in text) == REPEATS
+    assert all("10000" in t.split("--queue-counts ")[1].split()[0] for t in text if "scenarios/queues.py" in t)
+    once = {ClaimId.SYNC_NO_LOSS, ClaimId.ASYNC_KILL9_NO_LOSS, ClaimId.ASYNC_POWER_LOSS_TAIL,
+            ClaimId.DISK_FULL_PROTECTION, ClaimId.REPLICATION_MASTER_LOSS, ClaimId.PAGE_CACHE_CAPACITY,
+            ClaimId.OFFSET_616_YEARS}
+    assert once <= set(ONE_RUN_SUFFICES)
