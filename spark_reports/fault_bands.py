@@ -11,7 +11,7 @@ good, the run stopped) is an instant. Pure functions over the parsed lines: no S
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from harness.records import FaultKind
+from harness.records.schema import FaultKind
 from spark_reports.plots import Band
 
 # Lines that end a fault rather than start one ("disk_free" is chaos/disk_fill.DISK_FREE_KIND; read-only here).

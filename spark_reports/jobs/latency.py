@@ -207,17 +207,16 @@ def send_points(spark: SparkSession, runs: Sequence[RunInfo], starts: Mapping[st
     events = load_events(spark, runs, ["op", "start_ns", "end_ns", "outcome"])
     sends = events.where(F.col("op") == "send")
     counts = {str(r[0]): int(r[1]) for r in sends.groupBy("run_id").count().collect()}
-    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    for run_id, n in counts.items():
-        rows = sends.where(F.col("run_id") == run_id)
-        if n > limit:
-            rows = rows.sample(fraction=limit / n, seed=1)
-        per: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        start = starts.get(run_id, 0)
-        for r in rows.select("start_ns", "end_ns", "outcome").collect():
-            per[str(r["outcome"])].append(((r["start_ns"] - start) / 1e9, max(0, r["end_ns"] - r["start_ns"]) / 1e6))
-        out[run_id] = dict(per)
-    return out
+    # One more pass keeps each run's share: a run over the limit keeps each send with probability limit / n.
+    keep = {run_id: min(1.0, limit / n) for run_id, n in counts.items() if n}
+    share = F.create_map(*[F.lit(x) for item in keep.items() for x in item])[F.col("run_id")]
+    rows = sends.where(F.rand(seed=1) < share).select("run_id", "start_ns", "end_ns", "outcome").collect()
+    out: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        run_id = str(r["run_id"])
+        out[run_id][str(r["outcome"])].append(((r["start_ns"] - starts.get(run_id, 0)) / 1e9,
+                                               max(0, r["end_ns"] - r["start_ns"]) / 1e6))
+    return {run_id: dict(per) for run_id, per in out.items()}
 
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY,
