@@ -36,6 +36,15 @@ def _grid(n: int) -> tuple[int, int]:
     return math.ceil(max(1, n) / cols), cols
 
 
+def _log_values(ax: Axes, values: Sequence[float]) -> None:
+    """A log-like y axis (shared panels follow it) that keeps 0: symlog whose linear part spans the decade below the
+    smallest positive value, so the panels start where the data does instead of showing empty decades."""
+    positive = [v for v in values if v > 0]
+    if positive:
+        ax.set_yscale("symlog", linthresh=10 ** math.floor(math.log10(min(positive))))
+        ax.set_ylim(bottom=0)
+
+
 def _nines_axis(ax: Axes) -> None:
     ax.set_xticks([nines(p) for p in _NINES_TICKS])
     ax.set_xticklabels([f"{p * 100:g}%" for p in _NINES_TICKS])
@@ -150,11 +159,7 @@ def cdf_panels(path: Path, title: str, panels: Mapping[str, Mapping[str, Sequenc
     for j in range(len(names), rows * cols):  # the grid's spare cells
         fig.delaxes(axes[j // cols][j % cols])
     if positive:
-        # The linear part of the symlog axis spans one decade below the smallest value drawn, so the panels
-        # start where the data does instead of showing empty decades down to 1e-3.
-        smallest = min(v for lines in panels.values() for points in lines.values() for _, v in points if v > 0)
-        axes[0][0].set_yscale("symlog", linthresh=10 ** math.floor(math.log10(smallest)))
-        axes[0][0].set_ylim(bottom=0)
+        _log_values(axes[0][0], [v for lines in panels.values() for points in lines.values() for _, v in points])
     for r in range(rows):
         axes[r][0].set_ylabel(unit)
     fig.suptitle(title)
@@ -187,6 +192,9 @@ def window_panels(path: Path, title: str, panels: Mapping[str, Mapping[str, Line
             ax.legend(fontsize="xx-small")
     for j in range(len(names), rows * cols):
         fig.delaxes(axes[j // cols][j % cols])
+    # Latencies span decades between scenarios: on a linear shared axis one stall would flatten every other panel.
+    _log_values(axes[0][0], [y for runs in panels.values() for lines in runs.values() for points in lines.values()
+                             for _, y in points])
     for r in range(rows):
         axes[r][0].set_ylabel(unit)
     for c in range(cols):

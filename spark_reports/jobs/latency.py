@@ -297,16 +297,17 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
 
 def _chaos_section(spark: SparkSession, page: Page, report_dir: Path, files: list[Path], runs: Sequence[RunInfo],
                    starts: Mapping[str, int]) -> None:
-    """Jepsen's latency-over-time chart for each run with faults: every send a point (colour by outcome), each
-    fault a band from its start to its recovery, read from the run's faults.jsonl."""
+    """Jepsen's latency-over-time chart for each run with faults and sends: every send a point (colour by outcome),
+    each fault a band from its start to its recovery, read from the run's faults.jsonl."""
     bands = {r.run_id: b for r in runs if r.run_id in starts and (b := fault_bands(read_faults(r), starts[r.run_id]))}
+    points = send_points(spark, [r for r in runs if r.run_id in bands], starts)
+    bands = {run_id: b for run_id, b in bands.items() if points.get(run_id)}  # recovery-bench runs send nothing
     if not bands:
         return
     page.heading("Send latency over time, faults shaded (runs with faults)")
     page.paragraph("Each send is a point at its start: blue acknowledged, red failed, orange unknown (timed out: "
                    "the producer cannot tell). Each grey band runs from a fault (from faults.jsonl) to the line that "
                    "ends it: the restart, resume, heal or freed space.", note=True)
-    points = send_points(spark, [r for r in runs if r.run_id in bands], starts)
     rows = []
     for run_id, run_bands in bands.items():
         name = f"faults_{run_id}.png"
