@@ -104,6 +104,12 @@ HEADLINE: Final[dict[ClaimId, tuple[str, str]]] = {
     ClaimId.REPLICATION_MASTER_LOSS: ("async_kept_share", "of ASYNC_MASTER's acknowledged kept"),
 }
 
+# Claims a single failing run decides: a lost acknowledged message, or a write accepted on a full disk, is
+# evidence, not noise, so runs that disagree keep the pooled "not held" (with "held in k of n") instead of
+# reading "unsettled". The timing claims (recovery, queues, cold reads) are the ones noise can flip.
+ANY_RUN_DECIDES: Final = frozenset({ClaimId.SYNC_NO_LOSS, ClaimId.ASYNC_KILL9_NO_LOSS, ClaimId.ASYNC_POWER_LOSS_TAIL,
+                                    ClaimId.DISK_FULL_PROTECTION, ClaimId.REPLICATION_MASTER_LOSS})
+
 # Why one run is enough for a claim the main job does not repeat (harness/pipeline.py runs it once): shown on the
 # page in place of a spread when a claim was judged from a single run.
 ONE_RUN_SUFFICES: Final[dict[ClaimId, str]] = {
@@ -172,14 +178,15 @@ class Finding:
 def settle(pooled: Finding, per_run: Mapping[str, Finding]) -> Finding:
     """A claim judged over repeated runs: ``pooled`` is the judgement over all of them, ``per_run`` each run's
     own. Runs that disagree (some held, some not) make the claim "unsettled", with the count, rather than let
-    the pooled figure decide; runs that agree keep the pooled verdict, and the page says "held in k of n"."""
+    the pooled figure decide (except a claim in ``ANY_RUN_DECIDES``, where one failing run is evidence); runs that
+    agree keep the pooled verdict, and the page says "held in k of n"."""
     verdicts = {rid: f.verdict for rid, f in per_run.items()}
     key = HEADLINE.get(pooled.claim, ("", ""))[0]
     figures = {rid: f.figures[key] for rid, f in per_run.items() if key in f.figures}
     judged = [v for v in verdicts.values() if v in (Verdict.HELD, Verdict.NOT_HELD)]
     held = sum(1 for v in judged if v is Verdict.HELD)
     verdict, measured = pooled.verdict, pooled.measured
-    if len(judged) > 1 and 0 < held < len(judged):
+    if len(judged) > 1 and 0 < held < len(judged) and pooled.claim not in ANY_RUN_DECIDES:
         verdict = Verdict.UNSETTLED
         measured = f"pooled over the runs, {measured}"
     detail = pooled.detail

@@ -187,7 +187,8 @@ def finding_sentence(whole: Sequence[Stats], panels: Mapping[str, str]) -> str:
     scenarios = len({panels.get(s.run_id, "?") for s in send})
     return (f"Send latency p99 ranged from {_fmt_ms(best.value('p99'))} ms ({panels.get(best.run_id, '?')}) to "
             f"{_fmt_ms(worst.value('p99'))} ms ({panels.get(worst.run_id, '?')}, p99.9 "
-            f"{_fmt_ms(worst.value('p99.9'))} ms, max {_fmt_ms(worst.value('max'))} ms) over {len(send)} runs "
+            f"{_fmt_ms(worst.value('p99.9'))} ms, max {_fmt_ms(worst.value('max'))} ms) over {len(send)} "
+            f"run{'s' if len(send) != 1 else ''} "
             f"in {scenarios} scenario{'s' if scenarios != 1 else ''}.")
 
 

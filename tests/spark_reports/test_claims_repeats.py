@@ -72,3 +72,13 @@ def test_the_claims_page_and_the_reports_section_show_the_repeats(tmp_path: Path
     page = Page("t")
     findings_section(page, [f])
     assert '<b class="repeats">held in 2 of 3 runs' in page.render()
+
+
+def test_a_loss_in_one_run_is_evidence_not_noise():
+    def lost(n: int, rid: str) -> Finding:
+        return Finding(ClaimId.SYNC_NO_LOSS, Verdict.NOT_HELD if n else Verdict.HELD, f"{n} lost", "loss", (rid,), "",
+                       {"lost": float(n)})
+    pooled = Finding(ClaimId.SYNC_NO_LOSS, Verdict.NOT_HELD, "1 lost", "loss", ("a", "b"), "", {"lost": 1.0})
+    (f,) = settle_each([pooled], lambda rid: [lost(1 if rid == "b" else 0, rid)])
+    assert f.verdict is Verdict.NOT_HELD
+    assert repeats_text(f).startswith("held in 1 of 2 runs; spread 0–1 acknowledged lost")
