@@ -74,7 +74,10 @@ def test_one_row_per_claim_each_finding_shown_with_verdict_runs_and_evidence(tmp
     first, second = rows[0], rows[1]
     assert first[0][0].get("rowspan") == "2" and first[0][1] == CLAIMS[0].text
     assert first[2][1] == CLAIMS[0].experiment
-    assert [c[1] for c in first[3:]] == ["0 of 1,000 acknowledged lost rule", "held", "2 runs r1 r2", "loss"]
+    # The measured cell: the figure, how the claim fared over the runs (two runs pooled, no per-run judgement
+    # here), the rule.
+    assert [c[1] for c in first[3:]] == ["0 of 1,000 acknowledged lost pooled over 2 runs, not judged run by run rule",
+                                         "held", "2 runs r1 r2", "loss"]
     assert VERDICT_STYLE[Verdict.HELD] in (first[4][0].get("style") or "")
     assert first[5][0].get("title") == "r1, r2"
     assert [c[1] for c in second] == ["no power loss run", "not measured yet", "0", "other (not written)"]
@@ -204,7 +207,7 @@ def test_rocketmq_runs_are_judged_apart_through_the_command_line(spark, tmp_path
 
 
 def test_runs_that_disagree_make_a_claim_unsettled_and_runs_that_agree_are_counted() -> None:
-    from spark_reports.claims import settle
+    from spark_reports.claims import repeats_text, settle
 
     def f(verdict: Verdict, rid: str = "all") -> Finding:
         return Finding(ClaimId.RECOVERY_CHECKPOINT, verdict, "x 1.0 s", "recovery", (rid,), "rule.")
@@ -212,12 +215,13 @@ def test_runs_that_disagree_make_a_claim_unsettled_and_runs_that_agree_are_count
     mixed = settle(f(Verdict.HELD), {"r1": f(Verdict.HELD, "r1"), "r2": f(Verdict.NOT_HELD, "r2"),
                                      "r3": f(Verdict.HELD, "r3")})
     assert mixed.verdict is Verdict.UNSETTLED
-    assert mixed.measured.startswith("unsettled: held in 2 of 3 runs")
+    assert repeats_text(mixed).startswith("held in 2 of 3 runs") and "run by run: r1 held, r2 not held" in (
+        repeats_text(mixed))
     assert "r2 not held" in mixed.detail and mixed.per_run == {"r1": "held", "r2": "not held", "r3": "held"}
     assert claim_verdict([mixed], ClaimId.RECOVERY_CHECKPOINT) is Verdict.UNSETTLED
     agreed = settle(f(Verdict.HELD), {"r1": f(Verdict.HELD, "r1"), "r2": f(Verdict.HELD, "r2"),
                                       "r3": f(Verdict.NOT_MEASURED, "r3")})
-    assert agreed.verdict is Verdict.HELD and agreed.measured.startswith("held in 2 of 2 runs")
+    assert agreed.verdict is Verdict.HELD and repeats_text(agreed).startswith("held in 2 of 2 runs")
     assert Finding.from_json(mixed.to_json()) == mixed
     one = settle(f(Verdict.NOT_HELD), {"r1": f(Verdict.NOT_HELD, "r1")})
     assert one.verdict is Verdict.NOT_HELD and one.measured == "x 1.0 s"

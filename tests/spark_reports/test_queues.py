@@ -93,6 +93,9 @@ def test_report_page_plots_and_findings(spark, queue_runs, tmp_path):
     assert all((output.index.parent / ref).is_file() for ref in local_references(page))
     assert "rate_vs_queues.png" in page and "latency_vs_queues.png" in page
     findings = json.loads((tmp_path / "queues" / "findings.json").read_text())
-    # one finding over all runs with the phases: a run that fails makes it not held
-    assert [(f["claim"], f["verdict"]) for f in findings] == [("queues-10k", "not held")]
+    # one finding over all runs with the phases, judged run by run too: the held run and the two failing ones
+    # disagree, so the claim is unsettled, with each run's verdict
+    assert [(f["claim"], f["verdict"]) for f in findings] == [("queues-10k", "unsettled")]
+    assert findings[0]["per_run"] == {queue_runs.names["held"]: "held", queue_runs.names["slow"]: "not held",
+                                      queue_runs.names["laggy"]: "not held"}
     assert set(findings[0]["runs"]) == {queue_runs.names[c] for c in ("held", "slow", "laggy")}
