@@ -200,10 +200,10 @@ def _figure(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 or value == int(value) else f"{value:,.3g}"
 
 
-def repeats_text(finding: Finding) -> str:
+def repeats_text(finding: Finding, *, run_by_run: bool = True) -> str:
     """How the claim fared over repeated runs, in words: "held in k of n runs", the spread of its headline figure
     (min–max over the runs), each run's figure and verdict when they disagree, and why one run suffices when the
-    claim was judged from one. Empty for a claim nothing measured."""
+    claim was judged from one (``run_by_run=False`` leaves the run list out). Empty for a claim nothing measured."""
     if finding.verdict is Verdict.NOT_MEASURED:
         return ""
     k, n = finding.repeats()
@@ -219,7 +219,9 @@ def repeats_text(finding: Finding) -> str:
                  else f"; spread {_figure(lo)}–{_figure(hi)} {unit}")
     if n == 1:
         text += f"; one run: {ONE_RUN_SUFFICES.get(finding.claim, 'not repeated by the main job')}"
-    if finding.verdict is Verdict.UNSETTLED:
+    elif n == 0 and finding.claim in ONE_RUN_SUFFICES:
+        text += f": {ONE_RUN_SUFFICES[finding.claim]}"
+    if finding.verdict is Verdict.UNSETTLED and run_by_run:
         runs = [f"{rid} {finding.per_run[rid]}" + (f" at {_figure(finding.per_run_figures[rid])}"
                                                    if rid in finding.per_run_figures else "")
                 for rid in sorted(finding.per_run)]

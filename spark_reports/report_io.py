@@ -36,12 +36,24 @@ def report_findings(page: Page, directory: Path, findings: Sequence[Finding]) ->
 
 
 def claims_sentence(findings: Sequence[Finding]) -> str | None:
-    """A page's one-sentence finding from the claims it judged: each judged claim's verdict and measured figure
-    (None when it judged none)."""
+    """A page's one-sentence finding from the claims it judged: each judged claim's verdict, how it fared over the
+    runs and the first clause of its measured figure (the claims table below has the rest; None when it judged
+    none)."""
     judged = [f for f in findings if f.verdict is not Verdict.NOT_MEASURED]
     if not judged:
         return None
-    return "; ".join(f"{f.claim.value} {f.verdict.value} ({repeats_text(f)}): {f.measured}" for f in judged) + "."
+    return "; ".join(f"{f.claim.value} {f.verdict.value} ({repeats_text(f, run_by_run=False)}): "
+                     f"{first_clause(f.measured)}" for f in judged) + "."
+
+
+def first_clause(text: str) -> str:
+    """``text`` up to its first "; " outside parentheses (a figure's parenthesised context stays whole)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and text.startswith("; ", i):
+            return text[:i]
+    return text
 
 
 def finish_report(page: Page, directory: Path, name: str, runs: Sequence[RunInfo], files: Sequence[Path], *,

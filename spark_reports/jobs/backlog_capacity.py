@@ -21,7 +21,7 @@ from spark_reports.backlog_runs import BacklogPlan, BacklogRow, ReadSource, back
 from spark_reports.claims import ClaimId, Finding, Verdict, settle_each, write_findings
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
-from spark_reports.report_io import finish_report, fixed, make_report_dir
+from spark_reports.report_io import claims_sentence, finish_report, fixed, make_report_dir
 from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events, load_metrics, read_faults
 
 NAME: Final = "backlog-capacity"
@@ -403,6 +403,8 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
          for r, iops, limit in read_rows]))
 
     page = Page("Backlog capacity: bytes per message, messages per disk and per RAM, hot and cold reads")
+    if (sentence := claims_sentence(findings)) is not None:
+        page.finding(sentence)
     page.heading("Findings")
     page.table(["claim", "verdict", "measured", "why"],
                [(f.claim.value, f.verdict.value, f.measured, f.detail) for f in findings], text_columns=4)

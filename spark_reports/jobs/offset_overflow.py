@@ -18,7 +18,7 @@ from spark_reports.claims import ClaimId, Finding, Verdict, write_findings
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.job_runner import Job, submit
 from spark_reports.plots import horizon_plot
-from spark_reports.report_io import finish_report, make_report_dir
+from spark_reports.report_io import claims_sentence, finish_report, make_report_dir
 from spark_reports.run_records import REFERENCE, RunInfo, discover_runs, load_events
 
 NAME = "offset-overflow"
@@ -148,8 +148,9 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     seed = seed_table(spark)
     measured = measured_rows(spark, runs)
 
+    finding = overflow_finding(seed, measured)
     files = [
-        write_findings(report_dir, [overflow_finding(seed, measured)]),
+        write_findings(report_dir, [finding]),
         write_csv(report_dir / "seed_table.csv",
                   ["message_bytes", "messages_per_day", "seed_count_1e8", "years", "years_seed_format",
                    "consume_queue_years"],
@@ -172,6 +173,7 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, broker: str = REFERE
     files.append(horizon_plot(report_dir / "horizon.png", "Offset overflow horizon", lines, points))
 
     page = Page("Offset overflow: how long a 64-bit offset lasts")
+    page.finding(claims_sentence([finding]) or "Nothing measured.")
     page.paragraph(
         "Commit-log and consume-queue offsets are Java longs. The seed's table (RocketMQ design Q&A 14) divides "
         "Long.MAX_VALUE = 2^63 − 1 by (message size × messages a day) and by 365 days, counting body bytes only. "
