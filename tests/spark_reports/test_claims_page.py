@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 from click.testing import CliRunner
 
-from spark_reports.claims import CLAIMS, ClaimId, Finding, Verdict, write_findings
+from spark_reports.claims import CLAIMS, ONE_RUN_SUFFICES, ClaimId, Finding, Verdict, write_findings
 from spark_reports.claims_html import VERDICT_STYLE, claim_verdict, verdict_counts
 from spark_reports.cli import cli as spark_cli
 from spark_reports.html_report import Page, local_references
@@ -76,8 +76,9 @@ def test_one_row_per_claim_each_finding_shown_with_verdict_runs_and_evidence(tmp
     assert first[2][1] == CLAIMS[0].experiment
     # The measured cell: the figure, how the claim fared over the runs (two runs pooled, no per-run judgement
     # here), the rule.
-    assert [c[1] for c in first[3:]] == ["0 of 1,000 acknowledged lost pooled over 2 runs, not judged run by run rule",
-                                         "held", "2 runs r1 r2", "loss"]
+    assert [c[1] for c in first[3:]] == [
+        f"0 of 1,000 acknowledged lost pooled over 2 runs, not judged run by run: "
+        f"{ONE_RUN_SUFFICES[ClaimId.SYNC_NO_LOSS]} rule", "held", "2 runs r1 r2", "loss"]
     assert VERDICT_STYLE[Verdict.HELD] in (first[4][0].get("style") or "")
     assert first[5][0].get("title") == "r1, r2"
     assert [c[1] for c in second] == ["no power loss run", "not measured yet", "0", "other (not written)"]
