@@ -138,7 +138,7 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
     report_dir = make_report_dir(out_dir, NAME)
     pts = points(spark, Path(runs_dir))
     page = Page("Scaling: how the broker's cost grows, beside its walls")
-    page.paragraph(finding(pts))
+    page.finding(finding(pts))
     files: list[Path] = []
     if pts:
         files.append(panels(report_dir / "rate.png", "Rate per curve (broker, bare broker, fio)", pts, "rate",
