@@ -14,7 +14,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,19 +223,27 @@ def _bare_baseline(topo: Topology, plan: Plan, tmp: Path, progress: Progress) ->
     """The same lean sends against the bare broker (``bench bare-broker``: parse, append a record and a unit,
     answer), registered with the same name server: the floor of this interpreter on this machine, which the
     broker issue's prototype figures describe."""
+    with bare_broker(topo, tmp) as pid:
+        single = run_producer(topo, lean_args(plan, BARE_TOPIC, "--in-flight", str(plan.in_flight)), progress,
+                              broker_pid=pid)
+        batch = run_producer(topo, lean_args(plan, BARE_TOPIC, "-b", "32", "--in-flight", "4"), progress,
+                             broker_pid=pid)
+    return {"bare_single_64_lean": single, "bare_batch_32_lean": batch}
+
+
+@contextmanager
+def bare_broker(topo: Topology, root: Path) -> Iterator[int]:
+    """The bare broker (``bench bare-broker``, serving BARE_TOPIC) registered with ``topo``'s name server, its
+    store under ``root``; yields its PID and stops it after."""
     port = free_port()
     bare = Process("bare-broker", [sys.executable, "-m", "reference_broker", "bench", "bare-broker", "-n",
-                                   topo.namesrv_addr, "-p", str(port), "--root", str(tmp / "bare"), "-t", BARE_TOPIC],
-                   tmp / "bare-broker.log", "bare broker boot success")
+                                   topo.namesrv_addr, "-p", str(port), "--root", str(root / "bare"), "-t", BARE_TOPIC],
+                   root / "bare-broker.log", "bare broker boot success")
     bare.start()
     try:
-        single = run_producer(topo, lean_args(plan, BARE_TOPIC, "--in-flight", str(plan.in_flight)), progress,
-                           broker_pid=bare.pid)
-        batch = run_producer(topo, lean_args(plan, BARE_TOPIC, "-b", "32", "--in-flight", "4"), progress,
-                          broker_pid=bare.pid)
+        yield bare.pid
     finally:
         bare.stop()
-    return {"bare_single_64_lean": single, "bare_batch_32_lean": batch}
 
 
 def _us(value: float | None) -> str:

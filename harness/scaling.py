@@ -35,16 +35,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from harness.broker_bench import BARE_TOPIC, Progress, cpu_seconds, run_consumer, run_producer
+from harness.broker_bench import BARE_TOPIC, Progress, bare_broker, cpu_seconds, run_consumer, run_producer
 from harness.fio_baseline import fio_baseline
-from harness.launcher import Process, Topology
-from harness.ports import free_port
+from harness.launcher import Topology
+from harness.records import jsonl
 from harness.records.scaling import CURVES, ROW_KEYS, SCALING_FILE
 from harness.rocketmq import BrokerImpl
 from reference_broker.tools import admin
@@ -110,9 +109,7 @@ class Session:
         full = {k: row.get(k) for k in ROW_KEYS}
         full.update(session=self.name, flush=self.plan.flush, impl=self.impl, ts_ns=time.time_ns(),
                     loadavg=list(os.getloadavg()))
-        self.out.mkdir(parents=True, exist_ok=True)
-        with (self.out / SCALING_FILE).open("a", encoding="utf-8") as f:
-            f.write(json.dumps(full) + "\n")
+        jsonl.append(self.out / SCALING_FILE, full)
         return full
 
 
@@ -174,20 +171,6 @@ def _wait_routable(topo: Topology, topic: str, queues: int, timeout_s: float = 6
         time.sleep(0.1)
 
 
-@contextmanager
-def _bare(topo: Topology, root: Path) -> Iterator[int]:
-    """The bare broker registered with ``topo``'s name server; yields its PID."""
-    port = free_port()
-    bare = Process("bare-broker", [sys.executable, "-m", "reference_broker", "bench", "bare-broker", "-n",
-                                   topo.namesrv_addr, "-p", str(port), "--root", str(root / "bare"), "-t", BARE_TOPIC],
-                   root / "bare-broker.log", "bare broker boot success")
-    bare.start()
-    try:
-        yield bare.pid
-    finally:
-        bare.stop()
-
-
 def _fio_write_bps(directory: Path, progress: Progress) -> float | None:
     result = fio_baseline(directory, "quick", progress=progress)
     value = result.get("seq_write_bytes_per_s")
@@ -232,7 +215,7 @@ def _size_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress, *, b
         if fio_bps:
             emit(fio_row("size", size, fio_bps, size))
     if bare:
-        with _bare(topo, tmp) as pid:
+        with bare_broker(topo, tmp) as pid:
             for size in plan.sizes:
                 r = run_producer(topo, lean(BARE_TOPIC, plan.seconds, size, DEFAULT_IN_FLIGHT // 2, 2), progress,
                                  broker_pid=pid)
@@ -245,7 +228,7 @@ def _depth_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress, *, 
         r = run_producer(topo, lean(f"Depth{depth}", plan.seconds, DEFAULT_SIZE, depth, 1), progress)
         emit(producer_row("depth", depth, "broker", r, size=DEFAULT_SIZE, in_flight=depth, processes=1))
     if bare:
-        with _bare(topo, tmp) as pid:
+        with bare_broker(topo, tmp) as pid:
             for depth in plan.depths:
                 r = run_producer(topo, lean(BARE_TOPIC, plan.seconds, DEFAULT_SIZE, depth, 1), progress,
                                  broker_pid=pid)
@@ -259,7 +242,7 @@ def _producers_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress,
         emit(producer_row("producers", n, "broker", r, size=DEFAULT_SIZE, in_flight=DEFAULT_IN_FLIGHT * n,
                           processes=n))
     if bare:
-        with _bare(topo, tmp) as pid:
+        with bare_broker(topo, tmp) as pid:
             for n in plan.producers:
                 r = run_producer(topo, lean(BARE_TOPIC, plan.seconds, DEFAULT_SIZE, DEFAULT_IN_FLIGHT, n), progress,
                                  broker_pid=pid)

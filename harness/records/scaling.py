@@ -23,9 +23,10 @@ loadavg, ts_ns              the machine's 1/5/15-minute load average and the tim
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Final
+
+from harness.records import jsonl
 
 SCALING_FILE: Final = "scaling.jsonl"
 CURVES: Final = ("size", "depth", "producers", "queues", "groups", "backlog")
@@ -37,16 +38,6 @@ ROW_KEYS: Final = ("session", "curve", "x", "target", "msgs_per_s", "mb_per_s", 
 
 def read(runs_dir: Path) -> list[dict[str, Any]]:
     """The rows in ``runs_dir``/scaling.jsonl, oldest first; a malformed line is left out."""
-    path = runs_dir / SCALING_FILE
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if (isinstance(item, dict) and item.get("curve") in CURVES and item.get("target") in TARGETS
-                and isinstance(item.get("x"), int) and isinstance(item.get("msgs_per_s"), (int, float))):
-            out.append(item)
-    return out
+    return [item for item in jsonl.read_objects(runs_dir / SCALING_FILE)
+            if item.get("curve") in CURVES and item.get("target") in TARGETS and isinstance(item.get("x"), int)
+            and isinstance(item.get("msgs_per_s"), (int, float))]
