@@ -174,7 +174,7 @@ def _single(fault: FaultName, flush: str, profile: str, cycles: int, runs_dir: P
                           runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
                           load=LoadSpec(msg_size=msg_size, in_flight=in_flight), command=tuple(sys.argv),
                           check_each_recovery=check_each_recovery, broker_impl=impl, rocketmq_home=rocketmq_home)
-    result = run_experiment(spec, make_fault(fault, quick=quick), log=_progress(as_json))
+    result = run_experiment(spec, make_fault(fault, quick=quick, cycles=spec.cycles), log=_progress(as_json))
     _print_results([result], as_json, runs_dir)
     sys.exit(EXIT_GATE if gate_failures([result]) else EXIT_OK)
 

@@ -34,15 +34,13 @@ from harness.records.findings import Finding, FindingKind
 from harness.rocketmq import BrokerImpl
 
 
-def make_fault(name: FaultName, *, quick: bool = False) -> Fault:
+def make_fault(name: FaultName, *, quick: bool = False, cycles: int = 20) -> Fault:
     """A fault with its default parameters. ``quick``: disk fill skips the cleaning phase, which has to wait
-    until the broker has been up 60 s."""
+    until the broker has been up 60 s. ``cycles``: a power-loss cell's image is sized for them."""
     if name is FaultName.KILL9:
         return Kill9()
-    if name is FaultName.POWER_LOSS:
-        return PowerLoss(torn=False)
-    if name is FaultName.POWER_LOSS_TORN:
-        return PowerLoss(torn=True)
+    if name in (FaultName.POWER_LOSS, FaultName.POWER_LOSS_TORN):
+        return PowerLoss(torn=name is FaultName.POWER_LOSS_TORN, image_bytes=power_loss_image_bytes(cycles))
     if name is FaultName.DISK_FILL:
         return DiskFill(clean=not quick)
     if name is FaultName.PARTITION:
@@ -50,6 +48,19 @@ def make_fault(name: FaultName, *, quick: bool = False) -> Fault:
     if name is FaultName.RESTART:
         return Restart()
     return Pause()
+
+
+# What one power-loss cycle may write to its image at most (the load between two crashes, ~9 MB in the kill -9
+# soak on a quiet machine, with consume queues and index), and the image's floor. A broker restarted every few
+# seconds never runs its clean service (every 10 s, cleanResourceInterval), so the image holds every cycle's
+# data: the soak's power-loss cell filled a 768 MiB image at crash 244 (BENCHMARKS.md "Soak"). The image is
+# sparse and copied sparse, so its size costs nothing until written.
+POWER_LOSS_BYTES_PER_CYCLE: Final = 16 << 20
+POWER_LOSS_MIN_IMAGE_BYTES: Final = 768 << 20
+
+
+def power_loss_image_bytes(cycles: int) -> int:
+    return max(POWER_LOSS_MIN_IMAGE_BYTES, cycles * POWER_LOSS_BYTES_PER_CYCLE)
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,7 @@ def run_matrix(spec: MatrixSpec, log: Callable[[str], None] | None = None,
     for i, cell in enumerate(cells):
         say(f"[{i + 1}/{len(cells)}] {cell.broker_impl} {cell.fault.value} {cell.flush.short} profile={cell.profile}")
         t0 = time.monotonic()
-        result = run_experiment(cell, make_fault(cell.fault, quick=spec.quick), log=log)
+        result = run_experiment(cell, make_fault(cell.fault, quick=spec.quick, cycles=spec.cycles), log=log)
         say(f"[{i + 1}/{len(cells)}] {_status(result)} in {time.monotonic() - t0:.1f} s")
         results.append(result)
         if on_result is not None:
