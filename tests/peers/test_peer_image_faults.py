@@ -60,7 +60,13 @@ def test_power_loss_is_judged_against_the_peers_promise(driver: str, tmp_path: P
         assert result.ok and result.violations == []
     elif driver == "rabbitmq-classic":  # confirms after fsync: nothing may go
         assert result.promise == "fsync" and loss.window_s == 0
-        assert check.lost == 0 and result.ok
+        # What is judged here is the cell, not RabbitMQ: either nothing acknowledged was lost, or every lost
+        # message is named beyond the promise and the cell records the violation (a finding). In CI once, a
+        # durable queue was gone after the power cut (404 NOT_FOUND on ChaosTopic.1) with 332 confirmed
+        # messages in it (docs/interop.md).
+        assert (check.lost == 0 and result.ok) or (
+            loss.beyond_promise == check.lost > 0 and not result.ok
+            and any("beyond the fsync promise" in v for v in result.violations))
     else:
         # A single-node quorum queue killed mid-write did not elect its leader again within a minute on this
         # machine (docs/interop.md): its acknowledged backlog is then undelivered, which the cell reports as a
