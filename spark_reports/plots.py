@@ -22,7 +22,8 @@ _NINES_TICKS = (0.0, 0.9, 0.99, 0.999, 0.9999, 0.99999)
 PANELS_KEY = "Panels"
 
 
-def _save(fig: Figure, path: Path, panels: Sequence[str] = ()) -> Path:
+def save_figure(fig: Figure, path: Path, panels: Sequence[str] = ()) -> Path:
+    """Lay out and write ``fig`` as PNG; ``panels`` named in its text chunk (PANELS_KEY)."""
     FigureCanvasAgg(fig)
     fig.tight_layout()
     metadata = {PANELS_KEY: "\n".join(panels)} if panels else None
@@ -30,7 +31,7 @@ def _save(fig: Figure, path: Path, panels: Sequence[str] = ()) -> Path:
     return path
 
 
-def _grid(n: int) -> tuple[int, int]:
+def grid(n: int) -> tuple[int, int]:
     """Rows and columns for ``n`` panels: at most three side by side, so each stays readable at 72rem."""
     cols = min(3, max(1, n))
     return math.ceil(max(1, n) / cols), cols
@@ -76,7 +77,7 @@ def cdf_plot(path: Path, title: str, series: Mapping[str, Sequence[tuple[float, 
     ax.grid(True, alpha=0.3)
     if series:
         ax.legend(fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def window_plot(path: Path, title: str, series: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]],
@@ -96,7 +97,7 @@ def window_plot(path: Path, title: str, series: Mapping[str, Mapping[str, Sequen
     ax.grid(True, alpha=0.3)
     if series:
         ax.legend(fontsize="x-small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def bar_plot(path: Path, title: str, categories: Sequence[str], bars: Mapping[str, Sequence[float]],
@@ -114,7 +115,7 @@ def bar_plot(path: Path, title: str, categories: Sequence[str], bars: Mapping[st
     ax.grid(True, axis="y", alpha=0.3)
     if bars:
         ax.legend(fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def horizon_plot(path: Path, title: str, lines: Mapping[str, Sequence[tuple[float, float]]],
@@ -133,7 +134,7 @@ def horizon_plot(path: Path, title: str, lines: Mapping[str, Sequence[tuple[floa
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="x-small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def cdf_panels(path: Path, title: str, panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]],
@@ -141,7 +142,7 @@ def cdf_panels(path: Path, title: str, panels: Mapping[str, Mapping[str, Sequenc
     """Small multiples of ``cdf_plot``: one panel per group (scenario, fault), one line per run inside it, the
     same nines x axis and the same log-scaled y axis on every panel so panels compare at a glance."""
     names = list(panels) or ["no runs"]
-    rows, cols = _grid(len(names))
+    rows, cols = grid(len(names))
     fig = Figure(figsize=(4.2 * cols, 3.2 * rows + 0.6))
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
     positive = False
@@ -163,7 +164,7 @@ def cdf_panels(path: Path, title: str, panels: Mapping[str, Mapping[str, Sequenc
     for r in range(rows):
         axes[r][0].set_ylabel(unit)
     fig.suptitle(title)
-    return _save(fig, path, list(panels))
+    return save_figure(fig, path, list(panels))
 
 
 Lines = Mapping[str, Sequence[tuple[float, float]]]
@@ -173,7 +174,7 @@ def window_panels(path: Path, title: str, panels: Mapping[str, Mapping[str, Line
     """Small multiples of ``window_plot``: ``panels[group][run][label] = [(window start s, value)]``, one panel
     per group with shared axes; inside a panel a colour per run, a line style per percentile."""
     names = list(panels) or ["no runs"]
-    rows, cols = _grid(len(names))
+    rows, cols = grid(len(names))
     fig = Figure(figsize=(4.2 * cols, 3.2 * rows + 0.6))
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
     styles = ("-", "--", ":", "-.")
@@ -200,7 +201,7 @@ def window_panels(path: Path, title: str, panels: Mapping[str, Mapping[str, Line
     for c in range(cols):
         axes[-1][c].set_xlabel("s since run start (10 s windows)", fontsize="small")
     fig.suptitle(title)
-    return _save(fig, path, list(panels))
+    return save_figure(fig, path, list(panels))
 
 
 @dataclass(frozen=True)
@@ -238,4 +239,4 @@ def fault_scatter(path: Path, title: str, points: Mapping[str, Sequence[tuple[fl
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="x-small", loc="upper right", markerscale=3)
-    return _save(fig, path, [f"band {b.label} {b.start_s:.3f} {b.end_s:.3f}" for b in bands])
+    return save_figure(fig, path, [f"band {b.label} {b.start_s:.3f} {b.end_s:.3f}" for b in bands])

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from harness.records.scaling import CURVES, SCALING_FILE
 from spark_reports.html_report import Page, ReportOutput, write_csv
+from spark_reports.plots import grid, save_figure
 from spark_reports.report_io import finish_report, fixed, make_report_dir
 
 NAME: Final = "scaling"
@@ -96,18 +96,12 @@ def finding(pts: Sequence[Point]) -> str:
     return ("; ".join(parts) + ".") if parts else "No scaling rows (python -m harness scaling makes them)."
 
 
-def panel_count(pts: Sequence[Point]) -> int:
-    return len({p.curve for p in pts})
-
-
 def panels(path: Path, title: str, pts: Sequence[Point], value: str, ylabel: str,
            per_curve_ylabel: Mapping[str, str] | None = None) -> Path:
     """Small multiples: one panel per curve present, a line per target, log-log."""
     curves = [c for c in CURVES if any(p.curve == c for p in pts)]
-    cols = min(3, max(1, len(curves)))
-    rows = -(-max(1, len(curves)) // cols)
+    rows, cols = grid(len(curves))
     fig = Figure(figsize=(5 * cols, 4 * rows))
-    FigureCanvasAgg(fig)
     for i, curve in enumerate(curves):
         ax = fig.add_subplot(rows, cols, i + 1)
         ys: list[float] = []
@@ -129,9 +123,7 @@ def panels(path: Path, title: str, pts: Sequence[Point], value: str, ylabel: str
         if ys:
             ax.legend(fontsize="x-small")
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100)
-    return path
+    return save_figure(fig, path, curves)
 
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path) -> ReportOutput:
