@@ -128,6 +128,8 @@ def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="After each recovery from a crash, stop the broker cleanly, run admin checkStore on its "
                           "store and start it again (the check always runs at the cell's end)."),
         _rocketmq_home_opt,
+        click.option("--broker-conf", "broker_conf", multiple=True, metavar="KEY=VALUE",
+                     help="An extra broker.conf line for every cell (repeatable), e.g. dispatchFlushedOnly=true."),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -168,12 +170,14 @@ def main() -> None:
 
 def _single(fault: FaultName, flush: str, profile: str, cycles: int, runs_dir: Path, work_dir: Path | None,
             seed: int | None, gap: str, msg_size: int, in_flight: int, as_json: bool, check_each_recovery: bool,
-            rocketmq_home: Path | None, broker_impl: str, quick: bool = False) -> None:
+            rocketmq_home: Path | None, broker_impl: str, broker_conf: tuple[str, ...] = (),
+            quick: bool = False) -> None:
     (impl,) = _impls(broker_impl)
     spec = ExperimentSpec(fault=fault, flush=_flushes(flush)[0], cycles=cycles, profile=_profiles(profile)[0],
                           runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
                           load=LoadSpec(msg_size=msg_size, in_flight=in_flight), command=tuple(sys.argv),
-                          check_each_recovery=check_each_recovery, broker_impl=impl, rocketmq_home=rocketmq_home)
+                          check_each_recovery=check_each_recovery, broker_impl=impl, rocketmq_home=rocketmq_home,
+                          broker_conf=_conf_lines(broker_conf))
     result = run_experiment(spec, make_fault(fault, quick=quick, cycles=spec.cycles), log=_progress(as_json))
     _print_results([result], as_json, runs_dir)
     sys.exit(EXIT_GATE if gate_failures([result]) else EXIT_OK)
@@ -341,7 +345,8 @@ def pause(**kw: Any) -> None:
 @common_options
 @_driver_opt
 def matrix(flush: str, faults: str, topology: str, image: str | None, profiles: str, gate: bool, require_all: bool,
-           quick: bool, broker_impl: str, cycles: int, runs_dir: Path, work_dir: Path | None, seed: int | None,
+           quick: bool, broker_impl: str, broker_conf: tuple[str, ...], cycles: int, runs_dir: Path,
+           work_dir: Path | None, seed: int | None,
            gap: str, msg_size: int, in_flight: int, as_json: bool, check_each_recovery: bool,
            rocketmq_home: Path | None, driver: str) -> None:
     """Run every broker x flush mode x fault x profile against fresh stores; print the summary table.
@@ -367,7 +372,8 @@ def matrix(flush: str, faults: str, topology: str, image: str | None, profiles: 
                       runs_dir=runs_dir, work_dir=work_dir, seed=seed, gap_s=_gap(gap),
                       load=LoadSpec(msg_size=msg_size, in_flight=in_flight), quick=quick, command=tuple(sys.argv),
                       check_each_recovery=check_each_recovery, impls=_impls(broker_impl),
-                      rocketmq_home=rocketmq_home, topology=TopologyKind(topology), image=image)
+                      rocketmq_home=rocketmq_home, topology=TopologyKind(topology), image=image,
+                      broker_conf=_conf_lines(broker_conf))
     results = run_matrix(spec, log=_progress(as_json))
     _print_results(results, as_json, runs_dir)
     if gate:
@@ -376,6 +382,16 @@ def matrix(flush: str, faults: str, topology: str, image: str | None, profiles: 
             click.echo("\nGATE FAILED:\n" + "\n".join(f"  {f}" for f in failures), err=True)
             sys.exit(EXIT_GATE)
         click.echo("\ngate passed", err=True)
+
+
+def _conf_lines(lines: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip() or not key.strip().isidentifier():
+            raise click.BadParameter(f"{line!r}: expected KEY=VALUE with a broker.conf key", param_hint="--broker-conf")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _modes(text: str) -> list[ReplicationMode]:

@@ -311,6 +311,9 @@ class ExperimentResult:
     lag_held_s: float = 0.0  # time the producer waited for the consumer to come within LoadSpec.max_lag
     # Absent messages looked up directly in the commit log: (probed, found intact there, example keys).
     unreachable: tuple[int, int, list[str]] = (0, 0, [])
+    # Acknowledged, still in the broker at the end, but passed over by the live consumer group (chaos.load
+    # Workload.passed_over): (count, a few examples).
+    passed_over: tuple[int, list[dict[str, Any]]] = (0, [])
     store_check: dict[str, Any] | None = None  # the offline check after the final clean stop (store_check.py)
     broker_version: str | None = None  # the broker's brokerVersionDesc (meta.json's broker_impl)
 
@@ -369,6 +372,7 @@ class ExperimentResult:
             "violations": list(verdict.violations) if verdict else ([self.error] if self.error else []),
             "run_dir": str(self.run_dir) if self.run_dir else None, "seconds": round(self.seconds, 1),
             "lag_held_s": self.lag_held_s,
+            "passed_over": self.passed_over[0],
             "crashes_per_hour": round(crashes * 3600 / self.seconds, 1) if crashes and self.seconds > 0 else None,
         }
 
@@ -427,7 +431,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
     seed = spec.seed if spec.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     params = {"fault": spec.fault.value, "flush": spec.flush.value, "cycles": spec.cycles, "profile": spec.profile,
-              "broker_impl": spec.broker_impl,
+              "broker_impl": spec.broker_impl, "broker_conf": dict(spec.broker_conf),
               "seed": seed, "gap_s": list(spec.gap_s), "load": asdict(spec.load), **fault.params()}
     record, work, client_log = open_cell(spec.scenario, spec.runs_dir, spec.work_dir, params, spec.command,
                                          ledger)
@@ -491,6 +495,7 @@ def run_experiment(spec: ExperimentSpec, fault: Fault, *, ledger: Ledger | None 
                 result.final_min_offset = workload.final_min_offset
                 result.drain = workload.drain()
                 result.unreachable = _unreachable(broker.addr, workload)
+                result.passed_over = _passed_over(workload)
             else:
                 result.drain = DrainStats(complete=False, problems=["broker not running at the end"])
             _service_times(result.cycles, workload)
@@ -529,6 +534,12 @@ def _unreachable(addr: str, workload: Workload) -> tuple[int, int, list[str]]:
     hits = [k for k, a in probe
             if (m := found.get(a.commit_log_offset)) is not None and classify(m.keys, m.body, "").key == k]
     return len(probe), len(hits), hits[:10]
+
+
+def _passed_over(workload: Workload) -> tuple[int, list[dict[str, Any]]]:
+    skipped = sorted(workload.passed_over().items(), key=lambda kv: kv[1].end_ns)
+    return len(skipped), [{"key": k, "queue_id": a.queue_id, "queue_offset": a.queue_offset,
+                           "commit_log_offset": a.commit_log_offset, "acked_ns": a.end_ns} for k, a in skipped[:20]]
 
 
 KEPT_LOG_BYTES = 16 << 20  # of each RocketMQ log, the last this many bytes
@@ -644,6 +655,13 @@ def _judge(result: ExperimentResult, workload: Workload | None) -> None:
     for c in result.cycles:
         apply_store_check(result.verdict, c.store_check, f"after the recovery of cycle {c.cycle}")
     apply_store_check(result.verdict, result.store_check)
+    # Passing over (Workload.passed_over) is what 4.9.8's dispatch does after a power cut, so it is reported,
+    # not judged, unless the broker was told to dispatch only flushed records: then it must not happen.
+    if result.passed_over[0] and str(spec.broker_conf.get("dispatchFlushedOnly", "")).lower() == "true":
+        result.verdict.violations.append(
+            f"{result.passed_over[0]} acknowledged messages passed over by the live group with "
+            f"dispatchFlushedOnly=true (e.g. {', '.join(e['key'] for e in result.passed_over[1][:3])})")
+        result.verdict.ok = False
 
 
 def _run_cycles(spec: ExperimentSpec, fault: Fault, cell: Cell, rng: random.Random, result: ExperimentResult,
@@ -683,6 +701,7 @@ def _chaos_json(result: ExperimentResult) -> dict[str, Any]:
         "verdict": result.verdict.to_json() if result.verdict else None,
         "drain": asdict(result.drain) if result.drain else None,
         "final_min_offset": result.final_min_offset,
+        "passed_over": {"count": result.passed_over[0], "examples": result.passed_over[1]},
         "unreachable": {"probed": result.unreachable[0], "in_log": result.unreachable[1],
                         "examples": result.unreachable[2]},
         "cycles": [c.to_json() for c in result.cycles],

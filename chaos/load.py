@@ -77,6 +77,8 @@ class Ack:
     end_ns: int
     status: SendStatus
     uniq_id: str = ""  # the client's msgId (UNIQ_KEY): what a lookup by id without an offsetMsgId queries
+    queue_id: int = -1
+    queue_offset: int = -1  # the consume-queue offset the broker gave it (a power cut may give it out again)
 
 
 @dataclass
@@ -111,6 +113,7 @@ class Workload:
         self.acks: dict[str, Ack] = {}
         self.received: set[str] = set()  # intact keys delivered to anyone (consumer or drain)
         self.drained: set[str] = set()  # intact keys the final drain found in the broker
+        self.drain_first: set[str] = set()  # intact keys the drain delivered and the live consumer never had
         self.final_min_offset = 0  # the commit log's min offset when the drain ran (cleaning moves it)
         self.drained_min_offset = -1  # the lowest commit-log offset the drain read
         self.cleaning_expected = False  # disk fill: old files are deleted by design
@@ -185,6 +188,21 @@ class Workload:
             floor = max(floor, self.drained_min_offset)
         with self._lock:
             return {k: a for k, a in self.acks.items() if k not in self.drained and a.commit_log_offset >= floor}
+
+    def passed_over(self) -> dict[str, Ack]:
+        """Acknowledged keys the broker still held at the end (the drain delivered them) that the live
+        consumer group never received although it had received a later queue offset of the same queue: its
+        position had passed them. After a power cut this happens to a group that had read records past the
+        flushed offset (dispatch does not wait for the flush): the cut takes those records, the recovered
+        queue hands their offsets to new sends, and the group, already past them, never asks for them.
+        The keys the drain delivered that lie beyond the group's position were just not reached yet."""
+        with self._lock:
+            out = {}
+            for k in self.drain_first:
+                a = self.acks.get(k)
+                if a is not None and 0 <= a.queue_offset <= self._recv_qoff.get(a.queue_id, -1):
+                    out[k] = a
+            return out
 
     def acked(self) -> dict[str, Ack]:
         """A copy of the acknowledged sends so far."""
@@ -346,8 +364,9 @@ class Workload:
                 except MessageIdError:
                     phys = -1
                 with self._lock:
-                    self.acks.setdefault(key, Ack(phys, end, result.send_status, result.msg_id))
                     q = result.message_queue.queue_id
+                    self.acks.setdefault(key, Ack(phys, end, result.send_status, result.msg_id, q,
+                                                  result.queue_offset))
                     self._acked_qoff[q] = max(self._acked_qoff.get(q, -1), result.queue_offset)
                     self._ok_end_ns.append(end)
                     if result.send_status is SendStatus.SEND_OK:
@@ -379,6 +398,7 @@ class Workload:
                     self.drained_min_offset = m.commit_log_offset
                 if d.key in self.received:
                     return
+                self.drain_first.add(d.key)
         writer.record_receive(d.key, m.topic, m.queue_id, m.queue_offset, now, now,
                               born_ns=m.born_timestamp * 1_000_000, store_ns=m.store_timestamp * 1_000_000,
                               nbytes=len(m.body), session=session)

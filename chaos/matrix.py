@@ -8,7 +8,7 @@ a failed cell, and on a skipped one only with ``require_all``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -83,6 +83,7 @@ class MatrixSpec:
     rocketmq_home: Path | None = None
     topology: TopologyKind = TopologyKind.PROCESS
     image: str | None = None  # the container topology's image; None: harness.containers.DEFAULT_IMAGE
+    broker_conf: Mapping[str, str] = field(default_factory=dict)  # extra broker.conf keys for every cell
 
     def cells(self) -> list[ExperimentSpec]:
         """Broker by broker, the same cells in the same order with the same seeds: a fault lands at the same
@@ -100,7 +101,8 @@ class MatrixSpec:
                                                   gap_s=self.gap_s, load=self.load, command=self.command,
                                                   check_each_recovery=self.check_each_recovery,
                                                   broker_impl=impl, rocketmq_home=self.rocketmq_home,
-                                                  topology=self.topology, image=self.image or DEFAULT_IMAGE))
+                                                  topology=self.topology, image=self.image or DEFAULT_IMAGE,
+                                                  broker_conf=self.broker_conf))
         return out
 
 
@@ -130,7 +132,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("broker_impl", "broker"), ("fault", "fault"), ("flush", "flush"), ("profile", "profile"), ("cycles", "cycles"),
     ("acknowledged", "acked"),
     ("lost", "lost"), ("lost_bytes", "lost B"), ("absent", "absent"), ("absent_bytes", "absent B"),
-    ("not_seen", "not drained"),
+    ("not_seen", "not drained"), ("passed_over", "passed over"),
     ("window_bytes_max", "unflushed B (max)"),
     ("duplicated", "dup"), ("recovered", "recovered"), ("unexpected", "unexpected"),
     ("lookups_sampled", "looked up"), ("lookups_missed", "lookup missed"), ("lookups_excused", "lookup lost"),
@@ -184,6 +186,10 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
             notes.append(f"  {name}: skipped: {row['skipped']}")
         for v in row.get("violations") or []:
             notes.append(f"  {name}: {v}")
+        if row.get("passed_over") and row.get("ok"):
+            notes.append(f"  {name}: {row['passed_over']} acknowledged messages passed over by the live group (kept "
+                         "by the store; the group had read past the flushed offset before a cut: "
+                         "dispatchFlushedOnly=true prevents it, README)")
         if row.get("run_dir"):
             notes.append(f"  {name}: {row['run_dir']}")
     return "\n".join(lines + (["", "notes and run records:", *notes] if notes else []))
@@ -242,6 +248,8 @@ def reproduce_command(spec: ExperimentSpec) -> str:
         parts += ["--seed", str(spec.seed)]
     if spec.rocketmq_home is not None:
         parts += ["--rocketmq-home", str(spec.rocketmq_home)]
+    for key, value in spec.broker_conf.items():
+        parts += ["--broker-conf", f"{key}={value}"]
     return " ".join(parts)
 
 

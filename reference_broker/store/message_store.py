@@ -155,6 +155,9 @@ class MessageStore:
         self.ha: HAComponent | None = None
         # A slave's log can end inside a record the master has not sent whole yet: dispatch waits for the rest.
         self.reput.wait_for_whole_records = self._is_slave
+        if config.dispatch_flushed_only and not self._is_slave:  # a slave dispatches what its master sent
+            mfq = self.commit_log.mapped_file_queue
+            self.reput.upper = lambda: mfq.flushed_where
         if self._is_slave:
             self.reput.idle_sleep_s = SLAVE_REPUT_IDLE_SLEEP_S
         self.last_exit_ok = True

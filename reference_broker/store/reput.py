@@ -48,12 +48,16 @@ class ReputMessageService(ServiceThread):
         # On a slave the log grows by replicated chunks that may end inside a record: a record that is not all
         # there yet is waited for, not skipped (4.9.8's reput stops without moving on when brokerId != 0).
         self.wait_for_whole_records = False
+        # How far dispatch may read: the written position (4.9.8), or the flushed one (dispatchFlushedOnly).
+        # Either is a record boundary: the writer publishes its position after a whole record, and a flush
+        # takes the position it found.
+        self.upper: Callable[[], int] = commit_log.get_max_offset
 
     def behind(self) -> int:
-        return max(0, self.commit_log.get_max_offset() - self.reput_from_offset)
+        return max(0, self.upper() - self.reput_from_offset)
 
     def is_commit_log_available(self) -> bool:
-        return self.reput_from_offset < self.commit_log.get_max_offset()
+        return self.reput_from_offset < self.upper()
 
     def do_reput(self) -> bool:
         """Dispatch what is available now; True if anything was dispatched.
@@ -70,14 +74,15 @@ class ReputMessageService(ServiceThread):
             self.reput_from_offset = cl.get_min_offset()
         scan = rec.scan_records
         waiting = False
-        while not waiting and not self.is_stopped and self.reput_from_offset < cl.get_max_offset():
+        high = self.upper()
+        while not waiting and not self.is_stopped and self.reput_from_offset < high:
             res = cl.get_data(self.reput_from_offset)
             if res is None:
                 break
             try:
                 data = res.data
-                size = res.size
                 base = res.start_offset
+                size = min(res.size, high - base)
                 pos = 0
                 dispatch = self.dispatch
                 delay = self.delay_table_ms
@@ -89,7 +94,7 @@ class ReputMessageService(ServiceThread):
                         self.reput_from_offset = base + pos
                     if end is rec.ScanEnd.LIMIT:
                         continue
-                    if end is rec.ScanEnd.BAD and self.wait_for_whole_records and _incomplete(
+                    if end is rec.ScanEnd.BAD and (self.wait_for_whole_records or size < res.size) and _incomplete(
                             data, pos, size, base % cl.file_size, cl.file_size):
                         waiting = True
                         break
