@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from spark_reports.run_records import RunInfo, read_check, read_faults
+from spark_reports.run_records import RunInfo, read_check, read_faults, read_passed_over
 
 NO_FAULT: Final = "none"
 KILL9: Final = "kill9"
@@ -56,6 +56,9 @@ class RunLoss:
     # Sends answered a plain SEND_OK in the final cycle's window (from the last restart's first SEND_OK to the
     # master fault that ended the run): what a SYNC_MASTER promised just before it was lost. None: not recorded.
     promised_final_window: int | None = None
+    # Acknowledged, kept by the store, never delivered to the live group, whose position was past them after a
+    # power cut (chaos.json; docs/findings.md F14). Not lost: the run's final read found them.
+    passed_over: int = 0
 
 
 _SCHEMA = StructType([
@@ -73,6 +76,7 @@ _SCHEMA = StructType([
     StructField("lost_promised", LongType(), False),
     StructField("replication_lag_bytes", LongType(), True),
     StructField("promised_final_window", LongType(), True),
+    StructField("passed_over", LongType(), False),
 ])
 
 
@@ -156,7 +160,7 @@ def run_loss(run: RunInfo) -> RunLoss | None:
         recovered=count("recovered"), unexpected=count("unexpected"), valid=bool(check.get("valid", False)),
         unread=count("unread"), replication=run.replication_mode, acked_master_only=count("acked_master_only"),
         lost_promised=count("lost_promised"), replication_lag_bytes=replication_lag(faults),
-        promised_final_window=promised_final_window(faults),
+        promised_final_window=promised_final_window(faults), passed_over=read_passed_over(run),
     )
 
 
@@ -178,6 +182,7 @@ class GroupLoss:
     replication: str = "(all)"
     acked_master_only: int = 0
     lost_promised: int = 0
+    passed_over: int = 0
 
 
 def grouped(spark: SparkSession, losses: list[RunLoss], keys: tuple[str, ...]) -> list[GroupLoss]:
@@ -185,7 +190,7 @@ def grouped(spark: SparkSession, losses: list[RunLoss], keys: tuple[str, ...]) -
     df = spark.createDataFrame([asdict(x) for x in losses], _SCHEMA)
     sums = [F.sum(c).alias(c) for c in ("acknowledged", "lost", "lost_bytes", "unflushed_bytes", "duplicated",
                                          "recovered", "unexpected", "unread", "acked_master_only",
-                                         "lost_promised")]
+                                         "lost_promised", "passed_over")]
     agg = df.groupBy(*keys).agg(F.count(F.lit(1)).alias("runs"), *sums,
                                 F.sum(F.when(F.col("valid"), 0).otherwise(1)).alias("invalid_runs"))
     rows = agg.orderBy(*keys).collect()
@@ -196,7 +201,8 @@ def grouped(spark: SparkSession, losses: list[RunLoss], keys: tuple[str, ...]) -
         duplicated=int(r["duplicated"]), recovered=int(r["recovered"]), unexpected=int(r["unexpected"]),
         invalid_runs=int(r["invalid_runs"]), unread=int(r["unread"]),
         replication=r["replication"] if "replication" in keys else "(all)",
-        acked_master_only=int(r["acked_master_only"]), lost_promised=int(r["lost_promised"])) for r in rows]
+        acked_master_only=int(r["acked_master_only"]), lost_promised=int(r["lost_promised"]),
+        passed_over=int(r["passed_over"])) for r in rows]
 
 
 def headline_cell(group: GroupLoss) -> str:

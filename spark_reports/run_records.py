@@ -221,6 +221,20 @@ def check_verdict(check: Mapping[str, Any] | None) -> str:
     return f"valid ({lost} lost, allowed)" if lost and check.get("allow_loss") else "valid"
 
 
+def read_passed_over(run: RunInfo) -> int:
+    """chaos.json's ``passed_over.count`` (chaos.load Workload.passed_over): acknowledged messages the store
+    kept that the live consumer group never delivered, its position being past them; 0 without chaos.json."""
+    path = run.path / "chaos.json"
+    if not path.is_file():
+        return 0
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    passed = data.get("passed_over") if isinstance(data, dict) else None
+    return int(passed.get("count") or 0) if isinstance(passed, dict) else 0
+
+
 def read_check(run: RunInfo) -> dict[str, Any] | None:
     path = run.path / CHECK_FILE
     if not path.is_file():

@@ -119,3 +119,33 @@ def test_replication_mode_master_only_and_promised_loss_per_run_and_group(spark,
         ("ASYNC_MASTER", 2, 1), ("SYNC_MASTER", 2, 1)]
     (merged,) = grouped(spark, losses, ("flush_mode", "fault"))
     assert (merged.replication, merged.lost_promised, merged.runs) == ("(all)", 2, 2)
+
+
+def test_passed_over_comes_from_chaos_json_and_is_summed_per_group_apart_from_lost(spark, tmp_path):
+    """A chaos run's chaos.json ``passed_over.count`` (acknowledged, kept by the store, never delivered to the
+    live group: docs/findings.md F14) is read per run and summed per group; a run without chaos.json has 0."""
+    import json
+
+    from harness.checker import check_run
+    from harness.records import FaultKind, RunRecord
+
+    def chaos_run(passed: int | None) -> None:
+        rec = RunRecord.create(tmp_path, "chaos-power.loss-sync-none", {}, ["pytest"])
+        rec.update_meta(broker={"flushDiskType": "SYNC_FLUSH"})
+        w = rec.events_writer("p0", fmt="jsonl", background=False)
+        for i in range(3):
+            w.record_send(f"k{i}", "T", 0, i, 10 * i, 10 * i + 1, "ok", code=0, nbytes=10)
+            w.record_receive(f"k{i}", "T", 0, i, 10 * i + 2, 10 * i + 2, nbytes=10)
+        rec.add_fault(FaultKind.POWER_LOSS, "broker-a", written_offset=100, flushed_offset=100)
+        rec.finish()
+        check_run(rec.run_dir)
+        if passed is not None:
+            (rec.run_dir / "chaos.json").write_text(json.dumps({"passed_over": {"count": passed, "examples": []}}))
+
+    chaos_run(4)
+    chaos_run(3)
+    chaos_run(None)
+    losses = [x for x in (run_loss(r) for r in discover_runs(tmp_path)) if x is not None]
+    assert sorted(x.passed_over for x in losses) == [0, 3, 4]
+    (group,) = grouped(spark, losses, ("flush_mode", "fault"))
+    assert (group.passed_over, group.lost, group.runs) == (7, 0, 3)
