@@ -408,8 +408,8 @@ def _int_list(value: str | None, name: str) -> tuple[int, ...] | None:
 @main.command("scaling")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/scaling"),
               show_default=True, help="Rows are appended to OUT/scaling.jsonl.")
-@click.option("--curves", default="size,depth,producers,queues,groups,backlog", show_default=True,
-              help="size, depth, producers, queues, groups, backlog.")
+@click.option("--curves", default="size,depth,producers,queues,groups,backlog,backlog_cold", show_default=True,
+              help="size, depth, producers, queues, groups, backlog, backlog_cold (root: a memory cgroup).")
 @click.option("--seconds", type=click.FloatRange(0.5, 600), default=None, help="Per point (default 5, --quick 2).")
 @click.option("--sizes", default=None, help="Body sizes in bytes, comma-separated (default 128 ... 65536).")
 @click.option("--depths", default=None, help="In-flight depths (default 1,4,16,64,256).")
@@ -417,6 +417,10 @@ def _int_list(value: str | None, name: str) -> tuple[int, ...] | None:
 @click.option("--queues", default=None, help="Queue counts (default 1,16,256,1024,10000).")
 @click.option("--backlogs", default=None, help="Backlog depths in messages (default 10000,100000,400000).")
 @click.option("--groups", default=None, help="Broker group counts (default 1,2,3).")
+@click.option("--cold-backlogs", default=None,
+              help="backlog_cold's depths in messages (default 400000,1000000).")
+@click.option("--cold-memory-max", default=None,
+              help="backlog_cold's memory cgroup limit for the broker, e.g. 256MiB (the default).")
 @click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default="ASYNC_FLUSH", show_default=True)
 @click.option("--no-bare", is_flag=True, help="Leave out the bare broker beside the size, depth and producers curves.")
 @click.option("--quick", is_flag=True, help="A few points per curve, 2 s each.")
@@ -425,7 +429,8 @@ def _int_list(value: str | None, name: str) -> tuple[int, ...] | None:
 @BROKER_IMPL
 @ROCKETMQ_HOME
 def scaling_cmd(out: Path, curves: str, seconds: float | None, sizes: str | None, depths: str | None,
-                producers: str | None, queues: str | None, backlogs: str | None, groups: str | None, flush: str,
+                producers: str | None, queues: str | None, backlogs: str | None, groups: str | None,
+                cold_backlogs: str | None, cold_memory_max: str | None, flush: str,
                 no_bare: bool, quick: bool, report: Path | None, broker_impl: BrokerImpl,
                 rocketmq_home: Path | None) -> None:
     """How the broker's cost grows: send rate and p99 against message size, in-flight depth, producers, queue
@@ -441,10 +446,17 @@ def scaling_cmd(out: Path, curves: str, seconds: float | None, sizes: str | None
     if seconds is not None:
         over["seconds"] = seconds
     for name, value in (("sizes", sizes), ("depths", depths), ("producers", producers), ("queues", queues),
-                        ("backlogs", backlogs), ("groups", groups)):
-        parsed = _int_list(value, f"--{name}")
+                        ("backlogs", backlogs), ("cold_backlogs", cold_backlogs), ("groups", groups)):
+        parsed = _int_list(value, f"--{name.replace('_', '-')}")
         if parsed is not None:
             over[name] = parsed
+    if cold_memory_max is not None:
+        from harness.memory_cgroup import parse_size
+
+        try:
+            over["cold_memory_max"] = parse_size(cold_memory_max)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--cold-memory-max") from None
     try:
         plan = Plan.quick(**over) if quick else dataclasses.replace(Plan(), **over)  # type: ignore[arg-type]
     except ValueError as exc:

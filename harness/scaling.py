@@ -20,6 +20,9 @@ groups        broker groups on this machine (RocketMQ's  one group × the count 
                                                          wall
 backlog       messages stored before a consumer group    fio's sequential write as msg/s (the store's reads
               starts from the first offset               come from the page cache here: a hot backlog)
+backlog_cold  the same, the broker in a memory cgroup     fio's sequential write as msg/s; the cgroup keeps
+              (``cold_memory_max``, 256 MiB) smaller      the broker's page cache under its limit, so the
+              than every backlog (root; skipped without)  drain reads from the device (harness.memory_cgroup)
 ============  =========================================  =================================================
 
 Each point is one JSON object in ``OUT/scaling.jsonl`` (``ROW_KEYS``); ``python -m spark_reports scaling --runs
@@ -43,6 +46,7 @@ from typing import Any, Final
 from harness.broker_bench import BARE_TOPIC, Progress, bare_broker, cpu_seconds, run_consumer, run_producer
 from harness.fio_baseline import fio_baseline
 from harness.launcher import Topology
+from harness.memory_cgroup import MemoryCgroup, Skip, detect
 from harness.records import jsonl
 from harness.records.scaling import CURVES, ROW_KEYS, SCALING_FILE
 from harness.rocketmq import BrokerImpl
@@ -68,6 +72,8 @@ class Plan:
     producers: tuple[int, ...] = (1, 2, 4)
     queues: tuple[int, ...] = (1, 16, 256, 1024, 10_000)
     backlogs: tuple[int, ...] = (10_000, 100_000, 400_000)
+    cold_backlogs: tuple[int, ...] = (400_000, 1_000_000)  # 1 KiB each: 1.6 and 4 × the group's limit
+    cold_memory_max: int = 256 << 20  # the broker's memory cgroup (its RSS and its page cache)
     groups: tuple[int, ...] = (1, 2, 3)
     curves: tuple[str, ...] = CURVES
     flush: str = "ASYNC_FLUSH"
@@ -77,7 +83,7 @@ class Plan:
     def quick(cls, **over: Any) -> Plan:
         """A few points per curve, 2 s each (the test's plan; about 3 minutes in all)."""
         base = cls(seconds=2.0, sizes=(128, 4096, 65536), depths=(1, 64), producers=(1, 2), queues=(1, 1024),
-                   backlogs=(5_000, 50_000), groups=(1, 2))
+                   backlogs=(5_000, 50_000), cold_backlogs=(300_000,), groups=(1, 2))
         return cls(**{**asdict(base), **over})
 
     def __post_init__(self) -> None:
@@ -86,7 +92,7 @@ class Plan:
             raise ValueError(f"unknown curve(s) {sorted(unknown)}; known: {', '.join(CURVES)}")
         if self.flush not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise ValueError(f"flush must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush!r}")
-        for name in ("sizes", "depths", "producers", "queues", "backlogs", "groups"):
+        for name in ("sizes", "depths", "producers", "queues", "backlogs", "cold_backlogs", "groups"):
             values = getattr(self, name)
             if not values or any(v < 1 for v in values):
                 raise ValueError(f"{name}: positive integers, at least one")
@@ -94,6 +100,8 @@ class Plan:
             raise ValueError("sizes: at most 4 MiB (the broker's maxMessageSize)")
         if self.seconds <= 0:
             raise ValueError("seconds must be positive")
+        if self.cold_memory_max < 64 << 20:
+            raise ValueError("cold_memory_max: at least 64 MiB (the broker's own memory is charged to it too)")
 
 
 @dataclass
@@ -192,10 +200,13 @@ def run(plan: Plan, out: Path, progress: Progress = print, impl: BrokerImpl = "r
     bare = plan.bare and impl == "reference"
     with tempfile.TemporaryDirectory(prefix="rmq-lab-scaling-", dir=root) as tmp_s:
         tmp = Path(tmp_s)
-        fio_bps = _fio_write_bps(tmp, progress) if {"size", "backlog"} & set(plan.curves) else None
+        fio_bps = _fio_write_bps(tmp, progress) if {"size", "backlog", "backlog_cold"} & set(plan.curves) else None
         for curve in plan.curves:
             if curve == "groups":
                 _groups_curve(plan, emit, progress, impl, rocketmq_home, tmp / curve)
+                continue
+            if curve == "backlog_cold":
+                _cold_backlog_curve(plan, emit, progress, impl, rocketmq_home, tmp / curve, fio_bps)
                 continue
             with Topology(tmp / curve, broker_conf={"flushDiskType": plan.flush}, impl=impl,
                           rocketmq_home=rocketmq_home) as topo:
@@ -273,27 +284,71 @@ def _queues_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress, *,
 def _backlog_curve(topo: Topology, plan: Plan, emit: Emit, progress: Progress, *, bare: bool,
                    fio_bps: float | None, tmp: Path) -> None:
     for depth in plan.backlogs:
-        topic = f"Backlog{depth}"
-        _create_topic(topo, topic, 8)
-        per_process = -(-depth // 2)
-        run_producer(topo, ["-t", topic, "--lean", "-p", "2", "-s", str(DEFAULT_SIZE), "--in-flight", "32",
-                            "-q", str(per_process), "-d", "3600"], progress)
-        stored = 2 * per_process
-        cpu0 = cpu_seconds(topo.brokers[0].pid)
-        r = run_consumer(topo, ["-t", topic, "-g", f"scaling_{depth}", "--from-first", "-p", "2",
-                                "-d", str(plan.seconds)], progress)
-        consumed = int(r.get("consumed") or 0)
-        drained = consumed >= stored
-        # Drained before its time was up: the rate to the last delivery (start-up and rebalance included).
-        tps = float((r.get("active_tps") if drained else r.get("tps")) or 0.0)
-        emit({"curve": "backlog", "x": stored, "target": "broker", "msgs_per_s": tps,
-              "mb_per_s": tps * DEFAULT_SIZE / 1e6, "p50_ms": r.get("e2e_p50_ms"), "p99_ms": r.get("e2e_p99_ms"),
-              "broker_cpu_us_per_msg": ((cpu_seconds(topo.brokers[0].pid) - cpu0) / consumed * 1e6
-                                        if consumed else None),
-              "client_cpu_us_per_msg": r.get("client_cpu_us_per_msg"), "size": DEFAULT_SIZE, "processes": 2,
-              "queues": 8, "drained": drained})
-        if fio_bps:
-            emit(fio_row("backlog", stored, fio_bps, DEFAULT_SIZE))
+        _backlog_point(topo, "backlog", depth, plan.seconds, emit, progress, fio_bps)
+
+
+def _backlog_point(topo: Topology, curve: str, depth: int, seconds: float, emit: Emit, progress: Progress,
+                   fio_bps: float | None, **extra: Any) -> None:
+    """Store ``depth`` messages on a topic of 8 queues, then consume them from the first offset for ``seconds``
+    with two consumer processes: the rate, send-to-consume latency, CPU per message and bytes read from storage."""
+    topic = f"Backlog{depth}"
+    _create_topic(topo, topic, 8)
+    per_process = -(-depth // 2)
+    run_producer(topo, ["-t", topic, "--lean", "-p", "2", "-s", str(DEFAULT_SIZE), "--in-flight", "32",
+                        "-q", str(per_process), "-d", "3600"], progress)
+    stored = 2 * per_process
+    pid = topo.brokers[0].pid
+    cpu0, read0 = cpu_seconds(pid), read_bytes(pid)
+    r = run_consumer(topo, ["-t", topic, "-g", f"scaling_{curve}_{depth}", "--from-first", "-p", "2",
+                            "-d", str(seconds)], progress)
+    consumed = int(r.get("consumed") or 0)
+    drained = consumed >= stored
+    read1 = read_bytes(pid)
+    # Drained before its time was up: the rate to the last delivery (start-up and rebalance included).
+    tps = float((r.get("active_tps") if drained else r.get("tps")) or 0.0)
+    emit({"curve": curve, "x": stored, "target": "broker", "msgs_per_s": tps,
+          "mb_per_s": tps * DEFAULT_SIZE / 1e6, "p50_ms": r.get("e2e_p50_ms"), "p99_ms": r.get("e2e_p99_ms"),
+          "broker_cpu_us_per_msg": (cpu_seconds(pid) - cpu0) / consumed * 1e6 if consumed else None,
+          "client_cpu_us_per_msg": r.get("client_cpu_us_per_msg"), "size": DEFAULT_SIZE, "processes": 2,
+          "queues": 8, "drained": drained,
+          "read_bytes": read1 - read0 if read0 is not None and read1 is not None else None, **extra})
+    if fio_bps:
+        emit(fio_row(curve, stored, fio_bps, DEFAULT_SIZE))
+
+
+def read_bytes(pid: int | None) -> int | None:
+    """``read_bytes`` of /proc/PID/io: what the process made the kernel fetch from storage (page-cache hits
+    are not counted), so a cold drain shows here and a hot one does not. None when it cannot be read."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cold_backlog_curve(plan: Plan, emit: Emit, progress: Progress, impl: BrokerImpl, rocketmq_home: Path | None,
+                        tmp: Path, fio_bps: float | None) -> None:
+    """The backlog curve with the broker in a memory cgroup smaller than every backlog (scenarios/backlog.py's
+    technique, docs/backlog.md): its page cache cannot hold the backlog, so the drain reads from the device."""
+    found = detect(plan.cold_memory_max, name=f"rmq-lab-scaling-{os.getpid()}")
+    if isinstance(found, Skip):
+        progress(f"backlog_cold: skipped: {found.reason}")
+        return
+    cg = MemoryCgroup(found)
+    with cg, Topology(tmp, broker_conf={"flushDiskType": plan.flush}, impl=impl, rocketmq_home=rocketmq_home,
+                      broker_spawn_hook=cg.admit) as topo:
+        run_producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", str(DEFAULT_SIZE)], progress)
+        for depth in plan.cold_backlogs:
+            _backlog_point(topo, "backlog_cold", depth, plan.seconds, emit, progress, fio_bps,
+                           memory_max=plan.cold_memory_max)
+        kills = cg.oom_kills()
+        if kills:
+            progress(f"backlog_cold: the kernel's OOM killer ended {kills} process(es) in the broker's group: "
+                     f"raise cold_memory_max above the broker's own memory")
 
 
 def _groups_curve(plan: Plan, emit: Emit, progress: Progress, impl: BrokerImpl, rocketmq_home: Path | None,
@@ -342,7 +397,7 @@ def _groups_curve(plan: Plan, emit: Emit, progress: Progress, impl: BrokerImpl, 
 CURVE_RUNNERS: Final[dict[str, Callable[..., None]]] = {
     "size": _size_curve, "depth": _depth_curve, "producers": _producers_curve, "queues": _queues_curve,
     "backlog": _backlog_curve}
-assert set(CURVE_RUNNERS) | {"groups"} == set(CURVES)
+assert set(CURVE_RUNNERS) | {"groups", "backlog_cold"} == set(CURVES)
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:

@@ -24,9 +24,11 @@ NAME: Final = "scaling"
 X_LABELS: Final = {"size": "body bytes", "depth": "messages in flight (one process)",
                    "producers": "producer processes (64 in flight each)", "queues": "queues in the topic",
                    "groups": "broker groups (a producer process each)",
-                   "backlog": "messages stored before the consumers start"}
-Y_RATE: Final = {"backlog": "consumed msg/s"}
-Y_P99: Final = {"backlog": "send-to-consume p99 ms (mostly the backlog's age)"}
+                   "backlog": "messages stored before the consumers start",
+                   "backlog_cold": "messages stored (the broker's memory cgroup smaller than the backlog)"}
+Y_RATE: Final = {"backlog": "consumed msg/s", "backlog_cold": "consumed msg/s (from the device)"}
+Y_P99: Final = {"backlog": "send-to-consume p99 ms (mostly the backlog's age)",
+                "backlog_cold": "send-to-consume p99 ms (mostly the backlog's age)"}
 TARGET_STYLE: Final = {"broker": ("-", "o"), "bare": ("--", "s"), "fio": (":", None)}
 
 

@@ -73,3 +73,26 @@ def test_a_short_run_measures_each_curve_and_the_report_draws_it(tmp_path: Path)
     page = (tmp_path / "reports" / "scaling" / "index.html").read_text()
     assert "2,000 queues run at" in page and "2 groups give" in page
     assert (tmp_path / "reports" / "scaling" / "rate.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.machine  # a memory cgroup, and the page cache it evicts
+def test_the_cold_backlog_curve_reads_from_the_device_with_the_broker_in_a_memory_cgroup(tmp_path: Path) -> None:
+    """backlog_cold through the real command: 300,000 messages of 1 KiB stored by a broker whose memory cgroup
+    (256 MiB: its own memory and its page cache) cannot hold them, then a drain from the first offset that must
+    make the broker read from storage (/proc/PID/io read_bytes); the group is gone afterwards."""
+    from harness.memory_cgroup import Skip, detect
+
+    found = detect(256 << 20, name="rmq-lab-probe")
+    if isinstance(found, Skip):
+        pytest.skip(f"backlog_cold: {found.reason}")
+    out = tmp_path / "scaling"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-m", "harness", "scaling", "--quick", "--curves", "backlog_cold",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = [r for r in read(out) if r["curve"] == "backlog_cold" and r["target"] == "broker"]
+    assert row["x"] == 300_000 and row["memory_max"] == 256 << 20
+    assert row["msgs_per_s"] > 0
+    assert row["read_bytes"] is not None and row["read_bytes"] > 1 << 20, row  # the drain read from the device
+    assert not list(found.path.parent.glob("rmq-lab-scaling-*")), "the memory cgroup was left behind"
