@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import thread_cpu
 from harness.launcher import Process, Topology
 from harness.ports import free_port
 from harness.rocketmq import BrokerImpl
@@ -77,6 +78,7 @@ def _run_tool(tool: str, count_key: str, topo: Topology, args: list[str], progre
     if broker_pid is None:
         broker_pid = topo.brokers[0].pid
     cpu0 = cpu_seconds(broker_pid)
+    threads0 = thread_cpu.sample(broker_pid)
     if cores is None:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     else:
@@ -92,7 +94,11 @@ def _run_tool(tool: str, count_key: str, topo: Topology, args: list[str], progre
         raise RuntimeError(f"bench {tool} failed ({p.returncode}): {p.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(p.stdout)
     n = result.get(count_key) or 0
+    threads = thread_cpu.delta_by_name(threads0, thread_cpu.sample(broker_pid))
     result["broker_cpu_us_per_msg"] = (cpu_seconds(broker_pid) - cpu0) / n * 1e6 if n else None
+    # the same split thread by thread (harness/thread_cpu.py): the event loop ("main") against the dispatch
+    # thread ("ReputMessageSer") and the rest, what moving dispatch out of the broker could save (docs/dispatch.md)
+    result["broker_thread_cpu_us_per_msg"] = {k: v / n * 1e6 for k, v in sorted(threads.items())} if n else None
     return result
 
 
@@ -215,8 +221,22 @@ def run(plan: Plan, progress: Progress = print, root: Path | None = None, impl: 
          f"{a['single_64_in_flight']['broker_cpu_us_per_msg']:.1f} us", "reported", None),
         ("broker CPU per message (batches of 32)",
          f"{a['batch_32']['broker_cpu_us_per_msg']:.1f} us", "reported", None),
+        *_dispatch_rows(a),
     ]
     return out
+
+
+def _dispatch_rows(a: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """The dispatch thread's CPU per message beside the broker's, for the lean loads (docs/dispatch.md)."""
+    rows: list[tuple[str, str, str, bool | None]] = []
+    for key, what in (("single_64_lean", "lean single sends"), ("batch_32_lean", "lean batches of 32")):
+        threads = a.get(key, {}).get("broker_thread_cpu_us_per_msg")
+        if not threads or thread_cpu.DISPATCH not in threads:  # RocketMQ: its threads are not ours
+            continue
+        dispatch, total = threads[thread_cpu.DISPATCH], sum(threads.values())
+        rows.append((f"dispatch thread CPU per message ({what})",
+                     f"{dispatch:.1f} us of {total:.1f} ({dispatch / total:.0%})", "reported", None))
+    return rows
 
 
 def _bare_baseline(topo: Topology, plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
