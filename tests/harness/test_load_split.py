@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,30 @@ def test_meter_reads_this_process() -> None:
     assert machine is not None and machine[1][1] > machine[0][1] and machine[1][0] >= machine[0][0]
     assert meter.marks("nobody") is None
     assert cpu_seconds(2**22 + 12345) is None  # no such process (beyond pid_max's default)
+
+
+def test_a_failing_load_process_reports_its_error(tmp_path: Path) -> None:
+    """A child that cannot make its driver sends ("error", …) and exits 1, which the coordinator raises as a
+    LoadProcessError instead of waiting out its timeouts (a real spawned process)."""
+    import multiprocessing
+
+    from harness.load_procs import PartSpec, run_part
+    from harness.records import RunRecord
+
+    record = RunRecord.create(tmp_path, "compare-x", {})
+    spec = PartSpec(0, "no-such-driver", "nats://127.0.0.1:1", "i", "g", str(record.run_dir),
+                    LoadShape(seconds=1.0, in_flight=2), "T", "g", "k-p0-")
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    child = ctx.Process(target=run_part, args=(theirs, spec), daemon=True)
+    child.start()
+    theirs.close()
+    try:
+        assert mine.poll(60)
+        kind, text = mine.recv()
+        assert kind == "error" and "unknown driver 'no-such-driver'" in text
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 1
