@@ -391,19 +391,23 @@ def fuzz(seconds: float, seed: int | None, cases: tuple[int, ...], skip_known: b
 @click.option("--rate", type=click.FloatRange(1), default=2000.0, show_default=True, help="The fixed rate, msg/s.")
 @click.option("--in-flight", type=click.IntRange(1), default=128, show_default=True, help="For max and rate.")
 @click.option("--size", "message_size", type=click.IntRange(1), default=1024, show_default=True)
+@click.option("--load-processes", "load_processes", type=click.IntRange(1, 64), default=None,
+              help="Load processes per workload, the rate and in-flight window split among them; 1 = the load in "
+              "this process (the behaviour before the option). Default: 2 (harness.compare).")
 @click.option("--report", "report", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also render the report (python -m spark_reports compare) into this directory.")
 def compare_cmd(out: Path, brokers: str | None, workloads: str, seconds: float, rate: float, in_flight: int,
-                message_size: int, report: Path | None) -> None:
+                message_size: int, load_processes: int | None, report: Path | None) -> None:
     """The same short workloads against every broker available here (one sitting, one load generator)."""
-    from harness.compare import BROKERS, DEFAULT_BROKERS, CompareSpec, run_compare
+    from harness.compare import BROKERS, DEFAULT_BROKERS, DEFAULT_LOAD_PROCESSES, CompareSpec, run_compare
 
     chosen = tuple(b.strip() for b in brokers.split(",") if b.strip()) if brokers else DEFAULT_BROKERS
     bad = [b for b in chosen if b not in BROKERS]
     if bad:
         raise click.BadParameter(f"unknown broker(s) {', '.join(bad)}", param_hint="--brokers")
     spec = CompareSpec(seconds=seconds, rate=rate, in_flight=in_flight, message_size=message_size,
-                       workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()), brokers=chosen)
+                       workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()), brokers=chosen,
+                       load_processes=DEFAULT_LOAD_PROCESSES if load_processes is None else load_processes)
     session = run_compare(spec, out, log=lambda line: click.echo(line, err=True))
     click.echo(f"session: {session}")
     if report is not None:

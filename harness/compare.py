@@ -19,11 +19,18 @@ rabbitmq-quorum   rabbitmq-server, quorum queues, confirms             fsync
 Workloads (``WORKLOADS``): ``rate`` (a fixed rate, open loop), ``max`` (unbounded: ``in_flight`` outstanding),
 ``one`` (one send in flight: latency without queueing). A broker that cannot run here is skipped with its
 reason (printed, and in the session's ``compare.json``).
+
+The load (``load_processes``): 1 = one process, this one (``harness.driver_load``: one producer thread, one
+consumer, one interpreter lock for all of it); N > 1 = N child processes (``harness.load_procs``), the rate and
+the in-flight window split among them (``harness.load_split``; ``one`` stays one send in flight, so one
+process). Either way each run records what the load and the broker cost in CPU and which side bounded the
+figure (``harness.load_cost``): meta.json ``load``, and each row of ``compare.json``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -34,9 +41,11 @@ from typing import Any, Final
 
 from harness import rocketmq
 from harness.driver import Driver, RocketMQDriver
-from harness.driver_load import DriverLoad, LoadShape
+from harness.driver_load import DriverLoad, LoadResult, LoadShape
 from harness.drivers import make_driver
 from harness.launcher import Topology
+from harness.load_cost import CpuMeter, LoadCost, cores, load_cost
+from harness.load_procs import ProcessLoad
 from harness.peer_drivers import ACK_PROMISES
 from harness.peers import PeerKind, PeerServer, unavailable_reason
 from harness.records import RunRecord
@@ -46,6 +55,8 @@ BROKERS: Final = ("reference-async", "reference-sync", "rocketmq-async", "rocket
                   "rabbitmq-classic", "rabbitmq-quorum")
 DEFAULT_BROKERS: Final = ("reference-async", "reference-sync", "rocketmq-async", "nats", "rabbitmq-classic",
                           "rabbitmq-quorum")
+# Two load processes on this 2-core machine: BENCHMARKS.md "With the load in N processes (session 32)".
+DEFAULT_LOAD_PROCESSES: Final = 2
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ class CompareSpec:
     queues: int = 4
     workloads: tuple[str, ...] = ("rate", "max", "one")
     brokers: tuple[str, ...] = DEFAULT_BROKERS
+    load_processes: int = DEFAULT_LOAD_PROCESSES
 
 
 def workload_shape(name: str, spec: CompareSpec) -> LoadShape:
@@ -88,8 +100,18 @@ def unavailable(label: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Target:
+    """A started broker: this process's driver to it, and what a load process needs to make its own."""
+
+    driver: Driver
+    driver_name: str  # harness.drivers name
+    address: str  # name-server list or the peer's URL
+    pid: int | None  # the server process whose CPU is the broker's (None: unknown)
+
+
 @contextmanager
-def broker_driver(label: str, root: Path, instance: str) -> Iterator[Driver]:
+def broker_driver(label: str, root: Path, instance: str) -> Iterator[Target]:
     """Start ``label``'s broker under ``root`` and yield a started driver to it; stop both after."""
     if label.startswith(("reference-", "rocketmq-")):
         flush = "SYNC_FLUSH" if label.endswith("-sync") else "ASYNC_FLUSH"
@@ -98,7 +120,7 @@ def broker_driver(label: str, root: Path, instance: str) -> Iterator[Driver]:
             drv: Driver = RocketMQDriver(topo.namesrv_addr, instance=instance, producer_group=f"cmp_{instance}")
             try:
                 drv.start()
-                yield drv
+                yield Target(drv, "rocketmq", topo.namesrv_addr, topo.brokers[0].pid)
             finally:
                 drv.stop()
         return
@@ -109,11 +131,58 @@ def broker_driver(label: str, root: Path, instance: str) -> Iterator[Driver]:
         drv = make_driver(label, server.url, instance=instance)
         try:
             drv.start()
-            yield drv
+            yield Target(drv, label, server.url, server.pid)
         finally:
             drv.stop()
     finally:
         server.cleanup()
+
+
+def run_in_process(target: Target, record: RunRecord, shape: LoadShape, topic: str, group: str,
+                   extra: dict[str, Any]) -> tuple[LoadResult, LoadCost]:
+    """The one-process load (the behaviour before load processes), with its CPU marks around it."""
+    load = DriverLoad(target.driver, record, shape, topic=topic, group=group)
+    load.prepare()
+    meter = CpuMeter({"p0": os.getpid(), "broker": target.pid})
+    meter.mark("start")
+    t0 = time.monotonic()
+    load.go()
+    time.sleep(shape.seconds)
+    meter.mark("window_end")
+    window_s = time.monotonic() - t0
+    load.drain()
+    meter.mark("end")
+    p0 = meter.marks("p0")
+    assert p0 is not None
+    cost = load_cost([p0], meter.marks("broker"), window_s, load.result.sent_ok, cores(), loadavg=os.getloadavg(),
+                     machine=meter.machine())
+    return load.finish(allow_loss=False, extra_meta={**extra, "load": cost.to_json()}), cost
+
+
+def cost_row(cost: LoadCost) -> dict[str, Any]:
+    """A compare.json row's CPU columns (meta.json ``load`` has the whole ``LoadCost``)."""
+    def r(v: float | None, digits: int) -> float | None:
+        return None if v is None else round(v, digits)
+
+    return {"load_processes": cost.processes, "client_util": [round(u, 2) for u in cost.client_util],
+            "broker_util": r(cost.broker_util, 2), "client_cpu_us_per_msg": r(cost.client_cpu_us_per_msg, 1),
+            "broker_cpu_us_per_msg": r(cost.broker_cpu_us_per_msg, 1), "bound": cost.bound,
+            "machine_busy": r(cost.machine_busy, 2), "others_cores": r(cost.others_cores, 2),
+            "loadavg_1m": None if cost.loadavg is None else cost.loadavg[0]}
+
+
+def cost_words(cost: LoadCost) -> str:
+    def us(v: float | None) -> str:
+        return "?" if v is None else f"{v:.0f}"
+
+    def pct(v: float | None) -> str:
+        return "?" if v is None else f"{v:.0%}"
+
+    util = "/".join(pct(u) for u in cost.client_util)
+    others = "?" if cost.others_cores is None else f"{cost.others_cores:.2f}"
+    return (f"CPU/msg client {us(cost.client_cpu_us_per_msg)} us, broker {us(cost.broker_cpu_us_per_msg)} us; "
+            f"busy: load {util}, broker {pct(cost.broker_util)}, machine {pct(cost.machine_busy)} (other work "
+            f"{others} cores) -> {cost.bound}-bound")
 
 
 def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None = None) -> Path:
@@ -123,7 +192,7 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
     session.mkdir(parents=True)
     summary: dict[str, Any] = {"spec": spec.__dict__ | {"workloads": list(spec.workloads),
                                                         "brokers": list(spec.brokers)},
-                               "skipped": {}, "runs": []}
+                               "skipped": {}, "runs": [], "cores": cores(), "loadavg_start": os.getloadavg()}
     for label in spec.brokers:
         reason = unavailable(label)
         if reason is not None:
@@ -132,32 +201,43 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
             continue
         root = session / "work" / label
         try:
-            with broker_driver(label, root, instance=f"cmp-{label}-{time.time_ns() % 10**9}") as drv:
+            instance = f"cmp-{label}-{time.time_ns() % 10**9}"
+            with broker_driver(label, root, instance=instance) as target:
                 for w in spec.workloads:
                     shape = workload_shape(w, spec)
                     record = RunRecord.create(session, f"{SCENARIO}-{label}-{w}", {
                         "broker": label, "workload": w, "rate": shape.rate, "in_flight": shape.in_flight,
-                        "message_size": shape.message_size, "queues": shape.queues, "seconds": shape.seconds})
-                    load = DriverLoad(drv, record, shape, topic=f"Cmp_{w}_{time.time_ns() % 10**9}",
-                                      group=f"cmp_{w}")
+                        "message_size": shape.message_size, "queues": shape.queues, "seconds": shape.seconds,
+                        "load_processes": spec.load_processes})
+                    topic, group = f"Cmp_{w}_{time.time_ns() % 10**9}", f"cmp_{w}"
                     extra: dict[str, Any] = {"compare": {"broker": label, "workload": w,
                                                          "durability": durability_of(label)}}
                     if label.startswith("rocketmq-"):  # 4.9.8's runtime info has no flushDiskType
                         extra["broker"] = {"flushDiskType": durability_of(label)}
                         extra["ack_promise"] = str(ACK_PROMISES[durability_of(label)])
-                    res = load.run(allow_loss=False, extra_meta=extra)
+                    if spec.load_processes == 1:
+                        res, cost = run_in_process(target, record, shape, topic, group, extra)
+                    else:
+                        pload = ProcessLoad(target.driver, target.driver_name, target.address, record, shape,
+                                            topic, group, processes=spec.load_processes,
+                                            instance=f"{instance}-{w}", broker_pid=target.pid)
+                        res = pload.run(allow_loss=False, extra_meta=extra)
+                        assert pload.cost is not None
+                        cost = pload.cost
                     check = res.check
                     row = {"broker": label, "workload": w, "run": record.run_id, "acked": res.sent_ok,
                            "acked_per_s": round(res.sent_ok / res.seconds) if res.seconds else None,
                            "fail": res.sent_fail, "unknown": res.sent_unknown,
-                           "lost": check.lost if check else None, "valid": check.valid if check else None}
+                           "lost": check.lost if check else None, "valid": check.valid if check else None,
+                           **cost_row(cost)}
                     summary["runs"].append(row)
                     say(f"{label} {w}: {row['acked_per_s']} acked/s, {res.sent_fail} fail, "
-                        f"{res.sent_unknown} unknown, lost {row['lost']}")
+                        f"{res.sent_unknown} unknown, lost {row['lost']}; {cost_words(cost)}")
         except Exception as exc:  # noqa: BLE001 - one broker failing to start is a row, not the session's end
             say(f"{label}: FAILED ({type(exc).__name__}: {exc})")
             summary["skipped"][label] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
         finally:
             shutil.rmtree(session / "work", ignore_errors=True)  # stores and logs: only the run records stay
+    summary["loadavg_end"] = os.getloadavg()
     (session / "compare.json").write_text(json.dumps(summary, indent=2, default=str))
     return session

@@ -59,14 +59,22 @@ class LoadResult:
 class DriverLoad:
     """Start with ``run()`` (blocking) or ``start()``/``finish()`` around a fault."""
 
-    def __init__(self, driver: Driver, record: RunRecord, shape: LoadShape, topic: str, group: str) -> None:
+    def __init__(self, driver: Driver, record: RunRecord, shape: LoadShape, topic: str, group: str, *,
+                 part: int = 0, key_prefix: str | None = None, track_new: bool = False) -> None:
+        """``part`` numbers this instance's writers (``producer-p<part>``, ``consumer-c<part>``) when several
+        processes load one run (harness.load_procs); their keys then need distinct ``key_prefix``es, and
+        ``track_new`` keeps the keys first seen since the last ``take_new_seen()`` for the coordinator's drain."""
         self.driver = driver
         self.record = record
         self.shape = shape
         self.topic = topic
         self.group = group
-        self._send_w = record.events_writer("producer-p0")
-        self._recv_w = record.events_writer("consumer-c0")
+        self._send_w = record.events_writer(f"producer-p{part}")
+        self._recv_w = record.events_writer(f"consumer-c{part}")
+        self._prefix = key_prefix if key_prefix is not None else f"{record.run_id}-"
+        self._new_seen: list[str] | None = [] if track_new else None
+        self._produced = False
+        self._drained = False
         self._body = os.urandom(shape.message_size)
         self._slots = threading.Semaphore(shape.in_flight)
         self._lock = threading.Lock()
@@ -82,7 +90,7 @@ class DriverLoad:
         self._backoff_until = 0.0
         self._thread: threading.Thread | None = None
         self._started = 0.0
-        self._consumer = driver.consumer(group, [topic], self._on_delivery, name="c0", threads=1, batch=64)
+        self._consumer = driver.consumer(group, [topic], self._on_delivery, name=f"c{part}", threads=1, batch=64)
 
     def _on_delivery(self, ds: list[Delivery]) -> None:
         now = time.time_ns()
@@ -90,6 +98,8 @@ class DriverLoad:
             for d in ds:
                 self._recv_w.record_receive(d.key, d.topic, d.queue_id, d.queue_offset, now, now, d.born_ns,
                                             d.store_ns, d.nbytes)
+                if self._new_seen is not None and d.key not in self._seen:
+                    self._new_seen.append(d.key)
                 self._seen.add(d.key)
             self.result.received += len(ds)
 
@@ -120,7 +130,7 @@ class DriverLoad:
         seq = itertools.count()
         t0 = time.time_ns()
         period_ns = int(1e9 / self.shape.rate) if self.shape.rate > 0 else 0
-        prefix = f"{self.record.run_id}-"
+        prefix = self._prefix
         while not self._stop.is_set():
             i = next(seq)
             intended = t0 + i * period_ns if period_ns else -1
@@ -142,54 +152,99 @@ class DriverLoad:
         with self._lock:
             return self.result.sent_ok, self.result.sent_fail, self.result.sent_unknown
 
-    def start(self) -> None:
+    def acked_keys(self) -> list[str]:
+        with self._lock:
+            return list(self._acked)
+
+    def take_new_seen(self) -> list[str]:
+        """Keys delivered for the first time since the last call (``track_new``; else always empty)."""
+        with self._lock:
+            if not self._new_seen:
+                return []
+            out, self._new_seen = self._new_seen, []
+            return out
+
+    def prepare(self) -> None:
+        """Connect, create the topic (idempotent: several processes may each do it) and start consuming."""
         self.driver.start()
         self.driver.create_topic(self.topic, self.shape.queues)
         self._consumer.start()
+
+    def go(self) -> None:
+        """Start producing."""
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._produce, name="driver-load", daemon=True)
         self._thread.start()
 
-    def finish(self, allow_loss: bool = False, extra_meta: dict[str, Any] | None = None) -> LoadResult:
-        """Stop producing, wait for the outstanding sends and the consumer, record meta, check."""
+    def start(self) -> None:
+        self.prepare()
+        self.go()
+
+    def stop_producing(self) -> None:
+        """Stop sending and wait until every outstanding send is answered (or timed out); idempotent."""
+        if self._produced:
+            return
+        self._produced = True
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
         self.result.seconds = time.monotonic() - self._started
         for _ in range(self.shape.in_flight):  # every outstanding send answered (or timed out)
             self._slots.acquire(timeout=10)
+
+    def stop_consuming(self) -> None:
+        self._consumer.stop()
+
+    def drain(self) -> None:
+        """Stop producing, then consume until every acknowledged key was received (or ``drain_timeout_s``) and
+        stop the consumer; idempotent."""
+        if self._drained:
+            return
+        self._drained = True
+        self.stop_producing()
         deadline = time.monotonic() + self.shape.drain_timeout_s
         while time.monotonic() < deadline:
             with self._lock:
                 if self._acked <= self._seen:
                     break
             time.sleep(0.1)
-        self._consumer.stop()
+        self.stop_consuming()
         with self._lock:
             self.result.unreceived = len(self._acked - self._seen)
-        if self.result.unreceived:
-            # Acknowledged, not received: still in the broker (a consumer that stopped reading: unread) or
-            # gone (lost)? The broker's own count tells them apart for the report; the checker counts both lost.
-            try:
-                backlog = self.driver.backlog(self.group, [self.topic])
-                self.result.backlog_at_end = backlog.total
-                self.result.missing_queues = sorted(q for q, n in backlog.per_queue.items() if n < 0)
-            except Exception as exc:  # noqa: BLE001 - a broker that does not answer: no figure
-                self.result.backlog_at_end = -1
-                self.result.backlog_error = f"{type(exc).__name__}: {exc}"[:200]
-        facts = self.driver.broker_facts()
-        broker = dict(facts.get("broker", {}))
-        promise = facts.get("ack_promise") or ACK_PROMISES.get(str(broker.get("flushDiskType")))
-        fields: dict[str, Any] = {
-            "broker": broker, "broker_impl": facts.get("broker_impl"), "driver": self.driver.impl,
-            "ack_promise": None if promise is None else str(promise),
-            "results": {k: v for k, v in asdict(self.result).items() if k not in ("run_dir", "check")}}
-        fields.update(extra_meta or {})
-        self.record.finish(**fields)
-        self.result.check = check_run(self.record.run_dir, allow_loss=allow_loss)
-        return self.result
+
+    def finish(self, allow_loss: bool = False, extra_meta: dict[str, Any] | None = None) -> LoadResult:
+        """Stop producing, wait for the outstanding sends and the consumer, record meta, check."""
+        self.drain()
+        return finish_record(self.driver, self.record, self.result, self.group, self.topic, allow_loss, extra_meta)
 
     def run(self, allow_loss: bool = False, extra_meta: dict[str, Any] | None = None) -> LoadResult:
         self.start()
         self._stop.wait(self.shape.seconds)
         return self.finish(allow_loss, extra_meta)
+
+
+def finish_record(driver: Driver, record: RunRecord, result: LoadResult, group: str, topic: str, allow_loss: bool,
+                  extra_meta: dict[str, Any] | None) -> LoadResult:
+    """After the drain (``result.unreceived`` known): the broker's backlog if anything is missing, meta.json,
+    the checker. Shared by the one-process load and the coordinator of several (harness.load_procs)."""
+    if result.unreceived:
+        # Acknowledged, not received: still in the broker (a consumer that stopped reading: unread) or
+        # gone (lost)? The broker's own count tells them apart for the report; the checker counts both lost.
+        try:
+            backlog = driver.backlog(group, [topic])
+            result.backlog_at_end = backlog.total
+            result.missing_queues = sorted(q for q, n in backlog.per_queue.items() if n < 0)
+        except Exception as exc:  # noqa: BLE001 - a broker that does not answer: no figure
+            result.backlog_at_end = -1
+            result.backlog_error = f"{type(exc).__name__}: {exc}"[:200]
+    facts = driver.broker_facts()
+    broker = dict(facts.get("broker", {}))
+    promise = facts.get("ack_promise") or ACK_PROMISES.get(str(broker.get("flushDiskType")))
+    fields: dict[str, Any] = {
+        "broker": broker, "broker_impl": facts.get("broker_impl"), "driver": driver.impl,
+        "ack_promise": None if promise is None else str(promise),
+        "results": {k: v for k, v in asdict(result).items() if k not in ("run_dir", "check")}}
+    fields.update(extra_meta or {})
+    record.finish(**fields)
+    result.check = check_run(record.run_dir, allow_loss=allow_loss)
+    return result

@@ -12,10 +12,18 @@ acknowledgement matches (page cache = ASYNC_FLUSH, fsync = SYNC_FLUSH; docs/inte
   (``born_ns``; RocketMQ's bornTimestamp has millisecond resolution);
 - loss = acknowledged, never received (check.json; every broker here judged against its own promise).
 
+- cost = meta.json ``load`` (harness.load_cost): each load process's and the broker's CPU busy share over the
+  load window, the machine's, their CPU per acknowledged message, and which side bounded the run:
+  ``generator`` (every load process at ~a full core, the broker not), ``broker``, ``machine`` (the cores
+  busy, both short of CPU) or ``neither``.
+
 Claims judged (spark_reports.claims): ``peer-async-vs-nats`` (reference ASYNC_FLUSH against NATS JetStream) and
 ``peer-sync-vs-rabbitmq`` (reference SYNC_FLUSH against RabbitMQ quorum queues): held when the reference broker's
 unbounded throughput is at or above the peer's and its p99 send latency at the fixed rate is at or below the
-peer's; "not held" otherwise, with both figures.
+peer's; "not held" otherwise, with both figures; "inconclusive" ("not measured fairly: generator bound") when
+either side's unbounded run was bound by the load generator — its load processes at their ceiling, or the
+machine's cores saturated with the load spending more CPU per message than the broker (``generator_bound_why``)
+— its throughput then measures the client.
 """
 
 import json
@@ -56,6 +64,15 @@ class Perf:
     e2e_q: tuple[int, ...]  # p50, p99, ns
     lost: int | None
     valid: bool | None
+    # meta.json "load" (harness.load_cost; absent in runs made before it): what the load and the broker cost.
+    processes: int | None = None
+    client_util: tuple[float, ...] = ()
+    broker_util: float | None = None
+    client_us_per_msg: float | None = None
+    broker_us_per_msg: float | None = None
+    bound: str | None = None
+    machine_busy: float | None = None
+    others_cores: float | None = None
 
     @property
     def acks_per_s(self) -> float | None:
@@ -96,13 +113,28 @@ def compute(spark: SparkSession, runs: list[RunInfo], accuracy: int = DEFAULT_AC
         cmp = run.meta["compare"]
         check = read_check(run) or {}
         e = e2e.get(run.run_id)
+        load = run.meta.get("load")
+        cost: dict[str, Any] = load if isinstance(load, dict) else {}
         out.append(Perf(run.run_id, str(cmp.get("broker")), str(cmp.get("workload")), str(cmp.get("durability")),
                         int(c["attempted"]), int(c["acked"]), int(c["window"] or 0),
                         tuple(int(v) for v in c["q"]) if c["q"] else (),
                         None if c["max"] is None else int(c["max"]),
                         tuple(int(v) for v in e["q"]) if e and e["q"] else (),
-                        check.get("lost"), check.get("valid")))
+                        check.get("lost"), check.get("valid"),
+                        _opt_int(cost.get("processes")), tuple(float(u) for u in cost.get("client_util") or ()),
+                        _opt_float(cost.get("broker_util")), _opt_float(cost.get("client_cpu_us_per_msg")),
+                        _opt_float(cost.get("broker_cpu_us_per_msg")),
+                        None if cost.get("bound") is None else str(cost["bound"]),
+                        _opt_float(cost.get("machine_busy")), _opt_float(cost.get("others_cores"))))
     return out
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
 
 
 def _find(perfs: list[Perf], broker: str, workload: str) -> Perf | None:
@@ -130,13 +162,49 @@ def judge(perfs: list[Perf]) -> list[Finding]:
             why.append(f"throughput {t_ours / t_peer:.2f}x the peer's" if t_peer else "no throughput")
         if p_ours > p_peer:
             why.append(f"p99 {p_ours / p_peer:.2f}x the peer's" if p_peer else "p99 above the peer's")
+        verdict = Verdict.HELD if held else Verdict.NOT_HELD
+        generator_bound = [p for p in (ours_max, peer_max) if generator_bound_why(p)]
+        if generator_bound:
+            # The unbounded figure of a generator-bound run is the client's ceiling, not the broker's: comparing
+            # it says nothing about the brokers, whichever way it falls.
+            verdict = Verdict.INCONCLUSIVE
+            measured = ("not measured fairly: generator bound (" + "; ".join(
+                f"{p.broker}: {generator_bound_why(p)}" for p in generator_bound) + f") — {measured}")
+        procs = sorted({p.processes for p in (ours_max, peer_max, ours_rate, peer_rate) if p.processes})
+        load = (f"the load in {'/'.join(str(n) for n in procs)} process(es)" if procs
+                else "the load in one process")
         findings.append(Finding(
-            claim, Verdict.HELD if held else Verdict.NOT_HELD, measured, NAME,
+            claim, verdict, measured, NAME,
             (ours_max.run_id, peer_max.run_id, ours_rate.run_id, peer_rate.run_id),
-            "Same load generator (harness.driver_load), one sitting. " + ("; ".join(why) if why else
-                                                                           "At or above on both."),
+            f"Same load generator (harness.driver_load), {load}, one sitting. "
+            + ("; ".join(why) if why else "At or above on both.")
+            + "".join(f" {p.broker} unbounded: {p.bound}-bound." for p in (ours_max, peer_max) if p.bound),
             {"ours_acks_per_s": t_ours, "peer_acks_per_s": t_peer, "ours_p99_ms": p_ours, "peer_p99_ms": p_peer}))
     return findings
+
+
+def generator_bound_why(p: Perf) -> str:
+    """Why ``p``'s figure measures its load generator more than its broker, or "" when it does not: the load
+    processes at their ceiling and the broker not (``bound`` "generator"), or the cores saturated ("machine")
+    with the load spending more CPU per message than the broker — then most of what the machine could give went
+    to the client, and the throughput is mostly the client's cost (on 2 cores: rate ≈ 2 s ÷ (client + broker
+    CPU per message))."""
+    if p.bound == "generator":
+        return f"load processes {_busy(p.client_util)} busy, broker {_busy_one(p.broker_util)}"
+    if (p.bound == "machine" and p.client_us_per_msg is not None and p.broker_us_per_msg is not None
+            and p.client_us_per_msg > p.broker_us_per_msg):
+        others = "" if p.others_cores is None else f", other work {p.others_cores:.2f} cores"
+        return (f"cores saturated (machine {_busy_one(p.machine_busy)} busy{others}), the load "
+                f"{p.client_us_per_msg:,.0f} µs CPU/msg against the broker's {p.broker_us_per_msg:,.0f}")
+    return ""
+
+
+def _busy(utils: tuple[float, ...]) -> str:
+    return "/".join(f"{u:.0%}" for u in utils) if utils else "?"
+
+
+def _busy_one(util: float | None) -> str:
+    return "?" if util is None else f"{util:.0%}"
 
 
 def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFAULT_ACCURACY) -> ReportOutput:
@@ -152,10 +220,20 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
     summary = Path(runs_dir) / "compare.json"
     if summary.is_file():
         skipped = json.loads(summary.read_text()).get("skipped", {})
+    procs = sorted({p.processes for p in perfs if p.processes and p.workload != "one"})
+    bound_max = [f"{p.broker} {p.bound}-bound" for p in sorted(perfs, key=lambda p: p.broker)
+                 if p.workload == "max" and p.bound]
+    if procs:
+        page.paragraph(f"The load in {'/'.join(str(n) for n in procs)} process(es) per workload (python -m harness "
+                       "compare --load-processes; one send in flight always runs in one). Unbounded runs: "
+                       + (", ".join(bound_max) or "none") + ". A generator-bound figure is the client's ceiling, "
+                       "not the broker's.")
     if skipped:
         page.paragraph("Not run here: " + "; ".join(f"{b} ({why})" for b, why in skipped.items()), note=True)
     header = ["broker", "durability", "acknowledged", "acknowledged/s", "send p50", "send p99", "send p99.9",
               "send max", "send→consume p50", "send→consume p99", "lost", "check"]
+    cost_header = ["broker", "bound", "load processes", "load CPU busy", "broker CPU busy", "machine busy",
+                   "other work (cores)", "load CPU µs/msg", "broker CPU µs/msg"]
     files: list[Path] = []
     csv_rows: list[list[Any]] = []
     for w in ("rate", "max", "one"):
@@ -169,7 +247,17 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
                  fixed(p.e2e_ms(1), 2), p.lost, "valid" if p.valid else ("INVALID" if p.valid is False else None)]
                 for p in mine]
         page.table(header, rows, text_columns=2)
-        csv_rows.extend([w, *r] for r in rows)
+        cost_rows = [[p.broker, p.bound, p.processes, _busy(p.client_util), _busy_one(p.broker_util),
+                      _busy_one(p.machine_busy), fixed(p.others_cores, 2), fixed(p.client_us_per_msg),
+                      fixed(p.broker_us_per_msg)] for p in mine]
+        if any(p.bound for p in mine):
+            page.paragraph("What the load and the broker cost: CPU busy over the load window (100 % = one core; "
+                           "machine busy: all cores, whoever used them; other work: the cores' worth neither the "
+                           "load nor the broker used), CPU per acknowledged message (µs, load window and drain), "
+                           "and which side was the bound (generator: every load process at ~a full core, the broker "
+                           "not; machine: the cores were busy, both sides short of CPU).")
+            page.table(cost_header, cost_rows, text_columns=2)
+        csv_rows.extend([w, *r, *c[1:]] for r, c in zip(rows, cost_rows, strict=True))
         series = {f"{p.broker} ({p.durability})": [(g, v / 1e6) for g, v in
                                                    zip(CDF_GRID, p.send_q[len(QUANTILES):], strict=True)]
                   for p in mine if p.send_q}
@@ -177,5 +265,5 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
         page.figure(f"cdf_{w}.png", f"send latency CDF per broker, workload {w}")
     if not perfs:
         page.paragraph("No compare runs in this directory (python -m harness compare makes them).", note=True)
-    files.append(write_csv(report_dir / "compare.csv", ["workload", *header], csv_rows))
+    files.append(write_csv(report_dir / "compare.csv", ["workload", *header, *cost_header[1:]], csv_rows))
     return finish_report(page, report_dir, NAME, runs, files, link_csvs=True, findings=judge(perfs))
