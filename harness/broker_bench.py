@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import thread_cpu
+from harness import load_cost, thread_cpu
 from harness.launcher import Process, Topology
 from harness.ports import free_port
 from harness.rocketmq import BrokerImpl
@@ -43,9 +43,11 @@ class Plan:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (/proc/<pid>/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process (harness.load_cost.cpu_seconds); ProcessLookupError once gone."""
+    value = load_cost.cpu_seconds(pid)
+    if value is None:
+        raise ProcessLookupError(pid)
+    return value
 
 
 def _set_affinity(pid: int, cpus: set[int]) -> None:
