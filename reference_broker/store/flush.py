@@ -186,6 +186,29 @@ class GroupCommitRequest:
 _REQ_LOCK = threading.Lock()
 
 
+def complete_all(requests: list[GroupCommitRequest], flushed: int) -> None:
+    """Complete a group commit's requests: PUT_OK up to ``flushed``, FLUSH_DISK_TIMEOUT past it. One lock for
+    the whole batch (``complete`` takes it per request), then the callbacks — each put's answer, handed to
+    the event loop in one wake-up per batch (broker/loop_handoff.py)."""
+    ok, late = PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT
+    todo: list[tuple[GroupCommitRequest, PutMessageStatus]] = []
+    with _REQ_LOCK:
+        for r in requests:
+            if r.status is None:  # else the watcher timed it out first
+                r.status = status = ok if flushed >= r.next_offset else late
+                todo.append((r, status))
+    for r, status in todo:
+        if r._event is not None:
+            r._event.set()
+        callbacks = r._callbacks
+        if callbacks:
+            for cb in callbacks:
+                try:
+                    cb(status)
+                except Exception:
+                    log.exception("group commit callback failed")
+
+
 class GroupCommitService(ServiceThread):
     def __init__(self, commit_log: CommitLog, checkpoint: StoreCheckpoint) -> None:
         super().__init__("GroupCommitService")
@@ -215,9 +238,7 @@ class GroupCommitService(ServiceThread):
                 if mfq.flushed_where >= target:
                     break
                 mfq.flush(0)
-            flushed = mfq.flushed_where
-            for r in requests:
-                r.complete(PutMessageStatus.PUT_OK if flushed >= r.next_offset else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            complete_all(requests, mfq.flushed_where)
         else:
             mfq.flush(0)  # puts that do not wait still wake the service
         if mfq.store_timestamp > 0:
