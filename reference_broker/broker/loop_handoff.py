@@ -7,6 +7,10 @@ write syscall on the completing thread, a read and a loop turn on the loop's, on
 queues the completed answers and wakes the loop once per batch: the first answer of a batch schedules the
 drain, the others join the queue until the loop has drained it. An answer completed on the loop's own thread
 (the master reads its slaves' acknowledgements there) is set at once.
+
+An answer goes either to an ``asyncio.Future`` or to a ``LaterReply`` (a send's answer to the server): the
+drain settles a LaterReply directly, where a future's ``set_result`` would schedule each of its callbacks
+through the loop once more.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import asyncio
 import threading
 from collections import deque
 from typing import Any
+
+from reference_broker.remoting.later_reply import LaterReply
 
 
 class LoopHandoff:
@@ -27,7 +33,7 @@ class LoopHandoff:
         self._loop = loop
         self._owner = threading.get_ident()
         self._lock = threading.Lock()
-        self._items: deque[tuple[asyncio.Future[Any], bool, Any]] = deque()
+        self._items: deque[tuple[asyncio.Future[Any] | LaterReply, bool, Any]] = deque()
         self._scheduled = False
 
     @property
@@ -40,16 +46,16 @@ class LoopHandoff:
     def fail(self, fut: asyncio.Future[Any], exc: BaseException) -> None:
         self._put(fut, False, exc)
 
-    def _put(self, fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    def answer(self, reply: LaterReply, ok: bool, value: Any) -> None:
+        """Settle ``reply`` on the loop: with the response (``ok``) or the exception the handler failed with."""
+        self._put(reply, ok, value)
+
+    def _put(self, target: asyncio.Future[Any] | LaterReply, ok: bool, value: Any) -> None:
         if threading.get_ident() == self._owner:  # completed on the loop itself (the HA reader): no wake-up
-            if not fut.done():
-                if ok:
-                    fut.set_result(value)
-                else:
-                    fut.set_exception(value)
+            _settle(target, ok, value)
             return
         with self._lock:
-            self._items.append((fut, ok, value))
+            self._items.append((target, ok, value))
             if self._scheduled:
                 return  # the drain is on its way and takes this one too
             self._scheduled = True
@@ -64,10 +70,18 @@ class LoopHandoff:
         with self._lock:
             items, self._items = self._items, deque()
             self._scheduled = False
-        for fut, ok, value in items:
-            if fut.done():
-                continue  # cancelled: the connection went away
-            if ok:
-                fut.set_result(value)
-            else:
-                fut.set_exception(value)
+        for target, ok, value in items:
+            _settle(target, ok, value)
+
+
+def _settle(target: asyncio.Future[Any] | LaterReply, ok: bool, value: Any) -> None:
+    if type(target) is LaterReply:
+        target.settle(ok, value)
+        return
+    assert isinstance(target, asyncio.Future)
+    if target.done():
+        return  # cancelled: the connection went away
+    if ok:
+        target.set_result(value)
+    else:
+        target.set_exception(value)

@@ -29,6 +29,7 @@ from reference_broker.common.perm import PERM_READ, PERM_WRITE, is_writeable
 from reference_broker.remoting.codes import RequestCode, ResponseCode, SerializeType
 from reference_broker.remoting.command import FRAME_PREFIX, RemotingCommand, create_response, json_dumps
 from reference_broker.remoting.headers import SEND_V1_KEYS, BadRequest, bad_names, field, int_field, int_of
+from reference_broker.remoting.later_reply import LaterReply
 from reference_broker.store.commit_log import EncodedBatch
 from reference_broker.store.durability import PendingPut
 from reference_broker.store.status import PutMessageResult, PutMessageStatus
@@ -369,21 +370,22 @@ class SendMessageProcessor:
         if put.done:
             return put_result_reply(cmd, put.result, queue_id, self._ok, self._fields, self._max_body)
         # The answer is built on the thread that completes the put (put_result_reply is pure) and handed to
-        # the loop in a future, which the server answers from: no task or coroutine per waiting send.
+        # the loop in a LaterReply, which the server answers from: no future, task or coroutine per waiting
+        # send (remoting/later_reply.py).
         handoff = _handoff()
-        fut: asyncio.Future[RemotingCommand | bytes] = handoff.loop.create_future()
+        later = LaterReply()
         ok, fields, max_body = self._ok, self._fields, self._max_body
 
         def done(result: PutMessageResult) -> None:
             try:
                 reply = put_result_reply(cmd, result, queue_id, ok, fields, max_body)
             except Exception as exc:  # noqa: BLE001 - handed to the loop: the server answers SYSTEM_ERROR
-                handoff.fail(fut, exc)
+                handoff.answer(later, False, exc)
                 return
-            handoff.resolve(fut, reply)
+            handoff.answer(later, True, reply)
 
         put.add_done_callback(done)
-        return fut
+        return later
 
     # ---- batches ------------------------------------------------------------------------------------
     def _send_batch(self, cmd: RemotingCommand, f: dict[str, str], k: _Keys, peer: str) -> Reply:

@@ -25,6 +25,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar, cast
 from reference_broker.remoting.codec import FrameDecoder, ProtocolError
 from reference_broker.remoting.codes import FLAG_RESPONSE, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_response, encode
+from reference_broker.remoting.later_reply import LaterReply
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class _Connection(asyncio.Protocol):
         # Requests being answered later: a handler's task (with the handler's coroutine, closed if the task is
         # cancelled before it ran), or a handler's own future.
         self.tasks: dict[asyncio.Future[Any], Coroutine[Any, Any, Any] | None] = {}
+        self.later = 0  # LaterReplies bound and not yet settled (a SYNC_FLUSH send's answer)
         self.closed = False
         self.ctx = ConnectionContext(self, "?")
 
@@ -225,6 +227,12 @@ class _Connection(asyncio.Protocol):
         if result is None or isinstance(result, (RemotingCommand, bytes)):
             self._respond(cmd, result)
             return
+        if type(result) is LaterReply:
+            # A SYNC_FLUSH send's answer, completed on the group-commit thread and settled on the loop by the
+            # hand-off's drain (later_reply.py): answered from there, with no future, Handle or task per send.
+            self.later += 1
+            result.bind(partial(self._later_done, cmd))
+            return
         if isinstance(result, asyncio.Future):
             # A handler's own future (a SYNC_FLUSH send's answer, completed from the group-commit thread):
             # answered from its done callback, with no task and no coroutine per request.
@@ -252,6 +260,14 @@ class _Connection(asyncio.Protocol):
             self._respond(cmd, create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(exc)))
             return
         self._respond(cmd, fut.result())
+
+    def _later_done(self, cmd: RemotingCommand, ok: bool, value: Any) -> None:
+        self.later -= 1
+        if not ok:  # a handler's boundary: the peer gets SYSTEM_ERROR
+            log.error("handler for code %d failed on a request from %s", cmd.code, self.ctx.peer, exc_info=value)
+            self._respond(cmd, create_response(cmd, ResponseCode.SYSTEM_ERROR, _exception_desc(value)))
+            return
+        self._respond(cmd, value)
 
     async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | bytes | None]) -> None:
         try:
@@ -303,7 +319,7 @@ class RemotingServer:
 
     def pending_requests(self) -> int:
         """Requests decoded and not yet answered, over all connections."""
-        return sum(len(conn.tasks) for conn in self._connections)
+        return sum(len(conn.tasks) + conn.later for conn in self._connections)
 
     def protocol_factory(self) -> asyncio.Protocol:
         """One connection's protocol object, as the listener makes for each accepted socket; tests drive it

@@ -186,6 +186,29 @@ class GroupCommitRequest:
 _REQ_LOCK = threading.Lock()
 
 
+def complete_all(requests: list[GroupCommitRequest], flushed: int) -> None:
+    """Complete a group commit's requests: PUT_OK up to ``flushed``, FLUSH_DISK_TIMEOUT past it. One lock for
+    the whole batch (``complete`` takes it per request), then the callbacks — each put's answer, handed to
+    the event loop in one wake-up per batch (broker/loop_handoff.py)."""
+    ok, late = PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT
+    todo: list[tuple[GroupCommitRequest, PutMessageStatus]] = []
+    with _REQ_LOCK:
+        for r in requests:
+            if r.status is None:  # else the watcher timed it out first
+                r.status = status = ok if flushed >= r.next_offset else late
+                todo.append((r, status))
+    for r, status in todo:
+        if r._event is not None:
+            r._event.set()
+        callbacks = r._callbacks
+        if callbacks:
+            for cb in callbacks:
+                try:
+                    cb(status)
+                except Exception:
+                    log.exception("group commit callback failed")
+
+
 class GroupCommitService(ServiceThread):
     def __init__(self, commit_log: CommitLog, checkpoint: StoreCheckpoint) -> None:
         super().__init__("GroupCommitService")
@@ -193,7 +216,8 @@ class GroupCommitService(ServiceThread):
         self.checkpoint = checkpoint
         self._lock = threading.Lock()
         self._requests_write: list[GroupCommitRequest] = []
-        self.watcher = FlushDiskWatcher()
+        # The watcher reads the requests still queued here itself: no hand-over per request.
+        self.watcher = FlushDiskWatcher(lambda: self._requests_write)
 
     def put_request(self, req: GroupCommitRequest) -> None:
         if self.is_stopped:  # after the final drain: flush for this request here, never leave it hanging
@@ -201,7 +225,6 @@ class GroupCommitService(ServiceThread):
             return
         with self._lock:
             self._requests_write.append(req)
-        self.watcher.add(req)
         self.wakeup()
 
     def _do_commit(self, requests: list[GroupCommitRequest]) -> None:
@@ -215,9 +238,7 @@ class GroupCommitService(ServiceThread):
                 if mfq.flushed_where >= target:
                     break
                 mfq.flush(0)
-            flushed = mfq.flushed_where
-            for r in requests:
-                r.complete(PutMessageStatus.PUT_OK if flushed >= r.next_offset else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            complete_all(requests, mfq.flushed_where)
         else:
             mfq.flush(0)  # puts that do not wait still wake the service
         if mfq.store_timestamp > 0:
@@ -230,6 +251,7 @@ class GroupCommitService(ServiceThread):
             self.wait_for_running(0.010)
             with self._lock:
                 reqs, self._requests_write = self._requests_write, []
+            self.watcher.add_batch(reqs)  # being flushed: the watcher fails them at their deadline if stuck
             try:
                 self._do_commit(reqs)
             except OSError:
@@ -248,29 +270,52 @@ class GroupCommitService(ServiceThread):
 
 
 class FlushDiskWatcher(ServiceThread):
-    """Fails flush requests at their deadline even when the flush thread is stuck in the kernel."""
+    """Fails flush requests at their deadline even when the flush thread is stuck in the kernel.
 
-    def __init__(self) -> None:
+    RocketMQ 4.9.8's FlushDiskWatcher takes each request (``add``, from putRequest) and polls the oldest every
+    1 ms until it is done or due. Deliberate difference: the group commit hands its requests over a batch at a
+    time (``add_batch``, the list it swapped out to flush), and the watcher reads the requests still queued
+    for the next flush from the service itself (``queued``), so a put costs the watcher nothing of its own.
+    Every 10 ms the watcher fails what is due, oldest first: the requests of one list share the same timeout
+    and were queued in order, so the scan stops at the first one neither done nor due.
+    """
+
+    def __init__(self, queued: Callable[[], list[GroupCommitRequest]] | None = None) -> None:
         super().__init__("FlushDiskWatcher")
-        self._pending: collections.deque[GroupCommitRequest] = collections.deque()
+        self._pending: collections.deque[list[GroupCommitRequest]] = collections.deque()
+        self._queued = queued
 
     def add(self, req: GroupCommitRequest) -> None:
-        self._pending.append(req)
+        self._pending.append([req])
+
+    def add_batch(self, reqs: list[GroupCommitRequest]) -> None:
+        if reqs:
+            self._pending.append(reqs)
+
+    def expire(self, now: float) -> None:
+        """Fail every request due at ``now``, oldest first; forget the lists whose requests all completed."""
+        pending = self._pending
+        while pending:
+            if not _expire(pending[0], now):
+                return  # the oldest list still waits, and everything after it is younger
+            pending.popleft()
+        if self._queued is not None:
+            _expire(self._queued(), now)
 
     def run(self) -> None:
         while not self.is_stopped:
-            try:
-                req = self._pending.popleft()
-            except IndexError:
-                self.sleep(0.01)
-                continue
-            # FlushDiskWatcher polls the oldest request every <= 10 ms until it is done or due.
-            while req.status is None and not self.is_stopped:
-                left = req.deadline - time.monotonic()
-                if left <= 0:
-                    req.complete(PutMessageStatus.FLUSH_DISK_TIMEOUT)
-                    break
-                self.sleep(min(left, 0.01))
+            self.expire(time.monotonic())
+            self.sleep(0.01)
+
+
+def _expire(reqs: list[GroupCommitRequest], now: float) -> bool:
+    """Fail the due requests of ``reqs`` in order; False at the first one neither done nor due."""
+    for r in reqs:
+        if r.status is None:
+            if r.deadline > now:
+                return False
+            r.complete(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+    return True
 
 
 class FlushConsumeQueueService(ServiceThread):

@@ -219,3 +219,26 @@ def test_do_flush_after_thorough_interval_flushes_everything(tmp_path: Path, che
         assert cq.mapped_file_queue.flushed_where == 20
     finally:
         cq.shutdown()
+
+
+def test_watcher_fails_a_stuck_batch_then_the_queued_requests_oldest_first() -> None:
+    """The group commit hands the watcher the batch it is flushing (add_batch) and lets it read the requests
+    still queued: a flush stuck past the deadline fails the batch, then the queue, each in order, and a
+    request completed in time keeps its status."""
+    queued: list[GroupCommitRequest] = []
+    watcher = FlushDiskWatcher(lambda: queued)
+    batch = [GroupCommitRequest(100 + i, 1000) for i in range(3)]
+    batch[1].complete(PutMessageStatus.PUT_OK)
+    watcher.add_batch(batch)
+    queued.extend(GroupCommitRequest(200 + i, 1000) for i in range(2))
+    t0 = min(r.deadline for r in batch + queued)
+    watcher.expire(t0 - 0.5)  # nothing due yet
+    assert [r.status for r in batch + queued] == [None, PutMessageStatus.PUT_OK, None, None, None]
+    watcher.expire(queued[-1].deadline)
+    assert [r.status for r in batch] == [PutMessageStatus.FLUSH_DISK_TIMEOUT, PutMessageStatus.PUT_OK,
+                                         PutMessageStatus.FLUSH_DISK_TIMEOUT]
+    assert [r.status for r in queued] == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 2
+    late = GroupCommitRequest(300, 60_000)
+    queued.append(late)
+    watcher.expire(time.monotonic())
+    assert late.status is None  # not due: left for the flush
