@@ -34,6 +34,14 @@ PERSIST_S = 6
 def _produce(broker: Broker, cpp: Cpp, ops: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Send ``ops`` and return what the broker stored for them, by key."""
     results = cpp("produce", {"ns": broker.ns, "group": "CPP_PG", "ops": ops})
+    # Setup, not what is tested: on a loaded machine the C++ client's first route lookup can time out and it
+    # fails the sends with "No route info" though the name server routes the topic; such sends go again once.
+    again = [i for i, r in enumerate(results) if "No route info" in str(r.get("error", ""))]
+    if again:
+        time.sleep(1.0)
+        for i, r in zip(again, cpp("produce", {"ns": broker.ns, "group": "CPP_PG", "ops": [ops[i] for i in again]}),
+                        strict=True):
+            results[i] = r
     assert [r.get("status") for r in results] == ["OK"] * len(ops), results
     topic = ops[0]["topic"]
     return {m["keys"]: m for m in wait_stored(broker.ns, topic, len(ops))}
