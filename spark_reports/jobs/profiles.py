@@ -88,12 +88,18 @@ def power_cuts(chaos: Mapping[str, Any]) -> tuple[list[int], list[int]]:
     return lost, windows
 
 
-def ratio(value: float | None, base: float | None) -> str:
-    """``value`` as a multiple of ``base``: "1.8×"; "n/a" when either is missing or base is 0."""
+CUT_FLOOR_BYTES: Final = 0.005 * MIB  # a power cut's loss is shown to 0.01 MiB
+
+
+def ratio(value: float | None, base: float | None, floor: float = 0.0) -> str:
+    """``value`` as a multiple of ``base``: "1.8×"; "n/a" when either is missing or base is 0 — or below
+    ``floor``, the resolution the figure is shown at (a multiple of a base that rounds to 0 says nothing)."""
     if value is None or base is None:
         return "n/a"
-    if base == 0:
-        return "same" if value == 0 else "n/a (default 0)"
+    if base == 0 or abs(base) < floor:
+        if abs(value) <= floor:
+            return "same"
+        return "n/a (default 0)" if base == 0 else "n/a (default ≈ 0)"
     return f"{value / base:.2g}×"
 
 
@@ -109,8 +115,8 @@ def trade_sentence(row: ProfileRow, base: ProfileRow | None) -> str:
     """One sentence: the profile's latency, throughput, writeback and power-loss window against the base."""
     b = base if base is not None and base.profile != row.profile else None
 
-    def vs(value: float | None, base_value: float | None) -> str:
-        return f" ({ratio(value, base_value)} {BASE_PROFILE})" if b is not None else ""
+    def vs(value: float | None, base_value: float | None, floor: float = 0.0) -> str:
+        return f" ({ratio(value, base_value, floor)} {BASE_PROFILE})" if b is not None else ""
 
     parts = [
         f"p99 send latency {_num(row.p99_ms, 'ms', 2)}{vs(row.p99_ms, b.p99_ms if b else None)}",
@@ -120,7 +126,7 @@ def trade_sentence(row: ProfileRow, base: ProfileRow | None) -> str:
         f"throughput {_num(row.throughput, 'msg/s', 0)}{vs(row.throughput, b.throughput if b else None)}",
         f"Dirty peaking at {_num(_mib(row.dirty_peak), 'MiB')}{vs(row.dirty_peak, b.dirty_peak if b else None)}",
         f"a power cut took {_num(_mib(row.cut_median), 'MiB', 2)} of acknowledged data (median of {row.cuts})"
-        f"{vs(row.cut_median, b.cut_median if b else None)}",
+        f"{vs(row.cut_median, b.cut_median if b else None, CUT_FLOOR_BYTES)}",
     ]
     return f"{row.profile}: " + ", ".join(parts) + "."
 

@@ -51,6 +51,10 @@ def test_ratio() -> None:
     assert ratio(3.0, 2.0) == "1.5×"
     assert ratio(None, 2.0) == "n/a" and ratio(1.0, None) == "n/a"
     assert ratio(0.0, 0.0) == "same" and ratio(1.0, 0.0) == "n/a (default 0)"
+    # a base below the figure's shown resolution gives no multiple (0.9 MiB is not "760×" of 1.2 KiB)
+    assert ratio(0.9, 0.0012, floor=0.005) == "n/a (default ≈ 0)"
+    assert ratio(0.001, 0.0012, floor=0.005) == "same"
+    assert ratio(3.0, 2.0, floor=0.005) == "1.5×"
 
 
 def test_stalls_and_counters() -> None:
