@@ -139,9 +139,14 @@ class GroupCommitRequest:
             if self.status is not None:
                 return  # the watcher timed it out first, or the reverse
             self.status = status
-            event, callbacks = self._event, self._callbacks
-        if event is not None:
-            event.set()
+        self._notify(status)
+
+    def _notify(self, status: PutMessageStatus) -> None:
+        """Wake the waiter and run the callbacks, once ``status`` is set (under _REQ_LOCK, after which no
+        callback is added here: ``add_done_callback`` then calls it at once)."""
+        if self._event is not None:
+            self._event.set()
+        callbacks = self._callbacks
         if callbacks:
             for cb in callbacks:
                 try:
@@ -198,15 +203,7 @@ def complete_all(requests: list[GroupCommitRequest], flushed: int) -> None:
                 r.status = status = ok if flushed >= r.next_offset else late
                 todo.append((r, status))
     for r, status in todo:
-        if r._event is not None:
-            r._event.set()
-        callbacks = r._callbacks
-        if callbacks:
-            for cb in callbacks:
-                try:
-                    cb(status)
-                except Exception:
-                    log.exception("group commit callback failed")
+        r._notify(status)
 
 
 class GroupCommitService(ServiceThread):
