@@ -42,13 +42,19 @@ Bound = Literal["generator", "broker", "machine", "neither"]
 SATURATED: Final = 0.85  # of one core: a Python process at this share is at its interpreter lock's ceiling
 
 
+def stat_cpu_seconds(stat: str) -> float:
+    """User + system CPU seconds from a /proc ``stat`` line (a process's or a thread's: fields 14 and 15, in
+    clock ticks; the command name in parentheses may hold spaces, so fields count from its ``)``)."""
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process (/proc/<pid>/stat fields 14 and 15); None once it is gone."""
+    """User + system CPU seconds of a process (/proc/<pid>/stat); None once it is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_jiffies() -> tuple[int, int]:

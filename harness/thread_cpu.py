@@ -9,13 +9,13 @@ process's name and are counted together under it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.load_cost import stat_cpu_seconds
+
 MAIN = "main"  # the label of the process's main thread (the broker's event loop)
 DISPATCH = "ReputMessageService"[:15]  # reference_broker/store/reput.py, as the kernel keeps it
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,10 @@ def sample(pid: int) -> dict[int, ThreadCpu]:
         tid = int(task.name)
         try:
             comm = (task / "comm").read_text().rstrip("\n")
-            fields = (task / "stat").read_text().rpartition(")")[2].split()
+            stat = (task / "stat").read_text()
         except (FileNotFoundError, ProcessLookupError):
             continue
-        out[tid] = ThreadCpu(MAIN if tid == pid else comm, (int(fields[11]) + int(fields[12])) / _TICK)
+        out[tid] = ThreadCpu(MAIN if tid == pid else comm, stat_cpu_seconds(stat))
     return out
 
 

@@ -88,7 +88,7 @@ class _Connection(asyncio.Protocol):
         self._backlogged = False  # frames left in the decoder for a later pass (BURST_BUDGET_S); reading paused
         self._drain_waiters: list[asyncio.Future[None]] = []
         # Requests being answered later: a handler's task (with the handler's coroutine, closed if the task is
-        # cancelled before it ran), or a handler's own future.
+        # cancelled before it ran), or a handler's own future; LaterReplies are only counted (``later``).
         self.tasks: dict[asyncio.Future[Any], Coroutine[Any, Any, Any] | None] = {}
         self.later = 0  # LaterReplies bound and not yet settled (a SYNC_FLUSH send's answer)
         self.closed = False
@@ -234,8 +234,8 @@ class _Connection(asyncio.Protocol):
             result.bind(partial(self._later_done, cmd))
             return
         if isinstance(result, asyncio.Future):
-            # A handler's own future (a SYNC_FLUSH send's answer, completed from the group-commit thread):
-            # answered from its done callback, with no task and no coroutine per request.
+            # A handler's own future (one completed from another thread or by a later event): answered from
+            # its done callback, with no task and no coroutine per request.
             self.tasks[result] = None
             result.add_done_callback(partial(self._future_done, cmd))
             return
