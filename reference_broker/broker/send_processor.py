@@ -195,7 +195,7 @@ class SendMessageProcessor:
             # can be seen holding it for > osPageCacheBusyTimeOutMills.
             if self.store.is_os_page_cache_busy():
                 return create_response(cmd, ResponseCode.SYSTEM_BUSY, REJECT_REMARK)
-            busy = self._waited_too_long(cmd)
+            busy = self._waited_too_long(ctx, cmd)
             if busy is not None:
                 return busy
             if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
@@ -217,12 +217,14 @@ class SendMessageProcessor:
             log.warning("bad send request from %s: %s", peer, exc)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
 
-    def _waited_too_long(self, cmd: RemotingCommand) -> RemotingCommand | None:
+    def _waited_too_long(self, ctx: object, cmd: RemotingCommand) -> RemotingCommand | None:
         """BrokerFastFailure.cleanExpiredRequestInQueue: a send that queued longer than
         waitTimeMillsInSendQueue (200 ms) is refused with SYSTEM_BUSY rather than served late."""
         if not cmd.received_at or not self.config.broker_fast_failure_enable:
             return None
-        waited_ms = (asyncio.get_running_loop().time() - cmd.received_at) * 1000
+        clock = getattr(ctx, "loop_time", None)  # the server's connection context has it (received_at's clock)
+        now = clock() if clock is not None else asyncio.get_running_loop().time()
+        waited_ms = (now - cmd.received_at) * 1000
         if waited_ms <= self.config.wait_time_mills_in_send_queue:
             return None
         return create_response(cmd, ResponseCode.SYSTEM_BUSY,

@@ -63,6 +63,9 @@ class ConnectionContext:
         self._conn = conn
         self.peer = peer
         self.attributes: dict[str, Any] = {}  # per-connection state for handlers (e.g. client id)
+        # The clock ``RemotingCommand.received_at`` is read on, for a handler's "how long did it wait": kept
+        # here because asyncio.get_running_loop() makes a getpid() system call on every call.
+        self.loop_time: Callable[[], float] = conn.loop_time
 
     @property
     def closed(self) -> bool:
@@ -81,6 +84,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, server: RemotingServer) -> None:
         self._server = server
         self._loop = asyncio.get_running_loop()
+        self.loop_time = self._loop.time
         self._decoder = FrameDecoder()
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
