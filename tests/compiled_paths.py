@@ -16,10 +16,11 @@ import pytest
 
 from reference_broker.bench import bare_broker
 from reference_broker.common import compiled
+from reference_broker.common import java_hash as jh
 from reference_broker.common import message as mc
 from reference_broker.common import message_batch as mb
 from reference_broker.common import record as rec
-from reference_broker.store import commit_log
+from reference_broker.store import check, commit_log, index_file, index_service
 
 # (module that binds the name, name, owner, compiled module): every binding the put path calls through.
 BINDINGS: list[tuple[ModuleType, str, ModuleType, str]] = [
@@ -30,6 +31,9 @@ BINDINGS: list[tuple[ModuleType, str, ModuleType, str]] = [
     (mb, "decode_batch_entries", mb, "_message_batch_c"),
     (commit_log, "decode_batch_entries", mb, "_message_batch_c"),
     (bare_broker, "decode_batch_entries", mb, "_message_batch_c"),
+    (jh, "hash_codes", jh, "_index_c"),
+    (index_service, "hash_codes", jh, "_index_c"),
+    (check, "hash_codes", jh, "_index_c"),
 ]
 NOT_BUILT = "the compiled twins are not built (scripts/build_compiled.py; needs a C compiler and Cython)"
 
@@ -45,6 +49,8 @@ def compiled_module(name: str) -> ModuleType:
         mod.bind_scan(rec.pure_scan_records, rec.check_message_and_return_size, rec.DispatchRequest, rec.ScanEnd,
                       rec._TOPIC_CACHE, rec._TOPIC_CACHE_MAX, rec.tags_hash_code, rec._dispatch_props,
                       mc.SCHEDULE_TOPIC)
+    elif name == "_index_c":
+        mod.bind(jh.pure_hash_codes, jh.string_hash_code)
     elif name == "_message_c":
         mod.bind(mc.pure_string_to_properties, mc.pure_bytes_to_properties)
     else:
@@ -57,6 +63,9 @@ def put_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     for module, name, owner, cname in BINDINGS:
         fn = getattr(owner, f"pure_{name}") if request.param == "pure" else getattr(compiled_module(cname), name)
         monkeypatch.setattr(module, name, fn)
+    # IndexFile.put_keys's twin has no pure function of the same shape: None selects its numpy reference path.
+    monkeypatch.setattr(index_file, "_link_write",
+                        None if request.param == "pure" else compiled_module("_index_c").link_write)
     yield request.param
 
 

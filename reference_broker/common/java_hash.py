@@ -14,6 +14,8 @@ from typing import Final
 
 import numpy as np
 
+from reference_broker.common import compiled
+
 _MASK: Final = 0xFFFFFFFF
 _POWERS: list[int] = [1]  # 31^k mod 2^32, k = 0, 1, 2, ...
 
@@ -148,3 +150,11 @@ def tags_hash_code(tags: str) -> int:
             _TAG_CACHE.clear()
         _TAG_CACHE[tags] = h
     return h
+
+
+# ---- the compiled twin (common/compiled.py) ---------------------------------------------------------------
+pure_hash_codes: Final = hash_codes  # the reference: what the compiled function must equal
+_compiled = compiled.load("_index_c")
+if _compiled is not None:
+    _compiled.bind(pure_hash_codes, string_hash_code)
+    hash_codes = _compiled.hash_codes  # rebinding to the twin is the point

@@ -29,6 +29,7 @@ from typing import Final
 
 import numpy as np
 
+from reference_broker.common import compiled
 from reference_broker.common.java_hash import string_hash_code
 from reference_broker.store import index_recovery
 from reference_broker.store.checkpoint import IndexSafePoint
@@ -52,6 +53,10 @@ from reference_broker.store.mapped_file import MappedFile
 log = logging.getLogger(__name__)
 
 _VECTOR_MIN_KEYS: Final = 16  # below this a run is put key by key (numpy's fixed cost per call is larger)
+# The compiled twin of put_keys's linking and writing (common/_index_c.pyx), or None: the numpy path below is
+# the reference, and runs whenever the twin declines a run.
+_compiled = compiled.load("_index_c")
+_link_write = None if _compiled is None else _compiled.link_write
 
 
 class IndexFile:
@@ -252,7 +257,7 @@ class IndexFile:
             return 0
         # Key by key: a short run (numpy's fixed cost is larger), and a file's first entry, which also sets
         # the file's begin (its timeDiff is taken against the old one).
-        one_by_one = n if n < _VECTOR_MIN_KEYS else 1 if self._index_count <= 1 else 0
+        one_by_one = (1 if self._index_count <= 1 else 0) if _link_write is not None or n >= _VECTOR_MIN_KEYS else n
         for done in range(one_by_one):
             if not self.put_key(keys[done], phy_offsets[done], store_timestamps[done], hash_codes[done]):
                 return done
@@ -262,21 +267,17 @@ class IndexFile:
         count = self._index_count
         m = n - done
         try:
-            where = run_slots(hash_codes[done:n], self.hash_slot_num)
             start = self._entries_at + count * INDEX_SIZE
             end = start + m * INDEX_SIZE
             self._mf.ensure_allocated(end)
             buf = self._mf.buf
-            table = np.frombuffer(buf, dtype=">i4", count=self.hash_slot_num, offset=HEADER_SIZE)
-            try:
-                run = link_run(where, table[where.slots], count, phy_offsets[done:n], store_timestamps[done:n],
-                               self._begin_timestamp)
-                # Entries before slots before the count, as put_key does.
-                buf[start:end] = run.entries
-                table[run.slots] = run.heads
-                new_slots = run.new_slots
-            finally:
-                del table  # no export may outlive the call: the mapping must stay closable
+            new_slots = -1
+            if _link_write is not None:  # -1: not its shape (nothing written); the reference path below has it
+                new_slots = _link_write(buf, HEADER_SIZE, self.hash_slot_num, self._entries_at, count, hash_codes,
+                                        phy_offsets, store_timestamps, done, n, self._begin_timestamp)
+            if new_slots < 0:
+                new_slots = self._link_run(buf, count, start, end, hash_codes[done:n], phy_offsets[done:n],
+                                           store_timestamps[done:n])
         except (ValueError, OSError):
             log.exception("putKey exception, Key: %s", keys[done])
             return done
@@ -288,6 +289,20 @@ class IndexFile:
             self._write_header()
         self._mf.wrote_position = end
         return n
+
+    def _link_run(self, buf: memoryview, count: int, start: int, end: int, hash_codes: Sequence[int],
+                  phy_offsets: Sequence[int], store_timestamps: Sequence[int]) -> int:
+        """The reference path of put_keys: link the run with numpy and write it; the new slots' count."""
+        where = run_slots(hash_codes, self.hash_slot_num)
+        table = np.frombuffer(buf, dtype=">i4", count=self.hash_slot_num, offset=HEADER_SIZE)
+        try:
+            run = link_run(where, table[where.slots], count, phy_offsets, store_timestamps, self._begin_timestamp)
+            # Entries before slots before the count, as put_key does.
+            buf[start:end] = run.entries
+            table[run.slots] = run.heads
+            return run.new_slots
+        finally:
+            del table  # no export may outlive the call: the mapping must stay closable
 
     # ---- read (any thread) ---------------------------------------------------------------------
     def select_phy_offset(self, keys: list[str], max_num: int, begin: int, end: int) -> list[int]:

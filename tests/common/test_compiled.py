@@ -10,12 +10,14 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from harness.launcher import Topology
 from reference_broker.common import compiled
+from reference_broker.common import java_hash as jh
 from reference_broker.common import message as mc
 from reference_broker.common import message_batch as mb
 from reference_broker.common import record as rec
@@ -23,6 +25,7 @@ from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import create_request
 from reference_broker.remoting.headers import send_v1_to_v2
+from reference_broker.store.index_format import HEADER_SIZE, INT_MIN, link_run, run_slots
 from reference_broker.tools import admin
 from tests.broker.broker_helpers import pull_request, send_request
 from tests.compiled_paths import NOT_BUILT, broker_path, compiled_module  # noqa: F401 - broker_path: fixture
@@ -261,6 +264,77 @@ def test_scan_records_on_other_arguments_fails_as_the_reference():
     for args in [(None, 0, 10, False), (b"x" * 100, "0", 10, False), (b"x" * 100, -5, 10, False),
                  (b"\x00" * 100, 0, 2**70, True)]:
         assert outcome(c.scan_records, *args) == outcome(rec.pure_scan_records, *args)
+
+
+# ---- the index: key hashes and entry linking (dispatch) -----------------------------------------------------
+
+ANY_CHAR = st.characters(blacklist_categories=())  # lone surrogates included: the reference refuses them
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.lists(st.text(ANY_CHAR, max_size=40), max_size=40),
+                 st.lists(st.text(st.sampled_from("0123456789ABCDEF#T"), min_size=34, max_size=34), max_size=40),
+                 st.tuples(st.text(max_size=5)), st.lists(st.one_of(st.text(max_size=3), st.integers()), max_size=3)))
+def test_index_hash_codes_equal_the_reference(strings):
+    c = compiled_module("_index_c")
+    assert outcome(c.hash_codes, strings) == outcome(jh.pure_hash_codes, strings)
+
+
+def _index_buffer(slots: int, num: int, garbage: dict[int, int]) -> bytearray:
+    buf = bytearray(HEADER_SIZE + slots * 4 + num * 20)
+    for slot, value in garbage.items():
+        struct.pack_into(">i", buf, HEADER_SIZE + slot * 4, value)
+    return buf
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 8), st.integers(1, 30), st.data())
+def test_index_link_write_equals_the_numpy_reference(slots, first, data):
+    """The twin leaves the bytes ``link_run`` (the reference) leaves, and the same count of new slots; on input
+    outside its shape it declines (-1) before writing a byte."""
+    c = compiled_module("_index_c")
+    m = data.draw(st.integers(1, 40))
+    num = first + m + data.draw(st.integers(0, 3))
+    codes = data.draw(st.lists(st.one_of(I32, st.sampled_from([INT_MIN, -1, 0])), min_size=m, max_size=m))
+    common = st.integers(0, 2**62)
+    phys = data.draw(st.lists(st.one_of(common, I64) if data.draw(st.booleans()) else common, min_size=m,
+                              max_size=m))
+    stamps = data.draw(st.lists(st.one_of(common, st.integers(-5, 5)) if data.draw(st.booleans()) else common,
+                                min_size=m, max_size=m))
+    begin = data.draw(st.one_of(st.just(0), st.integers(-5, 2**62)))
+    garbage = data.draw(st.dictionaries(st.integers(0, slots - 1), st.one_of(I32, st.integers(-2, 70)),
+                                        max_size=slots))
+    entries_at = HEADER_SIZE + slots * 4
+    compiled_buf, reference_buf = _index_buffer(slots, num, garbage), _index_buffer(slots, num, garbage)
+    new_slots = c.link_write(compiled_buf, HEADER_SIZE, slots, entries_at, first, codes, phys, stamps, 0, m, begin)
+    if new_slots < 0:
+        assert compiled_buf == reference_buf, "declined, yet wrote"
+        assert any(not 0 <= v <= 2**62 for v in phys + stamps) or begin > 2**62
+        return
+    table = np.frombuffer(reference_buf, dtype=">i4", count=slots, offset=HEADER_SIZE)
+    where = run_slots(codes, slots)
+    run = link_run(where, table[where.slots], first, phys, stamps, begin)
+    start = entries_at + first * 20
+    reference_buf[start:start + m * 20] = run.entries
+    table[run.slots] = run.heads
+    del table
+    assert compiled_buf == reference_buf
+    assert new_slots == run.new_slots
+
+
+def test_index_link_write_declines_what_is_not_its_shape():
+    c = compiled_module("_index_c")
+    buf = _index_buffer(4, 10, {})
+    ok = ([1, 2], [10, 20], [1000, 2000])
+    assert c.link_write(buf, HEADER_SIZE, 4, HEADER_SIZE + 16, 1, *ok, 0, 2, 0) >= 0
+    for codes, phys, stamps in [((1, 2), [10, 20], [1000, 2000]), ([1, 2**31], [10, 20], [1000, 2000]),
+                                ([1, 2], [10, -1], [1000, 2000]), ([1, 2], [10, 20], [1000, "x"]),
+                                ([1, 2], [10, 20], [1000])]:
+        before = bytes(buf)
+        assert c.link_write(buf, HEADER_SIZE, 4, HEADER_SIZE + 16, 3, codes, phys, stamps, 0, 2, 0) == -1
+        assert bytes(buf) == before
+    assert c.link_write(bytes(len(buf)), HEADER_SIZE, 4, HEADER_SIZE + 16, 1, *ok, 0, 2, 0) == -1  # read-only
+    assert c.link_write(buf, HEADER_SIZE, 4, HEADER_SIZE + 16, 9, *ok, 0, 2, 0) == -1  # past the buffer's end
 
 
 # ---- a real broker on each path ----------------------------------------------------------------------------

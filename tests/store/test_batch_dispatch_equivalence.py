@@ -49,7 +49,7 @@ from tests.store.store_helpers import make_config, new_store
 
 # The record scan's tests run over the pure and the compiled scan_records (tests/compiled_paths.py); the index
 # and consume-queue tests below build on them and stay on the default path.
-SCAN_PATHS = pytest.mark.usefixtures("put_path")
+SCAN_PATHS = pytest.mark.usefixtures("put_path")  # each test on the pure and the compiled path
 
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1
@@ -534,6 +534,7 @@ PUT_KEYS_EXAMPLES = [
 ]
 
 
+@SCAN_PATHS
 @MANY
 @given(case=put_keys_cases())
 @_with_examples(PUT_KEYS_EXAMPLES, "case")
@@ -674,6 +675,7 @@ def uniq_only_cases(draw: st.DrawFn) -> IndexCase:
     return IndexCase(draw(st.integers(1, 6)), index_num, tuple(reqs), tuple(draw(windows(n))))
 
 
+@SCAN_PATHS
 @MANY
 @given(case=uniq_only_cases())
 @example(case=IndexCase(8, 40, tuple(idx_req(100 * i, STORE_TS + i, uniq=f"{i:032X}") for i in range(30)),
@@ -700,6 +702,7 @@ INDEX_EXAMPLES = [
 ]
 
 
+@SCAN_PATHS
 @MANY
 @given(case=index_cases())
 @_with_examples(INDEX_EXAMPLES, "case")
@@ -720,11 +723,13 @@ _ROLLBACK_AFTER_FULL = IndexCase(4, 2, (idx_req(0, STORE_TS, keys="a"),
                                         idx_req(100, STORE_TS + 1, keys="b", sys_flag=_ROLLBACK)), ((0, 2),))
 
 
+@SCAN_PATHS
 def test_rollback_record_after_a_full_file() -> None:
     """Minimal input: index_num=2 (one entry a file); run [key 'a' at 0, rolled-back key 'b' at 100]."""
     check_build_index(_ROLLBACK_AFTER_FULL, strict=True)
 
 
+@SCAN_PATHS
 @FEW
 @given(case=index_cases())
 @example(case=_ROLLBACK_AFTER_FULL)
