@@ -75,12 +75,24 @@ def _git(*args: str) -> str:
     return p.stdout.strip()
 
 
+def build_compiled(tree: Path) -> None:
+    """A revision's compiled twins, built in its tree as scripts/setup.sh builds them here: a checkout has
+    only the .pyx (the built modules are not in git), and without them its broker would run the pure path
+    while this checkout's runs the compiled one. A revision from before the twins has no build script."""
+    script = tree / "scripts" / "build_compiled.py"
+    if script.exists():
+        done = subprocess.run([sys.executable, str(script)], cwd=tree, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise AbError(f"building the compiled twins in {tree} failed: {done.stdout[-400:]}{done.stderr[-400:]}")
+
+
 @contextmanager
 def worktree(rev: str, where: Path) -> Iterator[Path]:
     """``rev`` checked out at ``where`` (a detached worktree), removed afterwards."""
     commit = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
     _git("worktree", "add", "--detach", "-f", str(where), commit)
     try:
+        build_compiled(where)
         yield where
     finally:
         _git("worktree", "remove", "--force", str(where))

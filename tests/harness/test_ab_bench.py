@@ -10,6 +10,7 @@ import pytest
 
 from harness import ab_bench
 from harness.ab_bench import AbError, Side, summarize
+from reference_broker.common import compiled
 
 
 def _side(label: str, tps: list[float]) -> Side:
@@ -80,3 +81,13 @@ def test_two_revisions_run_side_by_side_and_leave_no_worktree() -> None:
         assert len(runs) == 2 and all(run["send_tps"] > 0 and run["broker_cpu_us_per_msg"] > 0 for run in runs)
     assert r["tps_ratio_mean"] > 0
     assert _worktrees() == before
+
+
+@pytest.mark.skipif(not compiled.compiled_available("_record_c"), reason="the compiled twins are not built here")
+def test_a_checked_out_revision_gets_its_compiled_twins(tmp_path: Path) -> None:
+    """Built modules are not in git: without a build, a revision's broker would run the pure path while this
+    checkout's runs the compiled one, and the comparison would measure that."""
+    with ab_bench.worktree("HEAD", tmp_path / "tree") as tree:
+        built = {p.name.split(".")[0] for p in (tree / "reference_broker" / "common").glob("_*_c.*.so")}
+        assert built == set(compiled.MODULES)
+    assert not (tmp_path / "tree").exists()
