@@ -32,7 +32,9 @@ from harness.launcher import Topology  # noqa: E402
 from reference_broker.common import compiled  # noqa: E402
 from reference_broker.common import message as mc  # noqa: E402
 from reference_broker.common import message_batch as mb  # noqa: E402
+from reference_broker.common import java_hash as jh  # noqa: E402
 from reference_broker.common import record as rec  # noqa: E402
+from reference_broker.store import index_file  # noqa: E402
 
 
 def per_call(fn: Any, number: int) -> float:
@@ -72,6 +74,37 @@ def functions() -> list[dict[str, Any]]:
         us = {k: per_call(make(impls[k][name]), number) / per for k in ("pure", "compiled")}
         rows.append({"function": label, "pure_us": round(us["pure"], 3), "compiled_us": round(us["compiled"], 3),
                      "ratio": round(us["compiled"] / us["pure"], 2)})
+    return rows + index_rows()
+
+
+def index_rows() -> list[dict[str, Any]]:
+    """The index twin (common/_index_c.pyx): key hashes, and ``IndexFile.put_keys`` on runs of UNIQ_KEYs (14
+    keys: a run under single sends, put key by key on the pure path; 32: the numpy path), per key."""
+    keys = [f"BenchmarkTest#7F0000010A2B18B4AAC27E8B{i:012X}" for i in range(32)]
+    rows = []
+    twin = index_file._link_write
+    if twin is None:
+        return rows
+    us = {"pure": per_call(lambda: jh.pure_hash_codes(keys), 2000) / 32,
+          "compiled": per_call(lambda: jh.hash_codes(keys), 2000) / 32}
+    rows.append({"function": "hash_codes, per key of 32", "pure_us": round(us["pure"], 3),
+                 "compiled_us": round(us["compiled"], 3), "ratio": round(us["compiled"] / us["pure"], 2)})
+    codes = jh.pure_hash_codes(keys)
+    with tempfile.TemporaryDirectory(prefix="bench-index-") as tmp:
+        for m in (14, 32):
+            us = {}
+            for path in ("pure", "compiled"):
+                f = index_file.IndexFile(Path(tmp) / f"{m}{int(path == 'compiled')}", 5_000_000, 5 * 400 * m + 10)
+                phys, stamps = list(range(1000, 1000 + m)), [1_700_000_000_000 + i for i in range(m)]
+                index_file._link_write = twin if path == "compiled" else None
+                try:
+                    f.put_keys(keys[:1], codes[:1], phys[:1], stamps[:1])  # the file's first entry sets its begin
+                    us[path] = per_call(lambda: f.put_keys(keys[:m], codes[:m], phys, stamps), 400) / m
+                finally:
+                    index_file._link_write = twin
+                    f.shutdown(0)
+            rows.append({"function": f"IndexFile.put_keys, per key of a run of {m}", "pure_us": round(us["pure"], 3),
+                         "compiled_us": round(us["compiled"], 3), "ratio": round(us["compiled"] / us["pure"], 2)})
     return rows
 
 
