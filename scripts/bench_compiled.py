@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from harness.launcher import Topology  # noqa: E402
 from reference_broker.common import compiled  # noqa: E402
+from reference_broker.common import java_hash as jh  # noqa: E402
 from reference_broker.common import message as mc  # noqa: E402
 from reference_broker.common import message_batch as mb  # noqa: E402
-from reference_broker.common import java_hash as jh  # noqa: E402
 from reference_broker.common import record as rec  # noqa: E402
 from reference_broker.store import index_file  # noqa: E402
 
@@ -99,7 +99,8 @@ def index_rows() -> list[dict[str, Any]]:
                 index_file._link_write = twin if path == "compiled" else None
                 try:
                     f.put_keys(keys[:1], codes[:1], phys[:1], stamps[:1])  # the file's first entry sets its begin
-                    us[path] = per_call(lambda: f.put_keys(keys[:m], codes[:m], phys, stamps), 400) / m
+                    run = (keys[:m], codes[:m], phys, stamps)
+                    us[path] = per_call(lambda f=f, run=run: f.put_keys(*run), 400) / m
                 finally:
                     index_file._link_write = twin
                     f.shutdown(0)
