@@ -5,8 +5,9 @@ whose sends take it (queue declares, the consumer and the backlog stay on pika).
 Why: pika costs ~190 µs of client CPU per confirmed publish on this machine (a hand-over to its I/O loop, its
 frame objects), so an unbounded run measured the client (BENCHMARKS.md, "Brokers compared"). Here a send is
 one write of the three frames from the caller's thread and one dict entry; one reader thread takes the
-confirms, answers nothing but heartbeats (it sends one when it has not written for half the interval) and
-the server's Close, and reconnects.
+confirms, sends heartbeats (when nothing was written for half the interval), answers the server's Close,
+gives up on a connection blocked (a resource alarm) longer than the send timeout, as pika's
+``blocked_connection_timeout`` does, and reconnects.
 
 The handshake: protocol header → Start → StartOk (PLAIN) → Tune → TuneOk, Open → OpenOk → Channel.Open →
 OpenOk → Confirm.Select → SelectOk. Then each message is Basic.Publish (mandatory, default exchange, routing
@@ -78,11 +79,20 @@ class _Connection:
         self.dead = False
         self.last_write = time.monotonic()
         self.return_header_due = False  # a Basic.Return came: its content header (with the key) is next
+        self.blocked_since: float | None = None  # Connection.Blocked (a resource alarm): publishes wait
 
-    def write(self, data: bytes) -> None:
-        with self.wlock:
+    def write(self, data: bytes, wait_s: float = -1) -> bool:
+        """Write ``data`` unless a writer has held the lock ``wait_s`` (-1: wait for it); whether it went out.
+        The reader passes a bound: a publisher blocked on a full socket (a blocked connection) must not stop
+        it reading and sweeping."""
+        if not self.wlock.acquire(timeout=wait_s):
+            return False
+        try:
             self.sock.sendall(data)
             self.last_write = time.monotonic()
+        finally:
+            self.wlock.release()
+        return True
 
     def take_all(self) -> list[_Pending]:
         with self.plock:
@@ -218,10 +228,7 @@ class LeanAmqpPublisher:
             error = self._read(conn)
             lost = conn.take_all()
             self._conn = None
-            try:
-                conn.sock.close()
-            except OSError:
-                pass
+            _shut(conn.sock)
             for p in lost:
                 p.callback(SendOutcome(Outcome.UNKNOWN, -1, p.queue, error=f"connection lost: {error}"[:200]))
 
@@ -251,9 +258,12 @@ class LeanAmqpPublisher:
                     return "no heartbeat from the server"
                 if now - conn.last_write > conn.heartbeat_s / 2:
                     try:
-                        conn.write(wire.HEARTBEAT)
+                        conn.write(wire.HEARTBEAT, wait_s=0)  # a writer busy or blocked: it is the sign of life
                     except OSError as exc:
                         return str(exc)
+            if conn.blocked_since is not None and now - conn.blocked_since > self.send_timeout_s:
+                # pika's blocked_connection_timeout in the library path: give up on the connection, connect again
+                return f"blocked by the server for over {self.send_timeout_s} s"
             if now - last_sweep >= SWEEP_S:
                 last_sweep = now
                 self._sweep(conn, now)
@@ -273,9 +283,13 @@ class LeanAmqpPublisher:
             self._confirm(conn, f.args["delivery_tag"], f.args["multiple"], ids == wire.BASIC_ACK)
         elif ids == wire.BASIC_RETURN:
             conn.return_header_due = True
+        elif ids == wire.BLOCKED:
+            conn.blocked_since = time.monotonic()
+        elif ids == wire.UNBLOCKED:
+            conn.blocked_since = None
         elif ids == wire.CLOSE:
             try:
-                conn.write(wire.connection_close_ok())
+                conn.write(wire.connection_close_ok(), wait_s=1.0)
             except OSError:
                 pass
             return f"connection closed by the server: {f.args['reply_code']} {f.args['reply_text']}"
@@ -283,11 +297,11 @@ class LeanAmqpPublisher:
             # The channel is gone (a confirm-mode channel closed by an error): this publisher has one channel,
             # so the connection is closed and made again.
             try:
-                conn.write(wire.channel_close_ok(f.channel) + wire.connection_close())
+                conn.write(wire.channel_close_ok(f.channel) + wire.connection_close(), wait_s=1.0)
             except OSError:
                 pass
             return f"channel closed by the server: {f.args['reply_code']} {f.args['reply_text']}"
-        return None  # Blocked/Unblocked: the writes wait in the socket; the deadline sweep covers them
+        return None
 
     @staticmethod
     def _confirm(conn: _Connection, tag: int, multiple: bool, ok: bool) -> None:
@@ -328,7 +342,7 @@ class LeanAmqpPublisher:
         conn = self._conn
         if conn is not None:
             try:
-                conn.write(wire.connection_close())
+                conn.write(wire.connection_close(), wait_s=1.0)
             except OSError:
                 pass
         if self._thread.is_alive():
@@ -337,11 +351,17 @@ class LeanAmqpPublisher:
         if conn is not None:
             for p in conn.take_all():
                 p.callback(SendOutcome(Outcome.UNKNOWN, -1, p.queue, error="publisher closed"))
-            try:
-                conn.sock.close()
-            except OSError:
-                pass
+            _shut(conn.sock)
             self._conn = None
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut down before closing: a writer blocked in ``sendall`` on another thread wakes with an error."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected any more
+    sock.close()
 
 
 class LeanRabbitMQDriver(RabbitMQDriver):

@@ -177,10 +177,7 @@ class LeanNatsPublisher:
             error = self._read(conn)
             lost = conn.take_all()
             self._conn = None
-            try:
-                conn.sock.close()
-            except OSError:
-                pass
+            _shut(conn.sock)
             for p in lost:
                 p.callback(SendOutcome(Outcome.UNKNOWN, -1, p.queue, error=f"connection lost: {error}"[:200]))
 
@@ -201,9 +198,13 @@ class LeanNatsPublisher:
                     for ev in conn.parser.feed(data):
                         if ev.kind is wire.Kind.MSG and ev.subject.startswith(prefix):
                             self._answer(conn, ev)
-                        elif ev.kind is wire.Kind.PING:
-                            with conn.wlock:
+                        elif ev.kind is wire.Kind.PING and conn.wlock.acquire(timeout=1.0):
+                            # bounded: a publisher blocked on a full socket must not stop the reader; the
+                            # server pings every 2 minutes and closes only after two unanswered
+                            try:
                                 conn.sock.sendall(wire.PONG)
+                            finally:
+                                conn.wlock.release()
                         elif ev.kind is wire.Kind.ERR:
                             return f"-ERR {ev.text}"  # the server closes the connection after an -ERR
                 except (OSError, wire.NatsProtocolError) as exc:
@@ -246,18 +247,23 @@ class LeanNatsPublisher:
 
     def close(self) -> None:
         self._closing.set()
-        conn = self._conn
-        if conn is not None:
-            try:
-                conn.sock.shutdown(socket.SHUT_RDWR)  # also wakes a writer blocked on a full socket
-            except OSError:
-                pass
         if self._thread.is_alive():
             self._thread.join(10)
-        elif conn is not None:
+        conn = self._conn
+        if conn is not None:
             for p in conn.take_all():
                 p.callback(SendOutcome(Outcome.UNKNOWN, -1, p.queue, error="publisher closed"))
-            conn.sock.close()
+            _shut(conn.sock)
+            self._conn = None
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut down before closing: a writer blocked in ``sendall`` on another thread wakes with an error."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected any more
+    sock.close()
 
 
 class LeanNatsDriver(NatsDriver):
