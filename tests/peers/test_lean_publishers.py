@@ -18,7 +18,7 @@ from harness.amqp_lean import LeanAmqpPublisher, LeanRabbitMQDriver
 from harness.driver import Delivery, Driver, SendOutcome
 from harness.driver_load import DriverLoad, LoadShape
 from harness.drivers import make_driver
-from harness.nats_lean import LeanNatsDriver, LeanNatsPublisher
+from harness.nats_lean import LeanNatsDriver
 from harness.peer_drivers import NatsDriver, RabbitMQDriver
 from harness.peers import PeerKind, PeerServer, unavailable_reason
 from harness.records import RunRecord
