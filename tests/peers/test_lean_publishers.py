@@ -9,7 +9,7 @@ import collections
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,7 @@ class Answers:
         self.outs: dict[str, list[SendOutcome]] = collections.defaultdict(list)
         self._cond = threading.Condition()
 
-    def cb(self, key: str):  # type: ignore[no-untyped-def]
+    def cb(self, key: str) -> Callable[[SendOutcome], None]:
         def done(o: SendOutcome) -> None:
             with self._cond:
                 self.outs[key].append(o)
@@ -156,12 +156,13 @@ def test_nats_no_responders_and_a_refusing_stream_are_fail(nats_server: PeerServ
 
 
 def test_rabbitmq_return_and_nack_are_fail(rabbit_server: PeerServer) -> None:
-    import pika
+    import pika  # type: ignore[import-untyped]
 
     drv = make_driver("rabbitmq-quorum", rabbit_server.url, instance="t")
     try:
         drv.start()
         answers = Answers()
+        assert isinstance(drv, LeanRabbitMQDriver)
         pub = drv._running()  # the lean publisher: a routing key no queue has is returned (mandatory)
         assert isinstance(pub, LeanAmqpPublisher)
         pub.publish("NoSuchQueue.0", 0, "ret", b"x", answers.cb("ret"))
@@ -183,7 +184,8 @@ def test_rabbitmq_return_and_nack_are_fail(rabbit_server: PeerServer) -> None:
     assert second.outcome == Outcome.FAIL and second.error == "basic.nack"
 
 
-def _killed_under_pending(server: PeerServer, publish, n: int) -> Answers:  # type: ignore[no-untyped-def]
+def _killed_under_pending(server: PeerServer, publish: Callable[[str, Callable[[SendOutcome], None]], None],
+                          n: int) -> Answers:
     """Stop the server (SIGSTOP: the sends pile up unanswered), send ``n``, then kill it: all ``n`` pending."""
     answers = Answers()
     server.pause()
