@@ -29,6 +29,17 @@ pytest.importorskip("nats", reason="nats-py not installed (pip install -e '.[pee
 pytest.importorskip("pika", reason="pika not installed (pip install -e '.[peers]'): the consumer side")
 
 
+def test_make_driver_picks_the_send_path() -> None:
+    assert type(make_driver("nats", "nats://127.0.0.1:1", instance="t")) is LeanNatsDriver  # the default
+    assert type(make_driver("nats", "nats://127.0.0.1:1", instance="t", peer_client="library")) is NatsDriver
+    lean = make_driver("rabbitmq-classic", "amqp://127.0.0.1:1", instance="t")
+    assert type(lean) is LeanRabbitMQDriver and lean.impl == "rabbitmq-classic"  # same impl: same ack promise
+    assert type(make_driver("rabbitmq-quorum", "amqp://127.0.0.1:1", instance="t",
+                            peer_client="library")) is RabbitMQDriver
+    with pytest.raises(ValueError, match="peer client"):
+        make_driver("nats", "nats://127.0.0.1:1", instance="t", peer_client="native")  # type: ignore[arg-type]
+
+
 def _server(kind: PeerKind, root: Path) -> Iterator[PeerServer]:
     reason = unavailable_reason(kind)
     if reason is not None:
