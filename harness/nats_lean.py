@@ -67,6 +67,7 @@ class _Connection:
         self.pending: dict[int, _Pending] = {}
         self.next_id = 0
         self.dead = False
+        self.max_payload = int(info.get("max_payload", 1 << 20))  # nats-server's default: 1 MiB
 
     def take_all(self) -> list[_Pending]:
         with self.plock:
@@ -139,6 +140,10 @@ class LeanNatsPublisher:
             callback(SendOutcome(Outcome.FAIL, -1, error="not connected"))  # nothing written
             return
         headers = wire.header_block({KEY_HEADER: key, BORN_HEADER: str(time.time_ns())})
+        if len(headers) + len(body) > conn.max_payload:
+            # The server would answer -ERR and close the connection (every pending send unknown): refuse here.
+            callback(SendOutcome(Outcome.FAIL, -1, queue, error=f"above the server's max_payload {conn.max_payload}"))
+            return
         with conn.wlock:
             conn.next_id += 1
             n = conn.next_id

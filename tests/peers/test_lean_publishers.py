@@ -161,6 +161,9 @@ def test_nats_no_responders_and_a_refusing_stream_are_fail(nats_server: PeerServ
                                                 discard=DiscardPolicy.NEW)))
         assert drv.send("One", "a", b"x", queue=0).outcome == Outcome.OK
         refused = drv.send("One", "b", b"x", queue=0)
+        too_big = drv.send("One", "big", bytes(2 << 20), queue=0)  # above max_payload: refused, still connected
+        assert too_big.outcome == Outcome.FAIL and "max_payload" in (too_big.error or "")
+        assert drv.send("NoStream", "after", b"x").code == 503  # the connection survived it
     finally:
         drv.stop()
     assert refused.outcome == Outcome.FAIL and refused.code > 0 and "error" in (refused.error or ""), refused
