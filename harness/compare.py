@@ -25,6 +25,10 @@ consumer, one interpreter lock for all of it); N > 1 = N child processes (``harn
 the in-flight window split among them (``harness.load_split``; ``one`` stays one send in flight, so one
 process). Either way each run records what the load and the broker cost in CPU and which side bounded the
 figure (``harness.load_cost``): meta.json ``load``, and each row of ``compare.json``.
+
+The peers' send path (``peer_client``, harness.drivers): ``lean`` (the default: the wire protocol spoken
+directly, harness.nats_lean / harness.amqp_lean) or ``library`` (nats-py, pika, ~150-190 µs of client CPU per
+message: those runs were bound by the client). Recorded per row (``peer_client``) and in meta.json.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from typing import Any, Final
 from harness import rocketmq
 from harness.driver import Driver, RocketMQDriver
 from harness.driver_load import DriverLoad, LoadResult, LoadShape
-from harness.drivers import make_driver
+from harness.drivers import DEFAULT_PEER_CLIENT, PeerClient, make_driver
 from harness.launcher import Topology
 from harness.load_cost import CpuMeter, LoadCost, cores, load_cost
 from harness.load_procs import ProcessLoad
@@ -69,6 +73,7 @@ class CompareSpec:
     workloads: tuple[str, ...] = ("rate", "max", "one")
     brokers: tuple[str, ...] = DEFAULT_BROKERS
     load_processes: int = DEFAULT_LOAD_PROCESSES
+    peer_client: PeerClient = DEFAULT_PEER_CLIENT  # the peers' send path (harness.drivers)
 
 
 def workload_shape(name: str, spec: CompareSpec) -> LoadShape:
@@ -108,10 +113,12 @@ class Target:
     driver_name: str  # harness.drivers name
     address: str  # name-server list or the peer's URL
     pid: int | None  # the server process whose CPU is the broker's (None: unknown)
+    peer_client: PeerClient | None = None  # a peer's send path; None for the RocketMQ brokers
 
 
 @contextmanager
-def broker_driver(label: str, root: Path, instance: str) -> Iterator[Target]:
+def broker_driver(label: str, root: Path, instance: str,
+                  peer_client: PeerClient = DEFAULT_PEER_CLIENT) -> Iterator[Target]:
     """Start ``label``'s broker under ``root`` and yield a started driver to it; stop both after."""
     if label.startswith(("reference-", "rocketmq-")):
         flush = "SYNC_FLUSH" if label.endswith("-sync") else "ASYNC_FLUSH"
@@ -128,10 +135,10 @@ def broker_driver(label: str, root: Path, instance: str) -> Iterator[Target]:
     server = PeerServer(kind, root=root)
     try:
         server.start()
-        drv = make_driver(label, server.url, instance=instance)
+        drv = make_driver(label, server.url, instance=instance, peer_client=peer_client)
         try:
             drv.start()
-            yield Target(drv, label, server.url, server.pid)
+            yield Target(drv, label, server.url, server.pid, peer_client)
         finally:
             drv.stop()
     finally:
@@ -202,7 +209,7 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
         root = session / "work" / label
         try:
             instance = f"cmp-{label}-{time.time_ns() % 10**9}"
-            with broker_driver(label, root, instance=instance) as target:
+            with broker_driver(label, root, instance=instance, peer_client=spec.peer_client) as target:
                 for w in spec.workloads:
                     shape = workload_shape(w, spec)
                     record = RunRecord.create(session, f"{SCENARIO}-{label}-{w}", {
@@ -220,7 +227,8 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
                     else:
                         pload = ProcessLoad(target.driver, target.driver_name, target.address, record, shape,
                                             topic, group, processes=spec.load_processes,
-                                            instance=f"{instance}-{w}", broker_pid=target.pid)
+                                            instance=f"{instance}-{w}", broker_pid=target.pid,
+                                            peer_client=spec.peer_client)
                         res = pload.run(allow_loss=False, extra_meta=extra)
                         assert pload.cost is not None
                         cost = pload.cost
@@ -229,9 +237,10 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
                            "acked_per_s": round(res.sent_ok / res.seconds) if res.seconds else None,
                            "fail": res.sent_fail, "unknown": res.sent_unknown,
                            "lost": check.lost if check else None, "valid": check.valid if check else None,
-                           **cost_row(cost)}
+                           "peer_client": target.peer_client, **cost_row(cost)}
                     summary["runs"].append(row)
-                    say(f"{label} {w}: {row['acked_per_s']} acked/s, {res.sent_fail} fail, "
+                    client = f" ({target.peer_client} client)" if target.peer_client else ""
+                    say(f"{label} {w}{client}: {row['acked_per_s']} acked/s, {res.sent_fail} fail, "
                         f"{res.sent_unknown} unknown, lost {row['lost']}; {cost_words(cost)}")
         except Exception as exc:  # noqa: BLE001 - one broker failing to start is a row, not the session's end
             say(f"{label}: FAILED ({type(exc).__name__}: {exc})")

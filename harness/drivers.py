@@ -5,25 +5,36 @@ name                client -> broker
 ==================  ==========================================================================================
 rocketmq            this project's client (``harness.driver.RocketMQDriver``) -> a name server (the default)
 cpp                 Apache RocketMQ's C++ client as producer (``harness.cpp_driver``) -> a name server
-nats                nats-py -> NATS JetStream (``harness.peer_drivers``)
-rabbitmq-classic    pika -> RabbitMQ, durable classic queues, publisher confirms
-rabbitmq-quorum     pika -> RabbitMQ, quorum queues, publisher confirms
+nats                NATS JetStream (``harness.peer_drivers``)
+rabbitmq-classic    RabbitMQ, durable classic queues, publisher confirms
+rabbitmq-quorum     RabbitMQ, quorum queues, publisher confirms
 ==================  ==========================================================================================
 
 For the RocketMQ drivers the address is a name-server list; for a peer it is the server's URL (``nats://`` or
 ``amqp://``), which the embedded peer server (``harness.peers``) gives.
+
+A peer's send path is ``peer_client`` (``PEER_CLIENTS``): ``lean`` (the default) speaks the wire protocol
+itself (``harness.nats_lean``, ``harness.amqp_lean``: tens of µs of client CPU per message, as this project's
+RocketMQ client), ``library`` goes through nats-py / pika (~150-190 µs per message, which bounded the compare
+figures: BENCHMARKS.md). Consumers, topic creation and backlog queries use the library either way.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from harness.driver import Driver, RocketMQDriver
 from harness.peers import PeerKind
 
+if TYPE_CHECKING:
+    from harness.peer_drivers import QueueType
+
 ROCKETMQ_DRIVERS: Final = ("rocketmq", "cpp")
 PEER_DRIVERS: Final = ("nats", "rabbitmq-classic", "rabbitmq-quorum")
 DRIVER_NAMES: Final = ROCKETMQ_DRIVERS + PEER_DRIVERS
+PeerClient = Literal["lean", "library"]
+PEER_CLIENTS: Final[tuple[PeerClient, ...]] = ("lean", "library")
+DEFAULT_PEER_CLIENT: Final[PeerClient] = "lean"
 
 
 def is_peer(name: str) -> bool:
@@ -38,7 +49,10 @@ def server_kind(name: str) -> PeerKind:
 
 
 def make_driver(name: str, address: str, *, instance: str, producer_group: str = "lab_producer",
-                send_timeout_s: float = 3.0) -> Driver:
+                send_timeout_s: float = 3.0, peer_client: PeerClient = DEFAULT_PEER_CLIENT) -> Driver:
+    """``peer_client`` picks a peer's send path (ignored for the RocketMQ drivers)."""
+    if peer_client not in PEER_CLIENTS:
+        raise ValueError(f"unknown peer client {peer_client!r}: one of {', '.join(PEER_CLIENTS)}")
     if name == "rocketmq":
         return RocketMQDriver(address, instance=instance, producer_group=producer_group,
                               send_timeout_s=send_timeout_s)
@@ -47,12 +61,20 @@ def make_driver(name: str, address: str, *, instance: str, producer_group: str =
 
         return CppDriver(address, instance=instance, producer_group=producer_group, send_timeout_s=send_timeout_s)
     if name == "nats":
+        if peer_client == "lean":
+            from harness.nats_lean import LeanNatsDriver
+
+            return LeanNatsDriver(address, send_timeout_s=send_timeout_s)
         from harness.peer_drivers import NatsDriver
 
         return NatsDriver(address, send_timeout_s=send_timeout_s)
     if name in ("rabbitmq-classic", "rabbitmq-quorum"):
+        queue_type: QueueType = "classic" if name.endswith("classic") else "quorum"
+        if peer_client == "lean":
+            from harness.amqp_lean import LeanRabbitMQDriver
+
+            return LeanRabbitMQDriver(address, queue_type=queue_type, send_timeout_s=send_timeout_s)
         from harness.peer_drivers import RabbitMQDriver
 
-        return RabbitMQDriver(address, queue_type="classic" if name.endswith("classic") else "quorum",
-                              send_timeout_s=send_timeout_s)
+        return RabbitMQDriver(address, queue_type=queue_type, send_timeout_s=send_timeout_s)
     raise ValueError(f"unknown driver {name!r}: one of {', '.join(DRIVER_NAMES)}")

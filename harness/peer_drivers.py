@@ -43,7 +43,7 @@ from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 from harness.driver import (
     Backlog,
@@ -233,6 +233,7 @@ class NatsDriver(Driver):
 
     impl = "nats"
     ack_promise = AckPromise.PAGE_CACHE
+    peer_client = "library"  # the send path's client (meta.json peer_client); harness.nats_lean: "lean"
 
     def __init__(self, url: str, *, send_timeout_s: float = 3.0) -> None:
         self.url = url
@@ -395,7 +396,8 @@ class NatsDriver(Driver):
 
     def broker_facts(self) -> dict[str, Any]:
         return {"broker": {"jetstream": "file"}, "broker_impl": self.runtime_info("")["brokerVersionDesc"],
-                "brokers": self.broker_addrs(), "ack_promise": str(self.ack_promise)}
+                "brokers": self.broker_addrs(), "ack_promise": str(self.ack_promise),
+                "peer_client": self.peer_client}
 
 
 # ---- RabbitMQ ------------------------------------------------------------------------------------------
@@ -425,6 +427,14 @@ class _Session:
         pending, self.pending = self.pending, {}
         for p in pending.values():
             p.callback(outcome)
+
+
+class Publisher(Protocol):
+    """A RabbitMQ send path: pika's (``_RabbitPublisher``) or the lean one (``harness.amqp_lean``)."""
+
+    def publish(self, routing_key: str, queue: int, key: str, body: bytes, callback: SendCallback) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class _RabbitPublisher:
@@ -639,6 +649,7 @@ class RabbitMQDriver(Driver):
     publisher confirms."""
 
     ack_promise = AckPromise.FSYNC
+    peer_client = "library"  # the send path's client (meta.json peer_client); harness.amqp_lean: "lean"
 
     def __init__(self, url: str, *, queue_type: QueueType = "quorum", send_timeout_s: float = 3.0) -> None:
         host_port = url.split("://", 1)[-1]
@@ -647,7 +658,7 @@ class RabbitMQDriver(Driver):
         self.queue_type = queue_type
         self.impl = f"rabbitmq-{queue_type}"
         self.send_timeout_s = send_timeout_s
-        self._publisher: _RabbitPublisher | None = None
+        self._publisher: Publisher | None = None
         self._rr = itertools.count()
         self._queues: dict[str, int] = {}
         self._consumers: list[_RabbitConsumer] = []
@@ -668,14 +679,18 @@ class RabbitMQDriver(Driver):
 
     def start(self) -> None:
         if self._publisher is None:
-            conn = self._admin()
-            self._version = str(conn._impl.server_properties.get("version", b"?"), "ascii", "replace") \
-                if isinstance(conn._impl.server_properties.get("version"), bytes) \
-                else str(conn._impl.server_properties.get("version", "?"))
-            conn.close()
-            publisher = _RabbitPublisher(self.host, self.port, self.send_timeout_s)
-            publisher.start()
-            self._publisher = publisher
+            self._publisher = self._make_publisher()
+
+    def _make_publisher(self) -> Publisher:
+        """The send path: pika's (the lean driver, harness.amqp_lean, has its own)."""
+        conn = self._admin()
+        self._version = str(conn._impl.server_properties.get("version", b"?"), "ascii", "replace") \
+            if isinstance(conn._impl.server_properties.get("version"), bytes) \
+            else str(conn._impl.server_properties.get("version", "?"))
+        conn.close()
+        publisher = _RabbitPublisher(self.host, self.port, self.send_timeout_s)
+        publisher.start()
+        return publisher
 
     def stop(self) -> None:
         for c in self._consumers:
@@ -723,7 +738,7 @@ class RabbitMQDriver(Driver):
             self._queues[topic] = n
         return n
 
-    def _running(self) -> _RabbitPublisher:
+    def _running(self) -> Publisher:
         if self._publisher is None:
             self.start()
         assert self._publisher is not None
@@ -809,4 +824,4 @@ class RabbitMQDriver(Driver):
     def broker_facts(self) -> dict[str, Any]:
         return {"broker": {"queueType": self.queue_type, "deliveryMode": 2, "confirms": True},
                 "broker_impl": self.runtime_info("")["brokerVersionDesc"], "brokers": self.broker_addrs(),
-                "ack_promise": str(self.ack_promise)}
+                "ack_promise": str(self.ack_promise), "peer_client": self.peer_client}

@@ -83,7 +83,8 @@ class Agent:
         self.driver = driver or make_driver(settings.driver, info.namesrv,
                                             instance=f"lab-{info.tag}-{worker}-{os.getpid()}",
                                             producer_group=f"lab_producer_{info.tag}",
-                                            send_timeout_s=settings.send_timeout_s)
+                                            send_timeout_s=settings.send_timeout_s,
+                                            peer_client=settings.peer_client)
         self.counts = Counts(worker=worker)
         self.writer: EventWriter | None = None
         self.consumers: list[Consumer] = []

@@ -99,7 +99,8 @@ class Coordinator:
             log.info("starting the embedded %s server in %s", s.driver, self.peer.root)
             self.peer.start()
             self.namesrv = self.peer.url
-            self.driver = make_driver(s.driver, self.peer.url, instance=f"lab-coordinator-{os.getpid()}")
+            self.driver = make_driver(s.driver, self.peer.url, instance=f"lab-coordinator-{os.getpid()}",
+                                      peer_client=s.peer_client)
             self._exit.callback(self.driver.stop)
             self.driver.start()
             self._host_facts(s)
@@ -278,6 +279,7 @@ class _Run:
         promise = facts.get("ack_promise") or ACK_PROMISES.get(str(broker.get("flushDiskType")))
         rec.update_meta(broker=broker, broker_impl=facts["broker_impl"], sysctl=co.sysctl, fio=co.fio,
                         driver=s.driver, ack_promise=None if promise is None else str(promise),
+                        peer_client=facts.get("peer_client"),
                         topology={"embedded": co.topology is not None, "namesrv": co.namesrv,
                                   "brokers": facts["brokers"]},
                         phases=[{"label": p.label, "topics": [list(t) for t in p.topics]} for p in phases])

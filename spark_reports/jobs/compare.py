@@ -73,6 +73,8 @@ class Perf:
     bound: str | None = None
     machine_busy: float | None = None
     others_cores: float | None = None
+    # meta.json "peer_client" (harness.drivers): a peer's send path, "lean" or "library"; None for RocketMQ.
+    peer_client: str | None = None
 
     @property
     def acks_per_s(self) -> float | None:
@@ -125,7 +127,8 @@ def compute(spark: SparkSession, runs: list[RunInfo], accuracy: int = DEFAULT_AC
                         _opt_float(cost.get("broker_util")), _opt_float(cost.get("client_cpu_us_per_msg")),
                         _opt_float(cost.get("broker_cpu_us_per_msg")),
                         None if cost.get("bound") is None else str(cost["bound"]),
-                        _opt_float(cost.get("machine_busy")), _opt_float(cost.get("others_cores"))))
+                        _opt_float(cost.get("machine_busy")), _opt_float(cost.get("others_cores")),
+                        None if run.meta.get("peer_client") is None else str(run.meta["peer_client"])))
     return out
 
 
@@ -178,7 +181,8 @@ def judge(perfs: list[Perf]) -> list[Finding]:
             (ours_max.run_id, peer_max.run_id, ours_rate.run_id, peer_rate.run_id),
             f"Same load generator (harness.driver_load), {load}, one sitting. "
             + ("; ".join(why) if why else "At or above on both.")
-            + "".join(f" {p.broker} unbounded: {p.bound}-bound." for p in (ours_max, peer_max) if p.bound),
+            + "".join(f" {p.broker} unbounded: {p.bound}-bound." for p in (ours_max, peer_max) if p.bound)
+            + (f" {peer} sent through its {peer_max.peer_client} client." if peer_max.peer_client else ""),
             {"ours_acks_per_s": t_ours, "peer_acks_per_s": t_peer, "ours_p99_ms": p_ours, "peer_p99_ms": p_peer}))
     return findings
 
@@ -228,6 +232,11 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
                        "compare --load-processes; one send in flight always runs in one). Unbounded runs: "
                        + (", ".join(bound_max) or "none") + ". A generator-bound figure is the client's ceiling, "
                        "not the broker's.")
+    clients = sorted({f"{p.broker}: {p.peer_client}" for p in perfs if p.peer_client})
+    if clients:
+        page.paragraph("The peers' send path (python -m harness compare --peer-client): " + ", ".join(clients)
+                       + " (lean = the wire protocol written directly, harness.nats_lean / harness.amqp_lean; "
+                       "library = nats-py / pika). Their consumers use the library either way.")
     if skipped:
         page.paragraph("Not run here: " + "; ".join(f"{b} ({why})" for b, why in skipped.items()), note=True)
     header = ["broker", "durability", "acknowledged", "acknowledged/s", "send p50", "send p99", "send p99.9",

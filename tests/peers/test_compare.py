@@ -131,6 +131,7 @@ def test_compare_in_two_load_processes(tmp_path: Path) -> None:
         assert row["load_processes"] == 2 and len(row["client_util"]) == 2
         assert row["client_cpu_us_per_msg"] > 0 and row["broker_cpu_us_per_msg"] > 0, row
         assert row["bound"] in ("generator", "broker", "machine", "neither")
+        assert row["peer_client"] == ("lean" if row["broker"] == "nats" else None)  # the default send path
         run_dir = session / row["run"]
         events = load_events(run_dir, columns=["op", "worker", "key"])
         sends = events.filter(pc.equal(events["op"], "send"))

@@ -39,4 +39,5 @@ def test_throughput_scenario_with_driver(driver: str, promise: str, impl: str, t
     assert meta["driver"] == driver and meta["params"]["driver"] == driver
     assert meta["ack_promise"] == promise
     assert meta["broker_impl"].startswith(impl), meta["broker_impl"]
+    assert meta.get("peer_client") == ("lean" if is_peer(driver) else None)  # the scenarios' default send path
     assert meta["results"]["load"]["ok"] == check["acknowledged"]
