@@ -23,7 +23,9 @@ unbounded throughput is at or above the peer's and its p99 send latency at the f
 peer's; "not held" otherwise, with both figures; "inconclusive" ("not measured fairly: generator bound") when
 either side's unbounded run was bound by the load generator — its load processes at their ceiling, or the
 machine's cores saturated with the load spending more CPU per message than the broker (``generator_bound_why``)
-— its throughput then measures the client.
+— its throughput then measures the client. Two cases keep a verdict all the same: the fixed-rate p99 fails the
+claim by itself ("not held"), or the side behind in the unbounded runs had the strictly lighter load per message, so its
+clients cannot explain the order (``_order_survives_the_clients``).
 """
 
 import json
@@ -167,12 +169,19 @@ def judge(perfs: list[Perf]) -> list[Finding]:
             why.append(f"p99 {p_ours / p_peer:.2f}x the peer's" if p_peer else "p99 above the peer's")
         verdict = Verdict.HELD if held else Verdict.NOT_HELD
         generator_bound = [p for p in (ours_max, peer_max) if generator_bound_why(p)]
-        if generator_bound:
+        if generator_bound and p_ours > p_peer:
+            # The p99 at the fixed rate (no side at its ceiling there) fails the claim by itself, whatever the
+            # unbounded runs measured.
+            why.append("the unbounded runs were generator bound, so the throughput figures are the clients' as "
+                       "much as the brokers'")
+        elif generator_bound and not _order_survives_the_clients(t_ours, t_peer, ours_max, peer_max):
             # The unbounded figure of a generator-bound run is the client's ceiling, not the broker's: comparing
             # it says nothing about the brokers, whichever way it falls.
             verdict = Verdict.INCONCLUSIVE
             measured = ("not measured fairly: generator bound (" + "; ".join(
                 f"{p.broker}: {generator_bound_why(p)}" for p in generator_bound) + f") — {measured}")
+        elif generator_bound:
+            why.append(_survives_words(t_ours, t_peer, ours_max, peer_max))
         procs = sorted({p.processes for p in (ours_max, peer_max, ours_rate, peer_rate) if p.processes})
         load = (f"the load in {'/'.join(str(n) for n in procs)} process(es)" if procs
                 else "the load in one process")
@@ -185,6 +194,24 @@ def judge(perfs: list[Perf]) -> list[Finding]:
             + (f" {peer} sent through its {peer_max.peer_client} client." if peer_max.peer_client else ""),
             {"ours_acks_per_s": t_ours, "peer_acks_per_s": t_peer, "ours_p99_ms": p_ours, "peer_p99_ms": p_peer}))
     return findings
+
+
+def _order_survives_the_clients(t_ours: float, t_peer: float, ours: Perf, peer: Perf) -> bool:
+    """Whether the unbounded runs' order stands although their clients bounded them: the side that came out
+    behind had the cheaper load per message. A heavier client only takes CPU from its own
+    side, so it cannot have made the winner win; on a machine where rate ≈ cores ÷ (client + broker CPU per
+    message), the loser with the lighter client has the heavier broker."""
+    c_ours, c_peer = ours.client_us_per_msg, peer.client_us_per_msg
+    if c_ours is None or c_peer is None:
+        return False
+    return c_ours < c_peer if t_ours < t_peer else c_ours > c_peer  # strictly: equal loads leave it open
+
+
+def _survives_words(t_ours: float, t_peer: float, ours: Perf, peer: Perf) -> str:
+    behind, ahead = (ours, peer) if t_ours < t_peer else (peer, ours)
+    return (f"the unbounded runs were generator bound, but the side behind ({behind.broker}) had the lighter load "
+            f"({behind.client_us_per_msg:,.0f} µs CPU/msg against {ahead.client_us_per_msg:,.0f}), so its "
+            "clients do not explain the order")
 
 
 def generator_bound_why(p: Perf) -> str:

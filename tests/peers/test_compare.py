@@ -73,6 +73,24 @@ def test_judge_says_when_the_generator_was_the_bound(ours_bound: str | None, pee
     assert "load in 2 process(es)" in finding.detail
 
 
+@pytest.mark.parametrize(("ours_acked", "ours_client", "peer_client", "ours_p99", "verdict"), [
+    (4000, 60.0, 90.0, 5.0, Verdict.NOT_HELD),  # behind with the lighter load: the order stands
+    (4000, 90.0, 60.0, 5.0, Verdict.INCONCLUSIVE),  # behind with the heavier load: it may be the client
+    (9000, 90.0, 60.0, 5.0, Verdict.HELD),  # ahead with the heavier load: the order stands
+    (9000, 60.0, 90.0, 5.0, Verdict.INCONCLUSIVE),  # ahead with the lighter load: it may be the client
+    (9000, 60.0, 90.0, 50.0, Verdict.NOT_HELD),  # the fixed-rate p99 fails it whatever the unbounded runs
+])
+def test_a_generator_bound_order_stands_when_the_side_behind_had_the_lighter_load(
+        ours_acked: int, ours_client: float, peer_client: float, ours_p99: float, verdict: Verdict) -> None:
+    perfs = [_perf("reference-async", "max", ours_acked, 1.0, "machine", ours_client, 40.0),
+             _perf("nats", "max", 5000, 1.0, "machine", peer_client, 30.0),
+             _perf("reference-async", "rate", 2000, ours_p99), _perf("nats", "rate", 2000, 10.0)]
+    (finding,) = judge(perfs)
+    assert finding.verdict is verdict
+    if verdict is not Verdict.INCONCLUSIVE:
+        assert "generator bound" in finding.detail and not finding.measured.startswith("not measured fairly")
+
+
 def test_judge_skips_a_pair_with_a_missing_run() -> None:
     assert judge([_perf("reference-sync", "max", 1, 1.0), _perf("rabbitmq-quorum", "max", 1, 1.0)]) == []
 
