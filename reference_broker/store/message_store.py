@@ -55,7 +55,7 @@ from reference_broker.store.message_store_reads import ExtFilter, RecordFilter, 
 from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.reput import ReputMessageService
 from reference_broker.store.service_thread import PeriodicTask
-from reference_broker.store.status import GetMessageResult, PutMessageResult, PutMessageStatus
+from reference_broker.store.status import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from reference_broker.store.warm import WarmAheadService
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,16 @@ log = logging.getLogger(__name__)
 # batch at a time (BENCHMARKS.md, Replication), on cores it shares with the master. Nothing waits on a slave's
 # dispatch but its own readers, which are at most these 10 ms later.
 SLAVE_REPUT_IDLE_SLEEP_S = float(os.environ.get("RMQ_LAB_SLAVE_REPUT_IDLE_S", "0.01"))
+
+
+# How long a read at a queue's end (READ) and a lookup by key (QUERY) wait for dispatch to reach what was written
+# when they came (wait_dispatched): on the event loop, so short; enough for 10 ms of single sends (~170 records),
+# not for a backlog (then they answer as 4.9.8 would, and a pull is held).
+READ_DISPATCH_WAIT_S = 0.005
+QUERY_DISPATCH_WAIT_S = 0.02
+# Reads that found nothing at the end of a queue, where an undispatched record may belong: they wait for dispatch.
+_NOTHING_YET = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                          GetMessageStatus.NO_MATCHED_LOGIC_QUEUE})
 
 
 SERVICE_NOT_AVAILABLE_REMARK = (
@@ -158,8 +168,10 @@ class MessageStore:
         if config.dispatch_flushed_only and not self._is_slave:  # a slave dispatches what its master sent
             mfq = self.commit_log.mapped_file_queue
             self.reput.upper = lambda: mfq.flushed_where
-        if self._is_slave:
-            self.reput.idle_sleep_s = SLAVE_REPUT_IDLE_SLEEP_S
+        if self._is_slave:  # a slave keeps its own cadence, held pulls or not (a nudge still dispatches at once)
+            self.reput.busy_idle_s = self.reput.idle_interval_s = SLAVE_REPUT_IDLE_SLEEP_S
+        else:
+            self.reput.idle_interval_s = max(1, config.dispatch_idle_interval_ms) / 1000
         self.last_exit_ok = True
         self.shutdown_normally: bool | None = None
         self._lock_fd: int | None = None
@@ -285,6 +297,7 @@ class MessageStore:
         # Dispatch catches up before the store serves anything (DefaultMessageStore.start).
         with self.start_phases.phase(phases.DISPATCH_TAIL):
             while self.reput.behind() > 0:
+                self.reput.nudge()
                 time.sleep(0.001)
         log.info("store start phases (ms): %s", self.start_phases.runtime_value())
         last = self.commit_log.mapped_file_queue.get_last_mapped_file()
@@ -333,7 +346,27 @@ class MessageStore:
         self.clean_commit_log.execute_delete_files_manually()
 
     def dispatch_behind_bytes(self) -> int:
+        """What dispatch has still to read (runtime info ``dispatchBehindBytes``): with nothing waiting for
+        dispatch, up to ``dispatchIdleIntervalMillis`` of puts. Reported as it is, not nudged."""
         return self.reput.behind()
+
+    def add_dispatch_waiter(self, waiting: Callable[[], bool]) -> None:
+        """While ``waiting()`` is true dispatch looks for new records every 1 ms (4.9.8's cadence), else every
+        ``dispatchIdleIntervalMillis``. Called on the dispatch thread: it must be cheap and thread-safe."""
+        self.reput.waiters.append(waiting)
+
+    def remove_dispatch_waiter(self, waiting: Callable[[], bool]) -> None:
+        if waiting in self.reput.waiters:
+            self.reput.waiters.remove(waiting)
+
+    def nudge_dispatch(self) -> None:
+        """End dispatch's idle wait now: a waiter just began waiting, or a reader needs what is written."""
+        self.reput.nudge()
+
+    def wait_dispatched(self, timeout_s: float) -> bool:
+        """Nudge dispatch and wait until what is written now is dispatched (False at the timeout, or when the
+        store is not running): for a reader that must see the puts before it (reput.py)."""
+        return self._started and not self._shutdown and self.reput.wait_caught_up(timeout_s)
 
     def shutdown(self) -> None:
         """Stop services, flush everything; remove ``abort`` only when the store is consistent."""
@@ -519,8 +552,16 @@ class MessageStore:
                     tags_filter: TagsFilter | None = None,
                     record_filter: RecordFilter | None = None,
                     ext_filter: ExtFilter | None = None) -> GetMessageResult:
-        return self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter, record_filter,
-                                      ext_filter)
+        result = self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter, record_filter,
+                                        ext_filter)
+        # A read at the end of its queue (a pull about to be held) while records are written but not yet
+        # dispatched, dispatch perhaps in a long idle wait: they may be what it wants (a client that sends, then
+        # pulls). Dispatch them now and read again; a bounded wait, for it runs on the event loop.
+        if (result.status in _NOTHING_YET and self.reput.is_commit_log_available()
+                and self.wait_dispatched(READ_DISPATCH_WAIT_S)):
+            result = self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter,
+                                            record_filter, ext_filter)
+        return result
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.reads.get_max_offset_in_queue(topic, queue_id)
@@ -564,6 +605,8 @@ class MessageStore:
         return self.reads.look_message_by_msg_id(offset_msg_id)
 
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[rec.MessageExt]:
+        # A key looked up right after its send: with a long idle wait its index entry may not be built yet.
+        self.wait_dispatched(QUERY_DISPATCH_WAIT_S)
         return self.reads.query_message(topic, key, max_num, begin, end)
 
     # ---- housekeeping ---------------------------------------------------------------------------
