@@ -232,8 +232,9 @@ class TransactionalMessageCheckService:
         which persists the progress every 5 s while an idle log is flushed every 10 s."""
         self.stats.runs += 1
         self.stats.last_run_ms = self.now_ms()
-        # The ops and halves put before the run are in their queues before it reads them: dispatch may otherwise
-        # be up to dispatchIdleIntervalMillis behind, and a half whose op is not dispatched yet is checked again.
+        # The ops and halves put before the run are in their queues before it reads them (unless dispatch is far
+        # behind): it may otherwise be up to dispatchIdleIntervalMillis behind, and a half whose op is not
+        # dispatched yet would be checked again.
         self.store.wait_dispatched(OPS_DISPATCH_WAIT_S)
         progress: list[tuple[str, int, int]] = []
         asks: list[tuple[str, dict[str, str], bytes]] = []

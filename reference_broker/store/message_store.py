@@ -68,11 +68,12 @@ log = logging.getLogger(__name__)
 SLAVE_REPUT_IDLE_SLEEP_S = float(os.environ.get("RMQ_LAB_SLAVE_REPUT_IDLE_S", "0.01"))
 
 
-# How long a read at a queue's end (READ) and a lookup by key (QUERY) wait for dispatch to reach what was written
-# when they came (wait_dispatched): on the event loop, so short; enough for 10 ms of single sends (~170 records),
-# not for a backlog (then they answer as 4.9.8 would, and a pull is held).
-READ_DISPATCH_WAIT_S = 0.005
-QUERY_DISPATCH_WAIT_S = 0.02
+# How long a read at a queue's end or of a queue's offsets waits for dispatch to reach what was written when it came
+# (wait_dispatched), and only when that is at most READ_WAIT_MAX_BEHIND_BYTES away: it runs on the event loop. 10 ms
+# of single sends is ~200 KB, dispatched in well under the wait. Behind more (dispatch is the bound: a backlog), a
+# read answers at once, as 4.9.8's would (and a pull is held).
+READ_DISPATCH_WAIT_S = 0.02
+READ_WAIT_MAX_BEHIND_BYTES = 1 << 20
 # Reads that found nothing at the end of a queue, where an undispatched record may belong: they wait for dispatch.
 _NOTHING_YET = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
                           GetMessageStatus.NO_MATCHED_LOGIC_QUEUE})
@@ -363,10 +364,13 @@ class MessageStore:
         """End dispatch's idle wait now: a waiter just began waiting, or a reader needs what is written."""
         self.reput.nudge()
 
-    def wait_dispatched(self, timeout_s: float) -> bool:
-        """Nudge dispatch and wait until what is written now is dispatched (False at the timeout, or when the
-        store is not running): for a reader that must see the puts before it (reput.py)."""
-        return self._started and not self._shutdown and self.reput.wait_caught_up(timeout_s)
+    def wait_dispatched(self, timeout_s: float = READ_DISPATCH_WAIT_S) -> bool:
+        """Nudge dispatch and wait until what is written now is dispatched: for a reader that must see the puts
+        before it (reput.py). False at the timeout, when the store is not running, or when dispatch is more than
+        READ_WAIT_MAX_BEHIND_BYTES behind (a backlog the wait would not clear, and the caller may be the event
+        loop)."""
+        return (self._started and not self._shutdown and self.reput.behind() <= READ_WAIT_MAX_BEHIND_BYTES
+                and self.reput.wait_caught_up(timeout_s))
 
     def shutdown(self) -> None:
         """Stop services, flush everything; remove ``abort`` only when the store is consistent."""
@@ -558,7 +562,7 @@ class MessageStore:
         # dispatched, dispatch perhaps in a long idle wait: they may be what it wants (a client that sends, then
         # pulls). Dispatch them now and read again; a bounded wait, for it runs on the event loop.
         if (result.status in _NOTHING_YET and self.reput.is_commit_log_available()
-                and self.wait_dispatched(READ_DISPATCH_WAIT_S)):
+                and self.wait_dispatched()):
             result = self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter,
                                             record_filter, ext_filter)
         return result
@@ -606,7 +610,7 @@ class MessageStore:
 
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[rec.MessageExt]:
         # A key looked up right after its send: with a long idle wait its index entry may not be built yet.
-        self.wait_dispatched(QUERY_DISPATCH_WAIT_S)
+        self.wait_dispatched()
         return self.reads.query_message(topic, key, max_num, begin, end)
 
     # ---- housekeeping ---------------------------------------------------------------------------
