@@ -55,7 +55,7 @@ from reference_broker.store.message_store_reads import ExtFilter, RecordFilter, 
 from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.reput import ReputMessageService
 from reference_broker.store.service_thread import PeriodicTask
-from reference_broker.store.status import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from reference_broker.store.status import AT_QUEUE_END, GetMessageResult, PutMessageResult, PutMessageStatus
 from reference_broker.store.warm import WarmAheadService
 
 log = logging.getLogger(__name__)
@@ -68,15 +68,12 @@ log = logging.getLogger(__name__)
 SLAVE_REPUT_IDLE_SLEEP_S = float(os.environ.get("RMQ_LAB_SLAVE_REPUT_IDLE_S", "0.01"))
 
 
-# How long a read at a queue's end or of a queue's offsets waits for dispatch to reach what was written when it came
-# (wait_dispatched), and only when that is at most READ_WAIT_MAX_BEHIND_BYTES away: it runs on the event loop. 10 ms
-# of single sends is ~200 KB, dispatched in well under the wait. Behind more (dispatch is the bound: a backlog), a
-# read answers at once, as 4.9.8's would (and a pull is held).
+# How long a pull that is not held, a lookup by key or of a queue's offsets waits for dispatch to reach what was
+# written when it came (wait_dispatched), and only when that is at most READ_WAIT_MAX_BEHIND_BYTES away: it runs on
+# the event loop. 10 ms of single sends is ~200 KB, dispatched in well under the wait. Behind more (dispatch is the
+# bound: a backlog), the read answers at once, as 4.9.8's would.
 READ_DISPATCH_WAIT_S = 0.02
 READ_WAIT_MAX_BEHIND_BYTES = 1 << 20
-# Reads that found nothing at the end of a queue, where an undispatched record may belong: they wait for dispatch.
-_NOTHING_YET = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
-                          GetMessageStatus.NO_MATCHED_LOGIC_QUEUE})
 
 
 SERVICE_NOT_AVAILABLE_REMARK = (
@@ -558,13 +555,11 @@ class MessageStore:
                     ext_filter: ExtFilter | None = None) -> GetMessageResult:
         result = self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter, record_filter,
                                         ext_filter)
-        # A read at the end of its queue (a pull about to be held) while records are written but not yet
-        # dispatched, dispatch perhaps in a long idle wait: they may be what it wants (a client that sends, then
-        # pulls). Dispatch them now and read again; a bounded wait, for it runs on the event loop.
-        if (result.status in _NOTHING_YET and self.reput.is_commit_log_available()
-                and self.wait_dispatched()):
-            result = self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter,
-                                            record_filter, ext_filter)
+        if result.status in AT_QUEUE_END:
+            # Records written but not dispatched may be what it wants, with dispatch in a long idle wait: dispatch
+            # them now. Not waited for here (the event loop): a pull that is held is woken by their arrival, and
+            # one that is not waits in the pull processor (wait_dispatched).
+            self.reput.nudge_if_behind()
         return result
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
@@ -635,6 +630,9 @@ class MessageStore:
             "quarantinedBytes": str(q.bytes),
             "quarantinedIntactRecords": str(q.intact_records),
             "badRecordsSkipped": str(self.reads.bad_records_skipped),
+            # Not a RocketMQ key: runs of records dispatched since boot (dispatchedCount / this = records a run;
+            # docs/dispatch.md, "Waking less often").
+            "dispatchRuns": str(self.reput.dispatch_runs),
             phases.RUNTIME_KEY: self.start_phases.runtime_value(),
         }
 

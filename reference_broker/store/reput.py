@@ -75,6 +75,11 @@ class ReputMessageService(ServiceThread):
         while a run is in progress is kept, so the next wait returns at once (ServiceThread.wakeup)."""
         self.wakeup()
 
+    def nudge_if_behind(self) -> None:
+        """``nudge`` only when there is something to dispatch (a cheap test first: readers call it often)."""
+        if self.reput_from_offset < self.upper():
+            self.wakeup()
+
     def wait_caught_up(self, timeout_s: float) -> bool:
         """Nudge and wait until what is written now is dispatched; False at the timeout, once stopping, or when
         the thread does not run (harness/no_dispatch_broker.py never starts it)."""

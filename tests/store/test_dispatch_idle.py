@@ -47,6 +47,7 @@ def test_with_nothing_waiting_dispatch_runs_far_less_often(stores: Stores, tmp_p
     assert runs_10 <= 0.2 / 0.010 * 1.5 + 2  # at most ~one run per 10 ms (sleeps only overshoot)
     assert runs_10 * 2 <= runs_1, (runs_1, runs_10)
     assert at_10ms.get_max_offset_in_queue(TOPIC, 0) == 100
+    assert at_10ms.get_runtime_info()["dispatchRuns"] == str(at_10ms.reput.dispatch_runs)
 
 
 def test_a_waiter_makes_dispatch_look_every_ms(stores: Stores, tmp_path: Path) -> None:
@@ -61,21 +62,21 @@ def test_a_waiter_makes_dispatch_look_every_ms(stores: Stores, tmp_path: Path) -
     wait_until(lambda: store.dispatch_behind_bytes() == 0, timeout_s=LONG_MS / 1000 / 2, what="dispatch at 1 ms")
 
 
-def test_a_read_at_the_end_of_a_queue_has_what_is_written_dispatched_first(stores: Stores, tmp_path: Path) -> None:
-    """A client that sends, then pulls, sees its message: the read finds nothing built yet (the queue does not
-    exist, then ends at the offset read), dispatches what is written, and reads again."""
+def test_a_read_at_the_end_of_a_queue_has_what_is_written_dispatched(stores: Stores, tmp_path: Path) -> None:
+    """The read finds nothing built yet (the queue does not exist, then ends at the offset read): it nudges, and
+    dispatch runs at once rather than at the end of its long wait."""
     store = _open(stores, tmp_path, LONG_MS)
     put_ok(store, make_msg("first"))
     time.sleep(0.2)
     assert store.dispatch_behind_bytes() > 0  # the long wait is really long: nothing dispatched it yet
-    assert store.find_consume_queue(TOPIC, 0, create=False) is None
-    first = store.get_message("g", TOPIC, 0, 0, 32)
-    assert first.status is GetMessageStatus.FOUND and first.message_count == 1
+    assert store.get_message("g", TOPIC, 0, 0, 32).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    wait_until(lambda: store.get_max_offset_in_queue(TOPIC, 0) == 1, timeout_s=LONG_MS / 1000 / 2,
+               what="dispatch after the nudge")
     put_ok(store, make_msg("second"))
-    second = store.get_message("g", TOPIC, 0, 1, 32)
-    assert second.status is GetMessageStatus.FOUND and second.next_begin_offset == 2
-    nothing = store.get_message("g", TOPIC, 0, 2, 32)  # nothing written: no wait, as before
-    assert nothing.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+    assert store.get_message("g", TOPIC, 0, 1, 32).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+    wait_until(lambda: store.get_max_offset_in_queue(TOPIC, 0) == 2, timeout_s=LONG_MS / 1000 / 2,
+               what="dispatch after the second nudge")
+    assert store.get_message("g", TOPIC, 0, 1, 32).status is GetMessageStatus.FOUND
 
 
 def test_a_key_lookup_and_wait_dispatched_see_the_puts_before_them(stores: Stores, tmp_path: Path) -> None:
