@@ -142,16 +142,25 @@ def broker_bench(quick: bool, as_json: bool, broker_impl: BrokerImpl, rocketmq_h
 @click.option("--rounds", type=click.IntRange(1, 50), default=3, show_default=True)
 @click.option("--seconds", type=click.FloatRange(1, 120), default=8.0, show_default=True, help="Per run.")
 @click.option("--size", type=click.IntRange(1, 4 * 1024 * 1024), default=1024, show_default=True)
+@click.option("--broker-conf", "broker_conf", multiple=True, metavar="KEY=VALUE",
+              help="A broker.conf key for both brokers (repeatable), e.g. dispatchIdleIntervalMillis=1.")
 @click.option("--json", "as_json", is_flag=True, help="Print every run as JSON.")
-def dispatch_cost(rounds: int, seconds: float, size: int, as_json: bool) -> None:
+def dispatch_cost(rounds: int, seconds: float, size: int, broker_conf: tuple[str, ...], as_json: bool) -> None:
     """The dispatch thread's CPU per message under lean single sends and batches of 32, and the ceiling of moving
     dispatch out of the broker's interpreter: the same broker with no dispatch, in alternating runs
     (docs/dispatch.md)."""
     from harness.dispatch_cost import format_result, run
     from harness.launcher import LaunchError
 
+    conf = {}
+    for item in broker_conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--broker-conf")
+        conf[key.strip()] = value.strip()
     try:
-        result = run(rounds, seconds, size, progress=lambda line: click.echo(f"[dispatch-cost] {line}", err=True))
+        result = run(rounds, seconds, size, progress=lambda line: click.echo(f"[dispatch-cost] {line}", err=True),
+                     broker_conf=conf)
     except LaunchError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(result, indent=2) if as_json else format_result(result))

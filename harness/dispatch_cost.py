@@ -44,8 +44,11 @@ NO_THROTTLE: Final = {"putMsgIndexHightWater": 2**31 - 1}  # the largest the bro
 
 
 def run(rounds: int = 3, seconds: float = 8.0, size: int = 1024, processes: int = 2,
-        progress: Progress = print, root: Path | None = None) -> dict[str, Any]:
-    conf = {"flushDiskType": "ASYNC_FLUSH", **NO_THROTTLE}
+        progress: Progress = print, root: Path | None = None,
+        broker_conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """``broker_conf``: more broker.conf keys for both brokers (e.g. ``dispatchIdleIntervalMillis``: run the
+    command once per value, alternating, to compare them)."""
+    conf = {"flushDiskType": "ASYNC_FLUSH", **NO_THROTTLE, **(broker_conf or {})}
     runs: dict[str, list[dict[str, Any]]] = {f"{load}_{side}": [] for load in LOADS for side in ("broker", "control")}
     with tempfile.TemporaryDirectory(prefix="rmq-lab-dispatch-cost-", dir=root) as tmp:
         base = Path(tmp)
@@ -66,7 +69,8 @@ def run(rounds: int = 3, seconds: float = 8.0, size: int = 1024, processes: int 
                         runs[f"{load}_{side}"].append(_figures(res))
                         progress(f"round {r + 1} {load} {side}: {res['send_tps']:,.0f} msg/s, "
                                  f"{res['broker_cpu_us_per_msg']:.1f} us/msg")
-    plan = {"rounds": rounds, "seconds": seconds, "size": size, "processes": processes}
+    plan = {"rounds": rounds, "seconds": seconds, "size": size, "processes": processes,
+            "broker_conf": dict(broker_conf or {})}
     return {"plan": plan, "runs": runs, "summary": {load: summarize(runs[f"{load}_broker"], runs[f"{load}_control"])
                                                      for load in LOADS}}
 
@@ -118,8 +122,9 @@ def summarize(broker: list[dict[str, Any]], control: list[dict[str, Any]]) -> di
 def format_result(result: dict[str, Any]) -> str:
     s = result["summary"]
     p = result["plan"]
+    extra = "".join(f", {k}={v}" for k, v in p.get("broker_conf", {}).items())
     lines = [f"dispatch cost: medians of {p['rounds']} rounds of {p['seconds']:g} s, {p['size']} B bodies, "
-             f"lean generator in {p['processes']} processes, ASYNC_FLUSH; µs of broker CPU per message",
+             f"lean generator in {p['processes']} processes, ASYNC_FLUSH{extra}; µs of broker CPU per message",
              f"{'':<44}{'single sends':>16}{'batches of 32':>16}"]
 
     def row(label: str, fmt: Callable[[dict[str, Any]], str]) -> None:

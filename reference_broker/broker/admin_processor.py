@@ -116,6 +116,10 @@ class AdminProcessor:
                 lambda: json_dumps({
                     "subscriptionGroupTable": {k: group_to_json(v) for k, v in sgm.subscription_group_table.items()},
                     "dataVersion": sgm.data_version.to_json()}))))
+        if code in (RequestCode.GET_MAX_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
+            # A client that sent, then asks where the queue ends (a consumer starting from the last offset): the
+            # answer covers its sends, though dispatch may be idling (store/reput.py).
+            store.wait_dispatched()
         if code == RequestCode.GET_MAX_OFFSET:
             offset = store.get_max_offset_in_queue(field(cmd, "topic"), int_field(cmd, "queueId"))
             return create_response(cmd, ResponseCode.SUCCESS, None, {"offset": str(offset)})

@@ -298,6 +298,8 @@ CONF_CHECKS: Final[dict[str, Callable[[Any], None]]] = {
     "messageDelayLevel": _message_delay_level,
     "osPageCacheBusyTimeOutMills": _WAIT_MS_LONG,
     "putMsgIndexHightWater": Between(0, why="a dispatch backlog in messages"),
+    # 0 would spin the dispatch thread; past a minute, readers nobody nudges (delay levels) would lag that long.
+    "dispatchIdleIntervalMillis": Between(1, 60_000, "a time in ms dispatch waits while nothing waits for it"),
     # 0 would answer FLUSH_SLAVE_TIMEOUT to nearly every SYNC_MASTER put that waits.
     "slaveTimeout": Between(1, why="a timeout in ms"),
     "haListenPort": Between(1, 65535, "a fixed TCP port (slaves connect to it)"),

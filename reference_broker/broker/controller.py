@@ -187,9 +187,11 @@ class BrokerController:
         self.store.start()
         self.hold_service = PullRequestHoldService(
             loop, self.store.get_max_offset_in_queue,
-            CHECK_INTERVAL_LONG_S if bc.long_polling_enable else CHECK_INTERVAL_SHORT_S)
+            CHECK_INTERVAL_LONG_S if bc.long_polling_enable else CHECK_INTERVAL_SHORT_S,
+            on_first_held=self.store.nudge_dispatch)
         # messageArrivingListener: live records only (the hold service starts after recovery).
         self.store.add_dispatch_hook(self._arriving, during_recovery=False)
+        self.store.add_dispatch_waiter(self.hold_service.any_held)
         self.hold_service.start()
         server = self.server
         routes: dict[int, Handler] = {}
@@ -265,6 +267,8 @@ class BrokerController:
             await asyncio.get_running_loop().run_in_executor(None, self.unregister_all)
         self.outer_api.close()
         self.store.remove_dispatch_hook(self._arriving)
+        if self.hold_service is not None:
+            self.store.remove_dispatch_waiter(self.hold_service.any_held)
         # Each manager's writer thread stops, then the final state is written here: a change requested just
         # before shutdown (a heartbeat's new groups) reaches the disk before the broker exits.
         for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager,

@@ -51,16 +51,25 @@ class HeldPull:
 
 class PullRequestHoldService:
     def __init__(self, loop: asyncio.AbstractEventLoop, max_offset: Callable[[str, int], int],
-                 check_interval_s: float = CHECK_INTERVAL_LONG_S) -> None:
+                 check_interval_s: float = CHECK_INTERVAL_LONG_S,
+                 on_first_held: Callable[[], None] | None = None) -> None:
         self.loop = loop
         self.max_offset = max_offset
         self.check_interval_s = check_interval_s
+        # Called when a pull is held and none was: the store's dispatch may be in a long idle wait, chosen while
+        # nothing waited, and must look again at once (``any_held`` now says yes).
+        self.on_first_held = on_first_held
         self._held: dict[tuple[str, int], list[HeldPull]] = {}
         self._keys: set[tuple[str, int]] = set()  # mirror of _held's keys, read by the dispatch thread
         self._task: asyncio.Task[None] | None = None
 
     def held_count(self) -> int:
         return sum(len(v) for v in self._held.values())
+
+    def any_held(self) -> bool:
+        """A pull is held (the store's dispatch waiter, called on the dispatch thread): dispatch then looks for
+        new records every 1 ms, since a held pull's latency is dispatch's. Reads ``_keys`` only."""
+        return bool(self._keys)
 
     def suspend(self, topic: str, queue_id: int, offset: int, timeout_s: float,
                 matches: Callable[[int], bool] | None) -> asyncio.Future[str]:
@@ -69,7 +78,10 @@ class PullRequestHoldService:
         req = HeldPull(topic, queue_id, offset, time.monotonic() + timeout_s, matches, fut)
         key = (topic, queue_id)
         self._held.setdefault(key, []).append(req)
+        first = not self._keys
         self._keys.add(key)
+        if first and self.on_first_held is not None:
+            self.on_first_held()
         self.loop.call_later(timeout_s, self._expire, req)
         # A message may have arrived between the store read and the park: look once more.
         if self.max_offset(topic, queue_id) > offset:

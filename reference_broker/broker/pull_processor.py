@@ -40,7 +40,7 @@ from reference_broker.remoting.headers import (
     int_field,
 )
 from reference_broker.store.config import BrokerRole
-from reference_broker.store.status import GetMessageStatus
+from reference_broker.store.status import AT_QUEUE_END, GetMessageStatus
 
 if TYPE_CHECKING:
     from reference_broker.broker.broker_config import BrokerConfig
@@ -188,6 +188,16 @@ class PullMessageProcessor:
         ext_filter = consume_queue_filter(filter_data, self.consumers.filters.bloom, bc.enable_calc_filter_bit_map)
 
         result = self.store.get_message(group, topic, queue_id, offset, max_nums, matches, record_filter, ext_filter)
+        timeout_ms = suspend_ms if bc.long_polling_enable else bc.short_polling_time_mills
+        hold = self.hold()
+        may_hold = allow_suspend and has_suspend and timeout_ms > 0 and hold is not None
+        if not may_hold and result.status in AT_QUEUE_END and self.store.wait_dispatched():
+            # A pull that will not be held, at the end of its queue while records are written but not yet
+            # dispatched (dispatch may idle up to dispatchIdleIntervalMillis): a client that sent, then pulls, gets
+            # its message. A pull that may be held does not wait here, on the event loop: the records' arrival
+            # wakes it (get_message has nudged dispatch).
+            result = self.store.get_message(group, topic, queue_id, offset, max_nums, matches, record_filter,
+                                            ext_filter)
         ext = {
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),
@@ -218,11 +228,8 @@ class PullMessageProcessor:
         if allow_suspend and has_commit and self.store.config.broker_role is not BrokerRole.SLAVE:
             self.offsets.commit_offset(peer, group, topic, queue_id, commit_offset)
 
-        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
-            timeout_ms = suspend_ms if bc.long_polling_enable else bc.short_polling_time_mills
-            hold = self.hold()
-            if timeout_ms > 0 and hold is not None:
-                return hold.suspend(topic, queue_id, offset, timeout_ms / 1000, matches)
+        if code == ResponseCode.PULL_NOT_FOUND and may_hold and hold is not None:
+            return hold.suspend(topic, queue_id, offset, timeout_ms / 1000, matches)
         body = b"".join(result.messages) if code == ResponseCode.SUCCESS else b""
         # response.setRemark(getMessageResult.getStatus().name()), FOUND included (4.9.8; harness/wire_diff.py)
         return create_response(cmd, code, status.name, ext, body)

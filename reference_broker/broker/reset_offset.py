@@ -95,6 +95,7 @@ class ResetOffsetProcessor:
             log.error(remark)
             return create_response(cmd, ResponseCode.SYSTEM_ERROR, remark)
         store = self.store
+        store.wait_dispatched()  # the queues' ends cover what was sent before (store/reput.py)
 
         def by_time(queue_id: int) -> int:
             if timestamp == -1:

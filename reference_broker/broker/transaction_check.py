@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 MAX_QUEUE_PROCESS_TIME_MS: Final = 60_000  # TransactionalMessageServiceImpl.MAX_QUEUE_PROCESS_TIME
 OP_BATCH: Final = 32  # fillOpRemoveMap pulls 32 op messages at a time
+OPS_DISPATCH_WAIT_S: Final = 1.0  # at most this for dispatch to catch up before a run (its own thread: may block)
 
 
 # ---- sans-IO core ---------------------------------------------------------------------------------------------
@@ -231,6 +232,10 @@ class TransactionalMessageCheckService:
         which persists the progress every 5 s while an idle log is flushed every 10 s."""
         self.stats.runs += 1
         self.stats.last_run_ms = self.now_ms()
+        # The ops and halves put before the run are in their queues before it reads them (unless dispatch is far
+        # behind): it may otherwise be up to dispatchIdleIntervalMillis behind, and a half whose op is not
+        # dispatched yet would be checked again.
+        self.store.wait_dispatched(OPS_DISPATCH_WAIT_S)
         progress: list[tuple[str, int, int]] = []
         asks: list[tuple[str, dict[str, str], bytes]] = []
         for queue_id in self.hooks.half_queue_ids():

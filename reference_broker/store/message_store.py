@@ -55,7 +55,7 @@ from reference_broker.store.message_store_reads import ExtFilter, RecordFilter, 
 from reference_broker.store.quarantine import list_quarantine
 from reference_broker.store.reput import ReputMessageService
 from reference_broker.store.service_thread import PeriodicTask
-from reference_broker.store.status import GetMessageResult, PutMessageResult, PutMessageStatus
+from reference_broker.store.status import AT_QUEUE_END, GetMessageResult, PutMessageResult, PutMessageStatus
 from reference_broker.store.warm import WarmAheadService
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,14 @@ log = logging.getLogger(__name__)
 # batch at a time (BENCHMARKS.md, Replication), on cores it shares with the master. Nothing waits on a slave's
 # dispatch but its own readers, which are at most these 10 ms later.
 SLAVE_REPUT_IDLE_SLEEP_S = float(os.environ.get("RMQ_LAB_SLAVE_REPUT_IDLE_S", "0.01"))
+
+
+# How long a pull that is not held, a lookup by key or of a queue's offsets waits for dispatch to reach what was
+# written when it came (wait_dispatched), and only when that is at most READ_WAIT_MAX_BEHIND_BYTES away: it runs on
+# the event loop. 10 ms of single sends is ~200 KB, dispatched in well under the wait. Behind more (dispatch is the
+# bound: a backlog), the read answers at once, as 4.9.8's would.
+READ_DISPATCH_WAIT_S = 0.02
+READ_WAIT_MAX_BEHIND_BYTES = 1 << 20
 
 
 SERVICE_NOT_AVAILABLE_REMARK = (
@@ -158,8 +166,10 @@ class MessageStore:
         if config.dispatch_flushed_only and not self._is_slave:  # a slave dispatches what its master sent
             mfq = self.commit_log.mapped_file_queue
             self.reput.upper = lambda: mfq.flushed_where
-        if self._is_slave:
-            self.reput.idle_sleep_s = SLAVE_REPUT_IDLE_SLEEP_S
+        if self._is_slave:  # a slave keeps its own cadence, held pulls or not (a nudge still dispatches at once)
+            self.reput.busy_idle_s = self.reput.idle_interval_s = SLAVE_REPUT_IDLE_SLEEP_S
+        else:
+            self.reput.idle_interval_s = max(1, config.dispatch_idle_interval_ms) / 1000
         self.last_exit_ok = True
         self.shutdown_normally: bool | None = None
         self._lock_fd: int | None = None
@@ -285,6 +295,7 @@ class MessageStore:
         # Dispatch catches up before the store serves anything (DefaultMessageStore.start).
         with self.start_phases.phase(phases.DISPATCH_TAIL):
             while self.reput.behind() > 0:
+                self.reput.nudge()
                 time.sleep(0.001)
         log.info("store start phases (ms): %s", self.start_phases.runtime_value())
         last = self.commit_log.mapped_file_queue.get_last_mapped_file()
@@ -333,7 +344,30 @@ class MessageStore:
         self.clean_commit_log.execute_delete_files_manually()
 
     def dispatch_behind_bytes(self) -> int:
+        """What dispatch has still to read (runtime info ``dispatchBehindBytes``): with nothing waiting for
+        dispatch, up to ``dispatchIdleIntervalMillis`` of puts. Reported as it is, not nudged."""
         return self.reput.behind()
+
+    def add_dispatch_waiter(self, waiting: Callable[[], bool]) -> None:
+        """While ``waiting()`` is true dispatch looks for new records every 1 ms (4.9.8's cadence), else every
+        ``dispatchIdleIntervalMillis``. Called on the dispatch thread: it must be cheap and thread-safe."""
+        self.reput.waiters.append(waiting)
+
+    def remove_dispatch_waiter(self, waiting: Callable[[], bool]) -> None:
+        if waiting in self.reput.waiters:
+            self.reput.waiters.remove(waiting)
+
+    def nudge_dispatch(self) -> None:
+        """End dispatch's idle wait now: a waiter just began waiting, or a reader needs what is written."""
+        self.reput.nudge()
+
+    def wait_dispatched(self, timeout_s: float = READ_DISPATCH_WAIT_S) -> bool:
+        """Nudge dispatch and wait until what is written now is dispatched: for a reader that must see the puts
+        before it (reput.py). False at the timeout, when the store is not running, or when dispatch is more than
+        READ_WAIT_MAX_BEHIND_BYTES behind (a backlog the wait would not clear, and the caller may be the event
+        loop)."""
+        return (self._started and not self._shutdown and self.reput.behind() <= READ_WAIT_MAX_BEHIND_BYTES
+                and self.reput.wait_caught_up(timeout_s))
 
     def shutdown(self) -> None:
         """Stop services, flush everything; remove ``abort`` only when the store is consistent."""
@@ -519,8 +553,14 @@ class MessageStore:
                     tags_filter: TagsFilter | None = None,
                     record_filter: RecordFilter | None = None,
                     ext_filter: ExtFilter | None = None) -> GetMessageResult:
-        return self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter, record_filter,
-                                      ext_filter)
+        result = self.reads.get_message(group, topic, queue_id, offset, max_msg_nums, tags_filter, record_filter,
+                                        ext_filter)
+        if result.status in AT_QUEUE_END:
+            # Records written but not dispatched may be what it wants, with dispatch in a long idle wait: dispatch
+            # them now. Not waited for here (the event loop): a pull that is held is woken by their arrival, and
+            # one that is not waits in the pull processor (wait_dispatched).
+            self.reput.nudge_if_behind()
+        return result
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.reads.get_max_offset_in_queue(topic, queue_id)
@@ -564,6 +604,8 @@ class MessageStore:
         return self.reads.look_message_by_msg_id(offset_msg_id)
 
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[rec.MessageExt]:
+        # A key looked up right after its send: with a long idle wait its index entry may not be built yet.
+        self.wait_dispatched()
         return self.reads.query_message(topic, key, max_num, begin, end)
 
     # ---- housekeeping ---------------------------------------------------------------------------
@@ -588,6 +630,9 @@ class MessageStore:
             "quarantinedBytes": str(q.bytes),
             "quarantinedIntactRecords": str(q.intact_records),
             "badRecordsSkipped": str(self.reads.bad_records_skipped),
+            # Not a RocketMQ key: runs of records dispatched since boot (dispatchedCount / this = records a run;
+            # docs/dispatch.md, "Waking less often").
+            "dispatchRuns": str(self.reput.dispatch_runs),
             phases.RUNTIME_KEY: self.start_phases.runtime_value(),
         }
 

@@ -4,6 +4,13 @@ docs/claims.md `dispatch-async`: once a record is in the commit log the put retu
 the consume queues and the index from the log (ReputMessageService, 4.9.8). It reads the log itself
 (not an in-memory hand-off), so the same path serves recovery and, later, a slave's replicated bytes.
 The put path is slowed when this thread falls too far behind (docs/claims.md `dispatch-throttle`; see MessageStore).
+
+When it finds nothing new it waits (``idle_wait_s``): 1 ms while anything waits for dispatch (``waiters``: a held
+pull), ``idle_interval_s`` otherwise (``dispatchIdleIntervalMillis``, 10 ms by default). A reader that must see a
+record now calls ``nudge()``, which ends the wait at once. Deliberate difference: 4.9.8's ReputMessageService.run
+sleeps 1 ms whenever it found nothing; woken that often under single sends it dispatched ~14 records a wake, each
+wake taking the interpreter lock from the busy event loop (docs/dispatch.md, "Waking less often").
+``dispatchIdleIntervalMillis=1`` is exactly 4.9.8's cadence.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ log = logging.getLogger(__name__)
 
 DISPATCH_RUN_RECORDS = 4096  # records parsed and dispatched together (bounds memory per run)
 STUCK_RETRIES = 100  # ~1 s of 10 ms retries at one offset before it is skipped (see _skip_stuck)
+BUSY_IDLE_S = 0.001  # ReputMessageService.run (4.9.8): Thread.sleep(1) when nothing was dispatched
+CATCH_UP_POLL_S = 0.0002  # wait_caught_up's poll: a nudged run of 10 ms of single sends takes well under 1 ms
 
 
 def _incomplete(data: memoryview, pos: int, size: int, file_pos: int, file_size: int) -> bool:
@@ -44,7 +53,15 @@ class ReputMessageService(ServiceThread):
         self.reput_from_offset = 0
         self.dispatched_count = 0
         self.stuck_skips = 0
-        self.idle_sleep_s = 0.001  # ReputMessageService sleeps 1 ms per loop
+        # The wait when nothing is new: BUSY_IDLE_S while a waiter says yes, else idle_interval_s (the store sets
+        # it from dispatchIdleIntervalMillis; a slave sets both to its own cadence). 4.9.8 always waits 1 ms.
+        self.busy_idle_s = BUSY_IDLE_S
+        self.idle_interval_s = BUSY_IDLE_S
+        # Predicates "something waits for dispatch now" (the long-polling service: a pull is held); read once
+        # per idle wait on this thread, so each must be cheap and safe to call from it. A long wait chosen before
+        # a waiter turned true runs on: whatever turns one true nudges (PullRequestHoldService.on_first_held).
+        self.waiters: list[Callable[[], bool]] = []
+        self.dispatch_runs = 0  # do_reput calls that dispatched something: records per run = dispatched_count / this
         # On a slave the log grows by replicated chunks that may end inside a record: a record that is not all
         # there yet is waited for, not skipped (4.9.8's reput stops without moving on when brokerId != 0).
         self.wait_for_whole_records = False
@@ -52,6 +69,36 @@ class ReputMessageService(ServiceThread):
         # Either is a record boundary: the writer publishes its position after a whole record, and a flush
         # takes the position it found.
         self.upper: Callable[[], int] = commit_log.get_max_offset
+
+    def nudge(self) -> None:
+        """Dispatch now: end the idle wait (a reader found nothing where undispatched records may be). A nudge
+        while a run is in progress is kept, so the next wait returns at once (ServiceThread.wakeup)."""
+        self.wakeup()
+
+    def nudge_if_behind(self) -> None:
+        """``nudge`` only when there is something to dispatch (a cheap test first: readers call it often)."""
+        if self.reput_from_offset < self.upper():
+            self.wakeup()
+
+    def wait_caught_up(self, timeout_s: float) -> bool:
+        """Nudge and wait until what is written now is dispatched; False at the timeout, once stopping, or when
+        the thread does not run (harness/no_dispatch_broker.py never starts it)."""
+        target = self.upper()
+        deadline = time.monotonic() + timeout_s
+        t = self._thread
+        while self.reput_from_offset < target:
+            if self.is_stopped or t is None or not t.is_alive() or time.monotonic() >= deadline:
+                return False
+            self.wakeup()
+            time.sleep(CATCH_UP_POLL_S)
+        return True
+
+    def idle_wait_s(self) -> float:
+        """How long to wait for a nudge when nothing was dispatched: short while anything waits for dispatch."""
+        for waiting in self.waiters:
+            if waiting():
+                return self.busy_idle_s
+        return self.idle_interval_s
 
     def behind(self) -> int:
         return max(0, self.upper() - self.reput_from_offset)
@@ -107,6 +154,8 @@ class ReputMessageService(ServiceThread):
                 progressed = True
             finally:
                 res.release()
+        if progressed:
+            self.dispatch_runs += 1
         return progressed
 
     def run(self) -> None:
@@ -114,7 +163,8 @@ class ReputMessageService(ServiceThread):
         while not self.is_stopped:
             try:
                 if not self.do_reput():
-                    time.sleep(self.idle_sleep_s)
+                    # Deliberate difference: 4.9.8 sleeps 1 ms here whatever waits; see the module's docstring.
+                    self.wait_for_running(self.idle_wait_s())
                 failures = 0
             except Exception:  # boundary: the dispatch thread must outlive any one failure
                 log.exception("reput failed at commit-log offset %d", self.reput_from_offset)
@@ -140,7 +190,8 @@ class ReputMessageService(ServiceThread):
         deadline = time.monotonic() + wait_caught_up_s
         t = self._thread
         while self.is_commit_log_available() and time.monotonic() < deadline and t is not None and t.is_alive():
-            time.sleep(0.01)
+            self.nudge()  # the put path is closed: nothing else will end a long idle wait early
+            time.sleep(0.001)
         if self.is_commit_log_available():
             log.warning("shutdown with dispatch behind by %d bytes", self.behind())
         super().shutdown(10)

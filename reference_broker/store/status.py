@@ -49,6 +49,13 @@ class GetMessageStatus(enum.Enum):
     NO_MESSAGE_IN_QUEUE = enum.auto()
 
 
+# A read found nothing at the end of its queue (or no queue yet): a record written but not dispatched yet may be
+# what it wants (MessageStore.get_message nudges dispatch; a pull that is not held waits for it).
+AT_QUEUE_END: frozenset[GetMessageStatus] = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE,
+                                                       GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                                                       GetMessageStatus.NO_MATCHED_LOGIC_QUEUE})
+
+
 class AppendMessageResult:
     """What an append wrote. The offsetMsgId is built on first use, as RocketMQ's msgIdSupplier does."""
 

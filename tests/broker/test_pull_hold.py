@@ -116,3 +116,24 @@ def test_a_run_with_no_pull_held_does_not_touch_the_loop():
     hold = PullRequestHoldService(loop, lambda t, q: 0)
     loop.close()
     hold.arriving_run([_dispatched("T", 0, 0, 0)])  # would raise on the closed loop if it crossed
+
+
+def test_the_first_held_pull_tells_dispatch_and_any_held_says_so():
+    """on_first_held: dispatch may be in a long idle wait chosen while nothing was held (store/reput.py)."""
+    async def main():
+        calls = []
+        hold = PullRequestHoldService(asyncio.get_running_loop(), lambda t, q: 0, on_first_held=lambda: calls.append(1))
+        assert not hold.any_held()
+        a = hold.suspend("T", 0, 0, 10.0, None)
+        b = hold.suspend("T", 1, 0, 10.0, None)
+        assert hold.any_held() and calls == [1]  # once, for the first
+        hold._notify(("T", 0), 1, 0)
+        hold._notify(("T", 1), 1, 0)
+        assert await a == Wake.ARRIVED and await b == Wake.ARRIVED
+        assert not hold.any_held()
+        c = hold.suspend("T", 0, 0, 10.0, None)
+        assert calls == [1, 1]  # none was held again
+        hold.shutdown()
+        assert await c == Wake.SHUTDOWN
+
+    run(main())

@@ -113,7 +113,7 @@ def test_reput_skips_an_offset_that_keeps_failing(tmp_path: Path, stores: Stores
             raise RuntimeError("a dispatcher bug")
 
     svc = ReputMessageService(store.commit_log, dispatch, {})
-    svc.idle_sleep_s = 0.001
+    svc.idle_interval_s = 0.001
     svc.start()
     try:
         wait_until(lambda: svc.reput_from_offset >= first_file_end, timeout_s=STUCK_RETRIES * 0.05 + 10,
