@@ -20,8 +20,7 @@ from harness.drivers import make_driver
 from harness.launcher import Topology
 from harness.records.schema import Outcome
 from harness.rocketmq_lean import LeanRocketMQDriver, build_frame, frame_parts, outcome_of_response
-from reference_broker.client import Message
-from reference_broker.client import protocol
+from reference_broker.client import Message, protocol
 from reference_broker.remoting.codec import FrameDecoder
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.remoting.command import RemotingCommand, encode
