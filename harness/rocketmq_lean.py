@@ -370,7 +370,13 @@ class LeanRocketMQPublisher:
         """One message to the queue ``queue`` of the route (modulo its length), else the next round-robin."""
         try:
             targets = self.route(topic)
-            i = next(self._rr.setdefault(topic, itertools.count())) if queue is None else queue
+            if queue is None:
+                rr = self._rr.get(topic)
+                if rr is None:
+                    rr = self._rr.setdefault(topic, itertools.count())
+                i = next(rr)
+            else:
+                i = queue
             target = targets[i % len(targets)]
             link = self._link(target.addr)
         except (DriverError, OSError) as exc:
