@@ -406,10 +406,14 @@ def fuzz(seconds: float, seed: int | None, cases: tuple[int, ...], skip_known: b
 @click.option("--peer-client", "peer_client", type=click.Choice(["lean", "library"]), default="lean",
               show_default=True, help="The peers' send path: lean (the wire protocol spoken directly: "
               "harness.nats_lean, harness.amqp_lean) or library (nats-py, pika). Consumers use the library.")
+@click.option("--rocketmq-client", "rocketmq_client", type=click.Choice(["lean", "library"]), default="lean",
+              show_default=True, help="The RocketMQ brokers' send path: lean (SEND_MESSAGE_V2 frames written "
+              "directly: harness.rocketmq_lean) or library (this project's client). Consumers use the library.")
 @click.option("--report", "report", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also render the report (python -m spark_reports compare) into this directory.")
 def compare_cmd(out: Path, brokers: str | None, workloads: str, seconds: float, rate: float, in_flight: int,
-                message_size: int, load_processes: int | None, peer_client: str, report: Path | None) -> None:
+                message_size: int, load_processes: int | None, peer_client: str, rocketmq_client: str,
+                report: Path | None) -> None:
     """The same short workloads against every broker available here (one sitting, one load generator)."""
     from harness.compare import BROKERS, DEFAULT_BROKERS, DEFAULT_LOAD_PROCESSES, CompareSpec, run_compare
 
@@ -420,7 +424,8 @@ def compare_cmd(out: Path, brokers: str | None, workloads: str, seconds: float, 
     spec = CompareSpec(seconds=seconds, rate=rate, in_flight=in_flight, message_size=message_size,
                        workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()), brokers=chosen,
                        load_processes=DEFAULT_LOAD_PROCESSES if load_processes is None else load_processes,
-                       peer_client="lean" if peer_client == "lean" else "library")
+                       peer_client="lean" if peer_client == "lean" else "library",
+                       rocketmq_client="lean" if rocketmq_client == "lean" else "library")
     session = run_compare(spec, out, log=lambda line: click.echo(line, err=True))
     click.echo(f"session: {session}")
     if report is not None:

@@ -29,6 +29,10 @@ figure (``harness.load_cost``): meta.json ``load``, and each row of ``compare.js
 The peers' send path (``peer_client``, harness.drivers): ``lean`` (the default: the wire protocol spoken
 directly, harness.nats_lean / harness.amqp_lean) or ``library`` (nats-py, pika, ~150-190 µs of client CPU per
 message: those runs were bound by the client). Recorded per row (``peer_client``) and in meta.json.
+The RocketMQ brokers' send path (``rocketmq_client``): ``lean`` here by default (harness.rocketmq_lean:
+SEND_MESSAGE_V2 frames written directly, as lean as the peers') or ``library`` (this project's client, ~40 µs of
+client CPU per message: the load then cost more per message than our broker). Recorded per row
+(``rocketmq_client``) and in meta.json.
 """
 
 from __future__ import annotations
@@ -44,9 +48,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from harness import rocketmq
-from harness.driver import Driver, RocketMQDriver
+from harness.driver import Driver
 from harness.driver_load import DriverLoad, LoadResult, LoadShape
-from harness.drivers import DEFAULT_PEER_CLIENT, PeerClient, make_driver
+from harness.drivers import DEFAULT_PEER_CLIENT, PeerClient, RocketMQClient, make_driver
 from harness.launcher import Topology
 from harness.load_cost import CpuMeter, LoadCost, cores, load_cost
 from harness.load_procs import ProcessLoad
@@ -74,6 +78,7 @@ class CompareSpec:
     brokers: tuple[str, ...] = DEFAULT_BROKERS
     load_processes: int = DEFAULT_LOAD_PROCESSES
     peer_client: PeerClient = DEFAULT_PEER_CLIENT  # the peers' send path (harness.drivers)
+    rocketmq_client: RocketMQClient = "lean"  # the RocketMQ brokers' send path: lean, so brokers are compared
 
 
 def workload_shape(name: str, spec: CompareSpec) -> LoadShape:
@@ -114,20 +119,24 @@ class Target:
     address: str  # name-server list or the peer's URL
     pid: int | None  # the server process whose CPU is the broker's (None: unknown)
     peer_client: PeerClient | None = None  # a peer's send path; None for the RocketMQ brokers
+    rocketmq_client: RocketMQClient | None = None  # a RocketMQ broker's send path; None for the peers
 
 
 @contextmanager
 def broker_driver(label: str, root: Path, instance: str,
-                  peer_client: PeerClient = DEFAULT_PEER_CLIENT) -> Iterator[Target]:
+                  peer_client: PeerClient = DEFAULT_PEER_CLIENT,
+                  rocketmq_client: RocketMQClient = "lean") -> Iterator[Target]:
     """Start ``label``'s broker under ``root`` and yield a started driver to it; stop both after."""
     if label.startswith(("reference-", "rocketmq-")):
         flush = "SYNC_FLUSH" if label.endswith("-sync") else "ASYNC_FLUSH"
         impl: rocketmq.BrokerImpl = "reference" if label.startswith("reference-") else "rocketmq"
         with Topology(root, broker_conf={"flushDiskType": flush}, impl=impl) as topo:
-            drv: Driver = RocketMQDriver(topo.namesrv_addr, instance=instance, producer_group=f"cmp_{instance}")
+            drv: Driver = make_driver("rocketmq", topo.namesrv_addr, instance=instance,
+                                      producer_group=f"cmp_{instance}", rocketmq_client=rocketmq_client)
             try:
                 drv.start()
-                yield Target(drv, "rocketmq", topo.namesrv_addr, topo.brokers[0].pid)
+                yield Target(drv, "rocketmq", topo.namesrv_addr, topo.brokers[0].pid,
+                             rocketmq_client=rocketmq_client)
             finally:
                 drv.stop()
         return
@@ -209,7 +218,8 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
         root = session / "work" / label
         try:
             instance = f"cmp-{label}-{time.time_ns() % 10**9}"
-            with broker_driver(label, root, instance=instance, peer_client=spec.peer_client) as target:
+            with broker_driver(label, root, instance=instance, peer_client=spec.peer_client,
+                               rocketmq_client=spec.rocketmq_client) as target:
                 for w in spec.workloads:
                     shape = workload_shape(w, spec)
                     record = RunRecord.create(session, f"{SCENARIO}-{label}-{w}", {
@@ -228,7 +238,8 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
                         pload = ProcessLoad(target.driver, target.driver_name, target.address, record, shape,
                                             topic, group, processes=spec.load_processes,
                                             instance=f"{instance}-{w}", broker_pid=target.pid,
-                                            peer_client=spec.peer_client)
+                                            peer_client=spec.peer_client,
+                                            rocketmq_client=spec.rocketmq_client)
                         res = pload.run(allow_loss=False, extra_meta=extra)
                         assert pload.cost is not None
                         cost = pload.cost
@@ -237,9 +248,11 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
                            "acked_per_s": round(res.sent_ok / res.seconds) if res.seconds else None,
                            "fail": res.sent_fail, "unknown": res.sent_unknown,
                            "lost": check.lost if check else None, "valid": check.valid if check else None,
-                           "peer_client": target.peer_client, **cost_row(cost)}
+                           "peer_client": target.peer_client, "rocketmq_client": target.rocketmq_client,
+                           **cost_row(cost)}
                     summary["runs"].append(row)
-                    client = f" ({target.peer_client} client)" if target.peer_client else ""
+                    sender = target.peer_client or target.rocketmq_client
+                    client = f" ({sender} client)" if sender else ""
                     say(f"{label} {w}{client}: {row['acked_per_s']} acked/s, {res.sent_fail} fail, "
                         f"{res.sent_unknown} unknown, lost {row['lost']}; {cost_words(cost)}")
         except Exception as exc:  # noqa: BLE001 - one broker failing to start is a row, not the session's end

@@ -51,6 +51,7 @@ def cpp_unavailable() -> str | None:
 
 class CppDriver(RocketMQDriver):
     impl = "cpp"
+    rocketmq_client = "cpp"  # the C++ client's sends (the Python client only for routes and admin)
 
     def __init__(self, namesrv: str, **kw: Any) -> None:
         super().__init__(namesrv, **kw)

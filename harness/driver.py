@@ -294,6 +294,7 @@ class RocketMQDriver(Driver):
     one host and between drivers in one process."""
 
     impl = "rocketmq"
+    rocketmq_client = "library"  # the send path (harness.drivers.ROCKETMQ_CLIENTS); harness.rocketmq_lean: lean
 
     def __init__(self, namesrv: str, *, instance: str, producer_group: str = "lab_producer",
                  send_timeout_s: float = 3.0, retries: int = 2, rebalance_interval_s: float = 5.0,
@@ -479,7 +480,8 @@ class RocketMQDriver(Driver):
 
     def broker_facts(self) -> dict[str, Any]:
         addrs = self.broker_addrs()
-        facts: dict[str, Any] = {"broker": {}, "broker_impl": None, "brokers": dict(sorted(addrs.items()))}
+        facts: dict[str, Any] = {"broker": {}, "broker_impl": None, "brokers": dict(sorted(addrs.items())),
+                                 "rocketmq_client": self.rocketmq_client}
         for _name, addr in sorted(addrs.items()):
             info = self.runtime_info(addr)
             for key in ("flushDiskType", "brokerRole"):  # the reference broker's; RocketMQ's table has neither

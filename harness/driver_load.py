@@ -244,6 +244,8 @@ def finish_record(driver: Driver, record: RunRecord, result: LoadResult, group: 
         "broker": broker, "broker_impl": facts.get("broker_impl"), "driver": driver.impl,
         "ack_promise": None if promise is None else str(promise),
         "peer_client": facts.get("peer_client"),  # a peer's send path (harness.drivers.PEER_CLIENTS); else None
+        # the rocketmq driver's send path (harness.drivers.ROCKETMQ_CLIENTS); None for the others
+        "rocketmq_client": facts.get("rocketmq_client"),
         "results": {k: v for k, v in asdict(result).items() if k not in ("run_dir", "check")}}
     fields.update(extra_meta or {})
     record.finish(**fields)

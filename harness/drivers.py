@@ -17,6 +17,12 @@ A peer's send path is ``peer_client`` (``PEER_CLIENTS``): ``lean`` (the default)
 itself (``harness.nats_lean``, ``harness.amqp_lean``: tens of µs of client CPU per message, as this project's
 RocketMQ client), ``library`` goes through nats-py / pika (~150-190 µs per message, which bounded the compare
 figures: BENCHMARKS.md). Consumers, topic creation and backlog queries use the library either way.
+
+The ``rocketmq`` driver's send path is ``rocketmq_client`` (``ROCKETMQ_CLIENTS``), a separate choice because its
+default differs by caller: ``library`` (this project's client, ``reference_broker.client``: ~40 µs per message,
+retries, the faithful client; the scenarios' default, where client behaviour is part of what is tested) or
+``lean`` (``harness.rocketmq_lean``: SEND_MESSAGE_V2 frames written directly; ``python -m harness compare``'s
+default, so the brokers are compared rather than the clients). Recorded in meta.json as ``rocketmq_client``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ DRIVER_NAMES: Final = ROCKETMQ_DRIVERS + PEER_DRIVERS
 PeerClient = Literal["lean", "library"]
 PEER_CLIENTS: Final[tuple[PeerClient, ...]] = ("lean", "library")
 DEFAULT_PEER_CLIENT: Final[PeerClient] = "lean"
+RocketMQClient = Literal["lean", "library"]
+ROCKETMQ_CLIENTS: Final[tuple[RocketMQClient, ...]] = ("lean", "library")
+DEFAULT_ROCKETMQ_CLIENT: Final[RocketMQClient] = "library"  # the compare command's default is lean
 
 
 def is_peer(name: str) -> bool:
@@ -49,10 +58,19 @@ def server_kind(name: str) -> PeerKind:
 
 
 def make_driver(name: str, address: str, *, instance: str, producer_group: str = "lab_producer",
-                send_timeout_s: float = 3.0, peer_client: PeerClient = DEFAULT_PEER_CLIENT) -> Driver:
-    """``peer_client`` picks a peer's send path (ignored for the RocketMQ drivers)."""
+                send_timeout_s: float = 3.0, peer_client: PeerClient = DEFAULT_PEER_CLIENT,
+                rocketmq_client: RocketMQClient = DEFAULT_ROCKETMQ_CLIENT) -> Driver:
+    """``peer_client`` picks a peer's send path (ignored for the RocketMQ drivers), ``rocketmq_client`` the
+    ``rocketmq`` driver's (ignored for the others)."""
     if peer_client not in PEER_CLIENTS:
         raise ValueError(f"unknown peer client {peer_client!r}: one of {', '.join(PEER_CLIENTS)}")
+    if rocketmq_client not in ROCKETMQ_CLIENTS:
+        raise ValueError(f"unknown rocketmq client {rocketmq_client!r}: one of {', '.join(ROCKETMQ_CLIENTS)}")
+    if name == "rocketmq" and rocketmq_client == "lean":
+        from harness.rocketmq_lean import LeanRocketMQDriver
+
+        return LeanRocketMQDriver(address, instance=instance, producer_group=producer_group,
+                                  send_timeout_s=send_timeout_s)
     if name == "rocketmq":
         return RocketMQDriver(address, instance=instance, producer_group=producer_group,
                               send_timeout_s=send_timeout_s)

@@ -39,7 +39,7 @@ from typing import Any
 
 from harness.driver import Driver
 from harness.driver_load import DriverLoad, LoadResult, LoadShape, finish_record
-from harness.drivers import DEFAULT_PEER_CLIENT, PeerClient
+from harness.drivers import DEFAULT_PEER_CLIENT, DEFAULT_ROCKETMQ_CLIENT, PeerClient, RocketMQClient
 from harness.load_cost import CpuMeter, LoadCost, cores, load_cost
 from harness.load_split import key_prefix, merge_counts, split_shape
 from harness.records import RunRecord
@@ -68,6 +68,7 @@ class PartSpec:
     group: str
     key_prefix: str
     peer_client: PeerClient = DEFAULT_PEER_CLIENT
+    rocketmq_client: RocketMQClient = DEFAULT_ROCKETMQ_CLIENT
 
 
 def _flush(conn: Connection, load: DriverLoad) -> None:
@@ -82,7 +83,7 @@ def run_part(conn: Connection, spec: PartSpec) -> None:
 
     try:
         drv = make_driver(spec.driver, spec.address, instance=spec.instance, producer_group=spec.producer_group,
-                          peer_client=spec.peer_client)
+                          peer_client=spec.peer_client, rocketmq_client=spec.rocketmq_client)
         record = RunRecord.open(spec.run_dir)
         load = DriverLoad(drv, record, spec.shape, spec.topic, spec.group, part=spec.part,
                           key_prefix=spec.key_prefix, track_new=True)
@@ -123,7 +124,8 @@ class ProcessLoad:
 
     def __init__(self, driver: Driver, driver_name: str, address: str, record: RunRecord, shape: LoadShape,
                  topic: str, group: str, *, processes: int, instance: str, broker_pid: int | None = None,
-                 peer_client: PeerClient = DEFAULT_PEER_CLIENT) -> None:
+                 peer_client: PeerClient = DEFAULT_PEER_CLIENT,
+                 rocketmq_client: RocketMQClient = DEFAULT_ROCKETMQ_CLIENT) -> None:
         self.driver = driver
         self.record = record
         self.shape = shape
@@ -131,7 +133,8 @@ class ProcessLoad:
         self.group = group
         self.broker_pid = broker_pid
         self.parts = [PartSpec(i, driver_name, address, f"{instance}-p{i}", f"cmp_{instance}", str(record.run_dir),
-                               part, topic, group, key_prefix(record.run_id, i), peer_client)
+                               part, topic, group, key_prefix(record.run_id, i), peer_client,
+                               rocketmq_client)
                       for i, part in enumerate(split_shape(shape, processes))]
         self.cost: LoadCost | None = None
         self._acked: set[str] = set()

@@ -1,9 +1,11 @@
-"""This module owns one measurement: the client CPU a peer's send path costs per acknowledged message, lean
-(harness.nats_lean, harness.amqp_lean) against library (nats-py, pika), in one sitting, alternating.
+"""This module owns one measurement: the client CPU a send path costs per acknowledged message, lean
+(harness.nats_lean, harness.amqp_lean, harness.rocketmq_lean) against library (nats-py, pika, this project's
+RocketMQ client), in one sitting, alternating.
 
-``python -m harness.peer_send_cost [--peers nats,rabbitmq-quorum] [--messages 5000] [--rounds 3]``
+``python -m harness.peer_send_cost [--peers nats,rabbitmq-quorum,rocketmq] [--messages 5000] [--rounds 3]``
 
-Per peer one server (harness.peers) and one driver per client; each round sends ``messages`` messages of
+Per peer one server (harness.peers; for ``rocketmq`` a name server and the reference broker, ASYNC_FLUSH,
+harness.launcher) and one driver per client; each round sends ``messages`` messages of
 ``size`` bytes with ``in_flight`` outstanding through ``send_async`` (the compare load's call), in the order
 lean, library, library, lean, ... (ABBA: a drift in the machine's load falls on both). The figure is this
 process's user + system CPU (every thread: the caller, the reader or the library's I/O loop) from the first
@@ -18,11 +20,14 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.driver import Driver, SendOutcome
 from harness.drivers import PEER_CLIENTS, PeerClient, make_driver, server_kind
+from harness.launcher import Topology
 from harness.load_cost import cpu_seconds
 from harness.peers import PeerServer, unavailable_reason
 from harness.records.schema import Outcome
@@ -63,10 +68,21 @@ def one_round(drv: Driver, topic: str, messages: int, size: int, in_flight: int)
     return acked[0], cpu1 - cpu0, t1 - t0
 
 
+@contextmanager
+def _drivers(peer: str, root: Path) -> Iterator[dict[PeerClient, Driver]]:
+    """One unstarted driver per send path, to a server started for them (stopped after)."""
+    if peer == "rocketmq":
+        with Topology(root / peer, broker_conf={"flushDiskType": "ASYNC_FLUSH"}) as topo:
+            yield {c: make_driver("rocketmq", topo.namesrv_addr, instance=f"cost-{c}-{os.getpid()}",
+                                  producer_group=f"cost_{c}", rocketmq_client=c) for c in PEER_CLIENTS}
+        return
+    with PeerServer(server_kind(peer), root=root / peer) as server:
+        yield {c: make_driver(peer, server.url, instance=f"cost-{c}", peer_client=c) for c in PEER_CLIENTS}
+
+
 def measure(peer: str, messages: int, rounds: int, size: int, in_flight: int, root: Path) -> list[Round]:
     out: list[Round] = []
-    with PeerServer(server_kind(peer), root=root / peer) as server:
-        drivers = {c: make_driver(peer, server.url, instance=f"cost-{c}", peer_client=c) for c in PEER_CLIENTS}
+    with _drivers(peer, root) as drivers:
         try:
             for c, drv in drivers.items():
                 drv.start()
@@ -94,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="peer-send-cost-") as tmp:
         for peer in (p.strip() for p in args.peers.split(",") if p.strip()):
-            reason = unavailable_reason(server_kind(peer))
+            reason = None if peer == "rocketmq" else unavailable_reason(server_kind(peer))
             if reason is not None:
                 print(f"{peer}: skipped ({reason})")
                 continue

@@ -84,7 +84,8 @@ class Agent:
                                             instance=f"lab-{info.tag}-{worker}-{os.getpid()}",
                                             producer_group=f"lab_producer_{info.tag}",
                                             send_timeout_s=settings.send_timeout_s,
-                                            peer_client=settings.peer_client)
+                                            peer_client=settings.peer_client,
+                                            rocketmq_client=settings.rocketmq_client)
         self.counts = Counts(worker=worker)
         self.writer: EventWriter | None = None
         self.consumers: list[Consumer] = []

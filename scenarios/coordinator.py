@@ -280,6 +280,8 @@ class _Run:
         rec.update_meta(broker=broker, broker_impl=facts["broker_impl"], sysctl=co.sysctl, fio=co.fio,
                         driver=s.driver, ack_promise=None if promise is None else str(promise),
                         peer_client=facts.get("peer_client"),
+                        # the coordinator's own driver is the library's whatever sends: say what the agents used
+                        rocketmq_client={"rocketmq": s.rocketmq_client, "cpp": "cpp"}.get(s.driver),
                         topology={"embedded": co.topology is not None, "namesrv": co.namesrv,
                                   "brokers": facts["brokers"]},
                         phases=[{"label": p.label, "topics": [list(t) for t in p.topics]} for p in phases])

@@ -13,7 +13,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final
 
-from harness.drivers import DEFAULT_PEER_CLIENT, DRIVER_NAMES, PEER_CLIENTS, PeerClient
+from harness.drivers import (
+    DEFAULT_PEER_CLIENT,
+    DEFAULT_ROCKETMQ_CLIENT,
+    DRIVER_NAMES,
+    PEER_CLIENTS,
+    ROCKETMQ_CLIENTS,
+    PeerClient,
+    RocketMQClient,
+)
 from harness.memory_cgroup import parse_size
 from harness.rocketmq import IMPLS, BrokerImpl
 
@@ -48,6 +56,9 @@ class Settings:
     driver: str = "rocketmq"  # harness.drivers.DRIVER_NAMES: the client (and, for a peer, the broker) driven
     broker_impl: BrokerImpl = "reference"  # the embedded topology's broker: "reference" or "rocketmq"
     peer_client: PeerClient = DEFAULT_PEER_CLIENT  # a peer driver's send path: "lean" or "library"
+    # The rocketmq driver's send path: "library" (the faithful client: its behaviour is part of what a scenario
+    # tests) or "lean" (harness.rocketmq_lean).
+    rocketmq_client: RocketMQClient = DEFAULT_ROCKETMQ_CLIENT
     rocketmq_home: str = ""  # "" = $ROCKETMQ_HOME, else ../shared/rocketmq-4.9.8 (harness/rocketmq.py)
     broker_conf: tuple[str, ...] = ()
     store_dir: str = ""
@@ -144,6 +155,10 @@ _OPTIONS: Final[list[tuple[str, str, Callable[[Any], Any], str, bool]]] = [
                                 "rabbitmq-classic, rabbitmq-quorum (docs/interop.md)", False),
     ("--peer-client", "peer_client", str, "A peer driver's send path: lean (the wire protocol spoken directly) or "
                                           "library (nats-py, pika); consumers use the library", False),
+    ("--rocketmq-client", "rocketmq_client", str, "The rocketmq driver's send path: library (this project's "
+                                                  "client, the default) or lean (SEND_MESSAGE_V2 frames written "
+                                                  "directly, harness.rocketmq_lean); consumers use the library",
+     False),
     ("--broker-impl", "broker_impl", str, "Embedded topology: which broker runs, reference or rocketmq (Apache "
                                           "RocketMQ from --rocketmq-home)", False),
     ("--rocketmq-home", "rocketmq_home", str, "Embedded topology: a RocketMQ distribution directory (default "
@@ -273,6 +288,8 @@ def validate(s: Settings) -> None:
         problems.append(f"--driver must be one of {', '.join(DRIVER_NAMES)}")
     if s.peer_client not in PEER_CLIENTS:
         problems.append(f"--peer-client must be one of {', '.join(PEER_CLIENTS)}")
+    if s.rocketmq_client not in ROCKETMQ_CLIENTS:
+        problems.append(f"--rocketmq-client must be one of {', '.join(ROCKETMQ_CLIENTS)}")
     if s.broker_impl not in IMPLS:
         problems.append(f"--broker-impl must be one of {', '.join(IMPLS)}")
     if s.backlog_bytes < 1 or s.memory_max < 0 or s.head_readers < 0:

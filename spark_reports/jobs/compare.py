@@ -77,6 +77,8 @@ class Perf:
     others_cores: float | None = None
     # meta.json "peer_client" (harness.drivers): a peer's send path, "lean" or "library"; None for RocketMQ.
     peer_client: str | None = None
+    # meta.json "rocketmq_client": a RocketMQ broker's send path, "lean" or "library" (older runs: None).
+    rocketmq_client: str | None = None
 
     @property
     def acks_per_s(self) -> float | None:
@@ -130,7 +132,8 @@ def compute(spark: SparkSession, runs: list[RunInfo], accuracy: int = DEFAULT_AC
                         _opt_float(cost.get("broker_cpu_us_per_msg")),
                         None if cost.get("bound") is None else str(cost["bound"]),
                         _opt_float(cost.get("machine_busy")), _opt_float(cost.get("others_cores")),
-                        None if run.meta.get("peer_client") is None else str(run.meta["peer_client"])))
+                        None if run.meta.get("peer_client") is None else str(run.meta["peer_client"]),
+                        None if run.meta.get("rocketmq_client") is None else str(run.meta["rocketmq_client"])))
     return out
 
 
@@ -191,7 +194,9 @@ def judge(perfs: list[Perf]) -> list[Finding]:
             f"Same load generator (harness.driver_load), {load}, one sitting. "
             + ("; ".join(why) if why else "At or above on both.")
             + "".join(f" {p.broker} unbounded: {p.bound}-bound." for p in (ours_max, peer_max) if p.bound)
-            + (f" {peer} sent through its {peer_max.peer_client} client." if peer_max.peer_client else ""),
+            + (f" {peer} sent through its {peer_max.peer_client} client." if peer_max.peer_client else "")
+            + (f" {ours_max.broker} sent through the {ours_max.rocketmq_client} client."
+               if ours_max.rocketmq_client else ""),
             {"ours_acks_per_s": t_ours, "peer_acks_per_s": t_peer, "ours_p99_ms": p_ours, "peer_p99_ms": p_peer}))
     return findings
 
@@ -264,6 +269,11 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
         page.paragraph("The peers' send path (python -m harness compare --peer-client): " + ", ".join(clients)
                        + " (lean = the wire protocol written directly, harness.nats_lean / harness.amqp_lean; "
                        "library = nats-py / pika). Their consumers use the library either way.")
+    rmq_clients = sorted({f"{p.broker}: {p.rocketmq_client}" for p in perfs if p.rocketmq_client})
+    if rmq_clients:
+        page.paragraph("The RocketMQ brokers' send path (python -m harness compare --rocketmq-client): "
+                       + ", ".join(rmq_clients) + " (lean = SEND_MESSAGE_V2 frames written directly, "
+                       "harness.rocketmq_lean; library = this project's client). Consumers use the library.")
     if skipped:
         page.paragraph("Not run here: " + "; ".join(f"{b} ({why})" for b, why in skipped.items()), note=True)
     header = ["broker", "durability", "acknowledged", "acknowledged/s", "send p50", "send p99", "send p99.9",

@@ -150,6 +150,7 @@ def test_compare_in_two_load_processes(tmp_path: Path) -> None:
         assert row["client_cpu_us_per_msg"] > 0 and row["broker_cpu_us_per_msg"] > 0, row
         assert row["bound"] in ("generator", "broker", "machine", "neither")
         assert row["peer_client"] == ("lean" if row["broker"] == "nats" else None)  # the default send path
+        assert row["rocketmq_client"] == ("lean" if row["broker"] == "reference-async" else None)  # compare's default
         run_dir = session / row["run"]
         events = load_events(run_dir, columns=["op", "worker", "key"])
         sends = events.filter(pc.equal(events["op"], "send"))
@@ -161,7 +162,9 @@ def test_compare_in_two_load_processes(tmp_path: Path) -> None:
         assert len(set(received["key"].to_pylist())) >= row["acked"]
         meta = json.loads((run_dir / "meta.json").read_text())
         assert meta["load"]["processes"] == 2 and meta["load"]["broker_cpu_s"] > 0
+        assert meta["rocketmq_client"] == row["rocketmq_client"]
         check = json.loads((run_dir / "check.json").read_text())
         assert check["lost"] == 0
     page = (tmp_path / "report" / "compare" / "index.html").read_text()
     assert "broker CPU µs/msg" in page and "load in 2 process(es)" in page
+    assert "--rocketmq-client): reference-async: lean" in page  # the RocketMQ side's send path

@@ -16,6 +16,20 @@ from tests.scenarios.test_e2e import run_locust
 pytestmark = pytest.mark.e2e
 
 
+def test_throughput_scenario_with_the_lean_rocketmq_publisher(tmp_path) -> None:
+    """``--rocketmq-client lean``: the agents send through harness.rocketmq_lean; nothing lost, meta.json says so."""
+    proc, run = run_locust("throughput", tmp_path, "-t", "4s", "-u", "1", "--rate", "300", "--rocketmq-client",
+                           "lean", "--broker-conf", f"mappedFileSizeCommitLog={64 << 20}", timeout=180)
+    detail = f"\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, detail
+    assert validate_run(run) == [], detail
+    check = load_check(run)
+    assert check is not None and check["valid"] and check["lost"] == 0, check
+    assert check["acknowledged"] > 300, check
+    meta = load_meta(run)
+    assert (meta["driver"], meta["rocketmq_client"]) == ("rocketmq", "lean")
+
+
 @pytest.mark.parametrize(("driver", "promise", "impl"), [
     ("nats", "page_cache", "nats-server"),
     ("rabbitmq-quorum", "fsync", "rabbitmq-server"),
@@ -40,4 +54,5 @@ def test_throughput_scenario_with_driver(driver: str, promise: str, impl: str, t
     assert meta["ack_promise"] == promise
     assert meta["broker_impl"].startswith(impl), meta["broker_impl"]
     assert meta.get("peer_client") == ("lean" if is_peer(driver) else None)  # the scenarios' default send path
+    assert meta.get("rocketmq_client") == ("cpp" if driver == "cpp" else None)
     assert meta["results"]["load"]["ok"] == check["acknowledged"]
