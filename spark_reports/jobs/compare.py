@@ -175,7 +175,7 @@ def judge(perfs: list[Perf]) -> list[Finding]:
         if generator_bound and p_ours > p_peer:
             # The p99 at the fixed rate (no side at its ceiling there) fails the claim by itself, whatever the
             # unbounded runs measured.
-            why.append("the unbounded runs were generator bound, so the throughput figures are the clients' as "
+            why.append(f"{_names(generator_bound)} generator bound, so the throughput figures are the clients' as "
                        "much as the brokers'")
         elif generator_bound and not _order_survives_the_clients(t_ours, t_peer, ours_max, peer_max):
             # The unbounded figure of a generator-bound run is the client's ceiling, not the broker's: comparing
@@ -184,7 +184,7 @@ def judge(perfs: list[Perf]) -> list[Finding]:
             measured = ("not measured fairly: generator bound (" + "; ".join(
                 f"{p.broker}: {generator_bound_why(p)}" for p in generator_bound) + f") — {measured}")
         elif generator_bound:
-            why.append(_survives_words(t_ours, t_peer, ours_max, peer_max))
+            why.append(_survives_words(t_ours, t_peer, ours_max, peer_max, generator_bound))
         procs = sorted({p.processes for p in (ours_max, peer_max, ours_rate, peer_rate) if p.processes})
         load = (f"the load in {'/'.join(str(n) for n in procs)} process(es)" if procs
                 else "the load in one process")
@@ -212,9 +212,14 @@ def _order_survives_the_clients(t_ours: float, t_peer: float, ours: Perf, peer: 
     return c_ours < c_peer if t_ours < t_peer else c_ours > c_peer  # strictly: equal loads leave it open
 
 
-def _survives_words(t_ours: float, t_peer: float, ours: Perf, peer: Perf) -> str:
+def _names(bound: list[Perf]) -> str:
+    """Which unbounded runs were generator bound, in words."""
+    return " and ".join(f"{p.broker}'s unbounded run" for p in bound) + (" were" if len(bound) > 1 else " was")
+
+
+def _survives_words(t_ours: float, t_peer: float, ours: Perf, peer: Perf, bound: list[Perf]) -> str:
     behind, ahead = (ours, peer) if t_ours < t_peer else (peer, ours)
-    return (f"the unbounded runs were generator bound, but the side behind ({behind.broker}) had the lighter load "
+    return (f"{_names(bound)} generator bound, but the side behind ({behind.broker}) had the lighter load "
             f"({behind.client_us_per_msg:,.0f} µs CPU/msg against {ahead.client_us_per_msg:,.0f}), so its "
             "clients do not explain the order")
 
