@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from harness import nats_wire as wire
 from harness.driver import DriverError, SendCallback, SendOutcome
+from harness.lean_link import pop_expired, shut
 from harness.peer_drivers import BORN_HEADER, KEY_HEADER, NatsDriver, worst
 from harness.records.schema import Outcome
 
@@ -182,7 +183,7 @@ class LeanNatsPublisher:
             error = self._read(conn)
             lost = conn.take_all()
             self._conn = None
-            _shut(conn.sock)
+            shut(conn.sock)
             for p in lost:
                 p.callback(SendOutcome(Outcome.UNKNOWN, -1, p.queue, error=f"connection lost: {error}"[:200]))
 
@@ -240,13 +241,7 @@ class LeanNatsPublisher:
     def _sweep(conn: _Connection, now: float) -> None:
         """Pending sends past their deadline: unknown. Deadlines grow with insertion order, so the oldest
         entries are the only ones to look at."""
-        expired: list[_Pending] = []
-        with conn.plock:
-            while conn.pending:
-                first = next(iter(conn.pending))
-                if conn.pending[first].deadline >= now:
-                    break
-                expired.append(conn.pending.pop(first))
+        expired = pop_expired(conn.pending, conn.plock, now)
         for p in expired:
             p.callback(SendOutcome(Outcome.UNKNOWN, -1, p.queue, error="no PubAck within the timeout"))
 
@@ -258,17 +253,9 @@ class LeanNatsPublisher:
         if conn is not None:
             for p in conn.take_all():
                 p.callback(SendOutcome(Outcome.UNKNOWN, -1, p.queue, error="publisher closed"))
-            _shut(conn.sock)
+            shut(conn.sock)
             self._conn = None
 
-
-def _shut(sock: socket.socket) -> None:
-    """Shut down before closing: a writer blocked in ``sendall`` on another thread wakes with an error."""
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # not connected any more
-    sock.close()
 
 
 class LeanNatsDriver(NatsDriver):

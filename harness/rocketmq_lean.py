@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from harness.driver import DriverError, RocketMQDriver, SendCallback, SendOutcome
+from harness.lean_link import pop_expired, shut
 from harness.records.schema import Outcome
 from reference_broker.client import protocol
 from reference_broker.client.message_id import UniqIdGenerator
@@ -210,7 +211,7 @@ class _Link:
             why = self._read(sock)
             with self.wlock:  # no send is written to the dead socket from here on
                 self.sock = None
-            _shut(sock)
+            shut(sock)
             self._fail_pending(f"connection lost: {why}")
             if not self._closing.is_set():
                 self._on_lost()
@@ -249,13 +250,7 @@ class _Link:
     def _sweep(self, now: float) -> None:
         """Pending sends past their deadline: unknown. Deadlines grow with insertion order, so only the oldest
         entries are looked at."""
-        expired: list[_Pending] = []
-        with self.plock:
-            while self.pending:
-                first = next(iter(self.pending))
-                if self.pending[first].deadline >= now:
-                    break
-                expired.append(self.pending.pop(first))
+        expired = pop_expired(self.pending, self.plock, now)
         for p in expired:
             p.callback(SendOutcome(Outcome.UNKNOWN, -1, p.queue, error="no answer within the send timeout"))
 
@@ -270,19 +265,11 @@ class _Link:
         with self.wlock:
             sock, self.sock = self.sock, None
         if sock is not None:
-            _shut(sock)  # wakes the reader
+            shut(sock)  # wakes the reader
         if self._thread.is_alive():
             self._thread.join(10)
         self._fail_pending("publisher closed")
 
-
-def _shut(sock: socket.socket) -> None:
-    """Shut down before closing: a writer blocked in ``sendall`` on another thread wakes with an error."""
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # not connected any more
-    sock.close()
 
 
 # ---- the publisher ----------------------------------------------------------------------------------------
