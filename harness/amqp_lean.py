@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from harness import amqp_wire as wire
 from harness.driver import DriverError, SendCallback, SendOutcome
-from harness.lean_link import pop_expired, shut
+from harness.lean_link import pop_expired, shut, write_failed
 from harness.peer_drivers import BORN_HEADER, Publisher, RabbitMQDriver
 from harness.records.schema import Outcome
 
@@ -204,10 +204,7 @@ class LeanAmqpPublisher:
                     conn.sock.sendall(data)
                     conn.last_write = time.monotonic()
                 except OSError as exc:  # part of it may have gone out
-                    with conn.plock:
-                        p = conn.pending.pop(tag, None)
-                    if p is not None:
-                        p.callback(SendOutcome(Outcome.UNKNOWN, -1, queue, error=f"write failed: {exc}"[:200]))
+                    write_failed(conn.pending, conn.plock, tag, queue, exc)
                     return
         if refused:
             callback(SendOutcome(Outcome.FAIL, -1, error="not connected"))

@@ -1,5 +1,6 @@
 """What the lean publishers (harness/nats_lean.py, amqp_lean.py, rocketmq_lean.py) share about one connection:
-closing its socket so that a writer blocked on it wakes, and taking the pending sends past their deadline."""
+closing its socket so that a writer blocked on it wakes, answering a send whose write failed, and taking the
+pending sends past their deadline."""
 
 from __future__ import annotations
 
@@ -7,13 +8,24 @@ import socket
 import threading
 from typing import Protocol, TypeVar
 
+from harness.driver import SendCallback, SendOutcome
+from harness.records.schema import Outcome
+
 
 class _HasDeadline(Protocol):
     @property
     def deadline(self) -> float: ...
 
 
+class _Answerable(Protocol):
+    @property
+    def callback(self) -> SendCallback: ...
+
+
 P = TypeVar("P", bound=_HasDeadline)
+A = TypeVar("A", bound=_Answerable)
+
+
 
 
 def shut(sock: socket.socket) -> None:
@@ -23,6 +35,16 @@ def shut(sock: socket.socket) -> None:
     except OSError:
         pass  # not connected any more
     sock.close()
+
+
+def write_failed(pending: dict[int, A], lock: threading.Lock, key: int, queue: int,
+                 exc: OSError) -> None:
+    """A send registered as pending whose write failed: part of it may have gone out, so it is unknown (unless
+    the reader already answered it)."""
+    with lock:
+        p = pending.pop(key, None)
+    if p is not None:
+        p.callback(SendOutcome(Outcome.UNKNOWN, -1, queue, error=f"write failed: {exc}"[:200]))
 
 
 def pop_expired(pending: dict[int, P], lock: threading.Lock, now: float) -> list[P]:

@@ -38,8 +38,8 @@ from typing import Any, Final
 
 from harness import nats_wire as wire
 from harness.driver import DriverError, SendCallback, SendOutcome
-from harness.lean_link import pop_expired, shut
-from harness.peer_drivers import BORN_HEADER, KEY_HEADER, NatsDriver, worst
+from harness.lean_link import pop_expired, shut, write_failed
+from harness.peer_drivers import BORN_HEADER, KEY_HEADER, Gather, NatsDriver
 from harness.records.schema import Outcome
 
 RECONNECT_S: Final = 0.2  # nats-py's reconnect_time_wait in the library path
@@ -158,10 +158,7 @@ class LeanNatsPublisher:
                 try:
                     conn.sock.sendall(wire.hpub(subject, f"{conn.inbox}.{n}", headers, body))
                 except OSError as exc:  # part of it may have gone out: the reader fails the rest as unknown
-                    with conn.plock:
-                        p = conn.pending.pop(n, None)
-                    if p is not None:
-                        p.callback(SendOutcome(Outcome.UNKNOWN, -1, queue, error=f"write failed: {exc}"[:200]))
+                    write_failed(conn.pending, conn.plock, n, queue, exc)
                     return
         if refused:
             callback(SendOutcome(Outcome.FAIL, -1, error="not connected"))
@@ -300,22 +297,11 @@ class LeanNatsDriver(NatsDriver):
                    queue: int | None = None) -> SendOutcome:
         """Pipelined to one subject, as the nats-py path; the worst outcome."""
         q = self._pick(topic, queue)
-        outs: list[SendOutcome] = []
-        lock = threading.Lock()
-        done = threading.Event()
-
-        def cb(o: SendOutcome) -> None:
-            with lock:
-                outs.append(o)
-                if len(outs) == len(keys):
-                    done.set()
-
+        gather = Gather(len(keys))
         pub = self._publisher()
         for k, b in zip(keys, bodies, strict=True):
-            pub.publish(f"{topic}.{q}", q, k, b, cb)
-        if not done.wait(self.send_timeout_s + 5):
-            return SendOutcome(Outcome.UNKNOWN, -1, error="no PubAck")
-        return worst(outs)
+            pub.publish(f"{topic}.{q}", q, k, b, gather.add)
+        return gather.worst(self.send_timeout_s + 5, "no PubAck")
 
     def broker_facts(self) -> dict[str, Any]:
         return {**super().broker_facts(), "peer_client": self.peer_client}

@@ -102,6 +102,28 @@ def worst(outs: Sequence[SendOutcome]) -> SendOutcome:
     return outs[0]
 
 
+class Gather:
+    """The outcomes of ``n`` pipelined sends, collected from the publisher's callbacks (any thread)."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._outs: list[SendOutcome] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def add(self, outcome: SendOutcome) -> None:
+        with self._lock:
+            self._outs.append(outcome)
+            if len(self._outs) == self._n:
+                self._done.set()
+
+    def worst(self, timeout_s: float, missing: str) -> SendOutcome:
+        """The worst outcome of the sends; unknown (``missing``) when not all answered within ``timeout_s``."""
+        if not self._done.wait(timeout_s):
+            return SendOutcome(Outcome.UNKNOWN, -1, error=missing)
+        return worst(self._outs)
+
+
 class _AckingConsumer(Consumer):
     """A peer's consumer: it acknowledges each delivery after its callback, so there is nothing to commit;
     pausing stops fetching."""
@@ -765,21 +787,10 @@ class RabbitMQDriver(Driver):
                    queue: int | None = None) -> SendOutcome:
         """No batch in AMQP 0-9-1: the messages are published pipelined to one queue; the worst outcome."""
         q = _queue_of(topic, queue, self._rr, self.queue_count(topic))
-        outs: list[SendOutcome] = []
-        lock = threading.Lock()
-        done = threading.Event()
-
-        def cb(o: SendOutcome) -> None:
-            with lock:
-                outs.append(o)
-                if len(outs) == len(keys):
-                    done.set()
-
+        gather = Gather(len(keys))
         for k, b in zip(keys, bodies, strict=True):
-            self._running().publish(f"{topic}.{q}", q, k, b, cb)
-        if not done.wait(self.send_timeout_s + 5):
-            return SendOutcome(Outcome.UNKNOWN, -1, error="no confirm")
-        return worst(outs)
+            self._running().publish(f"{topic}.{q}", q, k, b, gather.add)
+        return gather.worst(self.send_timeout_s + 5, "no confirm")
 
     def consumer(self, group: str, topics: Sequence[str], on_delivery: DeliveryCallback, *, name: str,
                  from_timestamp_ms: int | None = None, threads: int = 4, batch: int = 32) -> Consumer:

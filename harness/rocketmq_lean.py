@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from harness.driver import DriverError, RocketMQDriver, SendCallback, SendOutcome
-from harness.lean_link import pop_expired, shut
+from harness.lean_link import pop_expired, shut, write_failed
 from harness.records.schema import Outcome
 from reference_broker.client import protocol
 from reference_broker.client.message_id import UniqIdGenerator
@@ -187,10 +187,7 @@ class _Link:
             try:
                 sock.sendall(frame)
             except OSError as exc:  # part of it may have gone out: maybe stored
-                with self.plock:
-                    p = self.pending.pop(opaque, None)
-                if p is not None:
-                    p.callback(SendOutcome(Outcome.UNKNOWN, -1, queue, error=f"write failed: {exc}"[:200]))
+                write_failed(self.pending, self.plock, opaque, queue, exc)
 
     # ---- the reader thread ----------------------------------------------------------------------------
 
