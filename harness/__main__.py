@@ -409,23 +409,35 @@ def fuzz(seconds: float, seed: int | None, cases: tuple[int, ...], skip_known: b
 @click.option("--rocketmq-client", "rocketmq_client", type=click.Choice(["lean", "library"]), default="lean",
               show_default=True, help="The RocketMQ brokers' send path: lean (SEND_MESSAGE_V2 frames written "
               "directly: harness.rocketmq_lean) or library (this project's client). Consumers use the library.")
+@click.option("--faults", "faults", default="", help="After the workloads, these faults' chaos cells on every "
+              "broker, comma-separated, of: kill9, pause, power_loss, power_loss_torn, disk_fill (the peers have "
+              "no power_loss_torn; the image faults need root). Default: none.")
+@click.option("--fault-cycles", "fault_cycles", type=click.IntRange(1, 1000), default=3, show_default=True,
+              help="Fault cycles per chaos cell.")
 @click.option("--report", "report", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also render the report (python -m spark_reports compare) into this directory.")
 def compare_cmd(out: Path, brokers: str | None, workloads: str, seconds: float, rate: float, in_flight: int,
                 message_size: int, load_processes: int | None, peer_client: str, rocketmq_client: str,
-                report: Path | None) -> None:
+                faults: str, fault_cycles: int, report: Path | None) -> None:
     """The same short workloads against every broker available here (one sitting, one load generator)."""
     from harness.compare import BROKERS, DEFAULT_BROKERS, DEFAULT_LOAD_PROCESSES, CompareSpec, run_compare
+    from harness.compare_faults import FAULTS
 
     chosen = tuple(b.strip() for b in brokers.split(",") if b.strip()) if brokers else DEFAULT_BROKERS
     bad = [b for b in chosen if b not in BROKERS]
     if bad:
         raise click.BadParameter(f"unknown broker(s) {', '.join(bad)}", param_hint="--brokers")
+    chosen_faults = tuple(f.strip() for f in faults.split(",") if f.strip())
+    bad = [f for f in chosen_faults if f not in FAULTS]
+    if bad:
+        raise click.BadParameter(f"unknown fault(s) {', '.join(bad)}; expected some of {', '.join(FAULTS)}",
+                                 param_hint="--faults")
     spec = CompareSpec(seconds=seconds, rate=rate, in_flight=in_flight, message_size=message_size,
                        workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()), brokers=chosen,
                        load_processes=DEFAULT_LOAD_PROCESSES if load_processes is None else load_processes,
                        peer_client="lean" if peer_client == "lean" else "library",
-                       rocketmq_client="lean" if rocketmq_client == "lean" else "library")
+                       rocketmq_client="lean" if rocketmq_client == "lean" else "library",
+                       faults=chosen_faults, fault_cycles=fault_cycles)
     session = run_compare(spec, out, log=lambda line: click.echo(line, err=True))
     click.echo(f"session: {session}")
     if report is not None:

@@ -26,6 +26,10 @@ the in-flight window split among them (``harness.load_split``; ``one`` stays one
 process). Either way each run records what the load and the broker cost in CPU and which side bounded the
 figure (``harness.load_cost``): meta.json ``load``, and each row of ``compare.json``.
 
+Faults (``faults``, ``--faults kill9,power_loss``): after the workloads, each broker's chaos cells for those
+faults (``python -m chaos matrix``, harness.compare_faults) into the same session, their rows in compare.json
+``faults``; the report's "Loss under each fault" table reads their run records (spark_reports.fault_loss).
+
 The peers' send path (``peer_client``, harness.drivers): ``lean`` (the default: the wire protocol spoken
 directly, harness.nats_lean / harness.amqp_lean) or ``library`` (nats-py, pika, ~150-190 µs of client CPU per
 message: those runs were bound by the client). Recorded per row (``peer_client``) and in meta.json.
@@ -48,6 +52,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from harness import rocketmq
+from harness.compare_faults import run_fault_cells
 from harness.driver import Driver
 from harness.driver_load import DriverLoad, LoadResult, LoadShape
 from harness.drivers import DEFAULT_PEER_CLIENT, PeerClient, RocketMQClient, make_driver
@@ -79,6 +84,8 @@ class CompareSpec:
     load_processes: int = DEFAULT_LOAD_PROCESSES
     peer_client: PeerClient = DEFAULT_PEER_CLIENT  # the peers' send path (harness.drivers)
     rocketmq_client: RocketMQClient = "lean"  # the RocketMQ brokers' send path: lean, so brokers are compared
+    faults: tuple[str, ...] = ()  # after the workloads, these faults' chaos cells (harness.compare_faults)
+    fault_cycles: int = 3
 
 
 def workload_shape(name: str, spec: CompareSpec) -> LoadShape:
@@ -207,7 +214,8 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
     session = out / time.strftime("compare-%Y%m%dT%H%M%S", time.gmtime())
     session.mkdir(parents=True)
     summary: dict[str, Any] = {"spec": spec.__dict__ | {"workloads": list(spec.workloads),
-                                                        "brokers": list(spec.brokers)},
+                                                        "brokers": list(spec.brokers),
+                                                        "faults": list(spec.faults)},
                                "skipped": {}, "runs": [], "cores": cores(), "loadavg_start": os.getloadavg()}
     for label in spec.brokers:
         reason = unavailable(label)
@@ -260,6 +268,9 @@ def run_compare(spec: CompareSpec, out: Path, log: Callable[[str], None] | None 
             summary["skipped"][label] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
         finally:
             shutil.rmtree(session / "work", ignore_errors=True)  # stores and logs: only the run records stay
+    if spec.faults:
+        ran = [label for label in spec.brokers if label not in summary["skipped"]]
+        summary["faults"] = run_fault_cells(ran, spec.faults, spec.fault_cycles, session, log=say)
     summary["loadavg_end"] = os.getloadavg()
     (session / "compare.json").write_text(json.dumps(summary, indent=2, default=str))
     return session

@@ -22,6 +22,8 @@ def run_check_store(store_root: Path, conf: Mapping[str, str] | None = None,
     slots, num = (conf or {}).get("maxHashSlotNum"), (conf or {}).get("maxIndexNum")
     if slots and num:
         cmd += ["--index-slots", slots, "--index-num", num]
+    if (conf or {}).get("brokerRole") == "SLAVE":  # its log may end inside a record (a torn tail)
+        cmd.append("--slave")
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
         report = json.loads(done.stdout)

@@ -13,7 +13,12 @@ What it checks (each problem is reported with its file, offset and reason; see `
   size for all; every record decodes (CommitLog.checkMessageAndReturnSize, ``record.scan_records``) with a
   matching BODYCRC, a matching whole-record CRC where the record carries one (``__CRC32#``) and wherever
   the store promised one (``propCrcSince``), and its PHYSICALOFFSET names where it lies; an end-of-file
-  blank ends a file; after the last record of the data the rest is zeros, and so is every later file;
+  blank ends a file; after the last record of the data the rest is zeros, and so is every later file. The
+  log may end inside its last record (a *torn tail*: a valid header, the record's first bytes, then zeros)
+  where that is expected — a slave's store (``--slave``: replication sends byte ranges, and a master that
+  stops mid-transfer leaves the slave's log inside a record, as 4.9.8's appendData does) or a store not
+  cleanly stopped — and recovery cuts it (CommitLog.recoverNormally / recoverAbnormally): a warning then,
+  a problem on a cleanly stopped master, whose writer only ever publishes whole records;
 - each consume queue (``consumequeue/<topic>/<queueId>/``): files as for the log; every unit names a record
   of its topic and queue whose size matches and whose queue offset is the unit's index, in increasing
   commit-log order; pre-blank units ``(0, Integer.MAX_VALUE, 0)`` only lead a queue
@@ -63,6 +68,7 @@ _INDEX_NUM_PER_SLOT: Final = 4
 _INDEX_CHUNK: Final = 8192  # index entries checked together
 _INDEX_RUN: Final = 32  # records parsed per run while looking for the ones entries name
 _INT_MIN: Final = -(2**31)
+_ZERO_TAIL_SLACK: Final = 3  # a torn tail's first bytes, zero for any record shorter than 256 bytes
 
 
 @dataclass(frozen=True)
@@ -70,12 +76,13 @@ class CheckOptions:
     index_hash_slot_num: int | None = None  # maxHashSlotNum; None: inferred from the file length
     index_num: int | None = None  # maxIndexNum
     max_per_kind: int = 50
+    slave: bool = False  # a slave's store: a torn tail is expected (check_log.CommitLogView._torn_tail)
 
 
 def check_store(root: Path, options: CheckOptions | None = None) -> CheckReport:
     """Check the store at ``root`` (storePathRootDir) without modifying it."""
     opts = options or CheckOptions()
-    report = CheckReport(str(root), max_per_kind=opts.max_per_kind)
+    report = CheckReport(str(root), max_per_kind=opts.max_per_kind, slave=opts.slave)
     t0 = time.monotonic()
     if not root.is_dir() or not (root / "commitlog").is_dir():
         report.add(ProblemKind.NOT_A_STORE, str(root), -1, "not a store: no commitlog/ directory here")
@@ -379,9 +386,12 @@ def _check_checkpoint(root: Path, log: CommitLogView, r: CheckReport) -> None:
                 r.add(ProblemKind.CHECKPOINT, "checkpoint", 0, reason)
             else:
                 r.warn(f"checkpoint: {reason}")
+    # Where a torn tail is expected, its bytes were written and flushed, whole or not; and a tail of up to 3
+    # bytes is zeros a scan cannot tell from unwritten space (the high bytes of a record's length).
+    slack = _ZERO_TAIL_SLACK if r.slave or not r.clean_stop else 0
     if len(raw) >= _CKPT_OFFSETS_AT + _CKPT_OFFSETS.size:
         for name, off, at in zip(("physicMsgOffset", "logicsMsgOffset"),
                                  _CKPT_OFFSETS.unpack_from(raw, _CKPT_OFFSETS_AT), (40, 48), strict=True):
-            if off > log.end:
+            if off > log.written_end + slack:
                 r.add(ProblemKind.CHECKPOINT, "checkpoint", at, f"{name} {off} is past the end of the log's data "
                                                                 f"{log.end}")

@@ -94,6 +94,27 @@ def check_names(files: list[Path], root: Path, report: CheckReport, kind: Proble
         prev = start
     return size
 
+def _torn_tail(mm: mmap.mmap, buf: memoryview, pos: int, size: int) -> tuple[int, int] | None:
+    """(bytes written, total size) when the record at ``pos`` is a torn tail: its first bytes, then zeros to the
+    end of the file — either no more than its length and magic (the write stopped there), or a record header
+    (a message magic, a length within the file, as the writer never lets a record cross files) with zeros from
+    somewhere inside the record on; None otherwise (damage, not a tail)."""
+    if size - pos < 8:
+        return None
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if first_nonzero(mm, pos + 8, size) < 0:  # nothing past the length and magic
+        written = 8
+    elif magic not in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2) or not _REC_HEAD.size < total <= size - pos:
+        return None
+    elif first_nonzero(mm, pos + total, size) >= 0:
+        return None  # data after the record's end: not the end of the log
+    else:
+        written = total
+    while written > 0 and buf[pos + written - 1] == 0:
+        written -= 1
+    return (written, total) if written < total else None
+
+
 class CommitLogView:
     """The commit log, mapped read-only, scanned once; then asked for the record at an offset."""
 
@@ -105,10 +126,16 @@ class CommitLogView:
         self.file_size = 0
         self.min_offset = 0
         self.end = 0  # end of the data: one past the last record
+        self.torn_bytes = 0  # a torn tail's bytes past ``end`` (written, never completed)
         self.max_store_ts = 0
         self.queues: dict[tuple[str, int], tuple[int, int]] = {}  # last dispatched record: (queue offset, phy)
         self.since: int | None = None
         self._ended_at: int | None = None  # where zeros began, if data ended before the last file
+
+    @property
+    def written_end(self) -> int:
+        """One past the last byte written: the end of the data plus a torn tail's bytes."""
+        return self.end + self.torn_bytes
 
     def drop_pages(self) -> None:
         """Unmap the pages read so far (MADV_DONTNEED on a read-only mapping: they stay in the page cache, and a
@@ -187,6 +214,10 @@ class CommitLogView:
                 if nz >= 0:
                     r.add(ProblemKind.LOG_TAIL, rel, nz, f"non-zero bytes after the end of the data at {pos}")
                 return
+            torn = _torn_tail(mm, buf, pos, size)
+            if torn is not None:
+                self._torn(start, pos, torn, rel)
+                return
             try:
                 rec.decode_message(buf, pos, size, check_crc=True)
                 reason = "record does not decode (topic or properties)"
@@ -200,6 +231,21 @@ class CommitLogView:
                 self.end = max(self.end, start + pos)
                 return
         self.end = start + size
+
+    def _torn(self, start: int, pos: int, torn: tuple[int, int], rel: str) -> None:
+        """The log ends inside the record at ``pos``: ``written`` of its ``total`` bytes are there."""
+        written, total = torn
+        self.end = self._ended_at = start + pos
+        self.torn_bytes = written
+        r = self.report
+        words = (f"the log ends inside its last record at {pos}: {written} of its {total} bytes written, then "
+                 "zeros (recovery cuts it)")
+        if r.slave:
+            r.warn(f"{rel}: {words}; a slave's log ends so when its master stopped in the middle of a transfer")
+        elif not r.clean_stop:
+            r.warn(f"{rel}: {words}")
+        else:
+            r.add(ProblemKind.LOG_TAIL, rel, pos, f"{words}, after a clean stop")
 
     def _take(self, reqs: list[DispatchRequest], buf: memoryview, base: int, pos: int, rel: str) -> None:
         r = self.report

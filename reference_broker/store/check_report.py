@@ -22,7 +22,8 @@ class ProblemKind(enum.StrEnum):
     UNREADABLE = "unreadable"  # a file that cannot be opened or mapped
     LOG_FILES = "commitlog-files"  # names not contiguous, a size that differs, a file missing from the middle
     LOG_RECORD = "commitlog-record"  # a record that does not decode, or whose CRC does not match
-    LOG_TAIL = "commitlog-tail"  # bytes after the end of the data that are not zeros
+    LOG_TAIL = "commitlog-tail"  # bytes after the end of the data that are not zeros; a master's log that ends
+    # inside a record after a clean stop (a torn tail, which recovery would cut)
     CQ_FILES = "consumequeue-files"  # a queue's files: names, sizes, zeros in the middle
     CQ_UNIT = "consumequeue-unit"  # a unit that names no record of its queue, the wrong one, or out of order
     CQ_INCOMPLETE = "consumequeue-incomplete"  # records of a queue that no unit covers
@@ -59,6 +60,8 @@ class CheckReport:
     root: str
     max_per_kind: int = MAX_PER_KIND
     clean_stop: bool = True  # no ``abort`` file: the checks that need a clean stop ran in full
+    # A slave's store (checkStore --slave): its log may end inside a record its master had not sent whole.
+    slave: bool = False
     counts: Counter[str] = field(default_factory=Counter)
     problems: list[Problem] = field(default_factory=list)
     totals: Counter[ProblemKind] = field(default_factory=Counter)

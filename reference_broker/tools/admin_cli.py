@@ -259,9 +259,11 @@ def ha_status(namesrv_addr: str, cluster: str | None, as_json: bool) -> None:
 @click.option("--index-num", type=click.IntRange(min=1), help="maxIndexNum of the index files (with --index-slots).")
 @click.option("--max-problems", type=click.IntRange(min=1), default=50, show_default=True,
               help="Problems listed per kind (the totals count them all).")
+@click.option("--slave", is_flag=True, help="The store of a slave: its log may end inside a record its master "
+              "had not sent whole (a warning, not a problem).")
 @_json
 def check_store(store_dir: Path, index_slots: int | None, index_num: int | None, max_problems: int,
-                as_json: bool) -> None:
+                slave: bool, as_json: bool) -> None:
     """Check a stopped broker's store (storePathRootDir) offline, changing nothing.
 
     Exit 0: clean; 1: problems found; 2: not a store, or unreadable."""
@@ -271,7 +273,7 @@ def check_store(store_dir: Path, index_slots: int | None, index_num: int | None,
 
     if (index_slots is None) != (index_num is None):
         raise click.BadParameter("give both --index-slots and --index-num, or neither", param_hint="--index-num")
-    report = run_check(store_dir, CheckOptions(index_slots, index_num, max_problems))
+    report = run_check(store_dir, CheckOptions(index_slots, index_num, max_problems, slave))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -37,6 +37,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_reports.claims import ClaimId, Finding, Verdict
+from spark_reports.fault_loss import FaultRow, fault_rows, standing
 from spark_reports.html_report import Page, ReportOutput, write_csv
 from spark_reports.percentiles import CDF_GRID, DEFAULT_ACCURACY
 from spark_reports.plots import cdf_plot
@@ -149,8 +150,9 @@ def _find(perfs: list[Perf], broker: str, workload: str) -> Perf | None:
     return next((p for p in perfs if p.broker == broker and p.workload == workload), None)
 
 
-def judge(perfs: list[Perf]) -> list[Finding]:
-    """One finding per pair whose four runs (max and rate, both brokers) are all there."""
+def judge(perfs: list[Perf], faults: list[FaultRow] | None = None) -> list[Finding]:
+    """One finding per pair whose four runs (max and rate, both brokers) are all there; with ``faults`` (the
+    session's chaos cells, spark_reports.fault_loss), its details also say where the pair stands under them."""
     findings = []
     for claim, ours, peer in PAIRS:
         ours_max, peer_max = _find(perfs, ours, "max"), _find(perfs, peer, "max")
@@ -196,7 +198,8 @@ def judge(perfs: list[Perf]) -> list[Finding]:
             + "".join(f" {p.broker} unbounded: {p.bound}-bound." for p in (ours_max, peer_max) if p.bound)
             + (f" {peer} sent through its {peer_max.peer_client} client." if peer_max.peer_client else "")
             + (f" {ours_max.broker} sent through the {ours_max.rocketmq_client} client."
-               if ours_max.rocketmq_client else ""),
+               if ours_max.rocketmq_client else "")
+            + (f" {under}" if (under := standing(faults or [], ours, peer)) else ""),
             {"ours_acks_per_s": t_ours, "peer_acks_per_s": t_peer, "ours_p99_ms": p_ours, "peer_p99_ms": p_peer}))
     return findings
 
@@ -252,6 +255,8 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
     report_dir = make_report_dir(out_dir, NAME)
     runs = compare_runs(runs_dir)
     perfs = compute(spark, runs, accuracy)
+    chaos_runs = [r for r in discover_runs(runs_dir) if r.scenario.startswith("chaos-")]
+    faults = fault_rows(chaos_runs)
     page = Page("Brokers compared: the reference broker beside NATS JetStream, RabbitMQ and RocketMQ 4.9.8")
     page.paragraph("One python -m harness compare session: the same workloads through the same load generator, "
                    "one broker after another. Durability = the RocketMQ flush mode whose promise the broker's "
@@ -317,4 +322,28 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
     if not perfs:
         page.paragraph("No compare runs in this directory (python -m harness compare makes them).", note=True)
     files.append(write_csv(report_dir / "compare.csv", ["workload", *header, *cost_header[1:]], csv_rows))
-    return finish_report(page, report_dir, NAME, runs, files, link_csvs=True, findings=judge(perfs))
+    if faults:
+        files.append(_fault_section(page, report_dir, faults))
+    used = [*runs, *(r for r in chaos_runs if r.run_id in {f.run_id for f in faults})]
+    return finish_report(page, report_dir, NAME, used, files, link_csvs=True, findings=judge(perfs, faults))
+
+
+FAULT_HEADER: Final = ["fault", "broker", "durability", "cycles", "acknowledged", "lost", "allowed by its promise",
+                       "beyond its promise", "recovery max (s)", "verdict", "run"]
+
+
+def _fault_section(page: Page, report_dir: Path, faults: list[FaultRow]) -> Path:
+    """The loss under each fault, per broker and durability mode (spark_reports.fault_loss)."""
+    page.heading("Loss under each fault")
+    page.paragraph("The chaos cells of this session (python -m harness compare --faults, or python -m chaos matrix "
+                   "--driver ... --runs-dir into it): the same faults on every broker, each judged against its "
+                   "own acknowledgement's promise. Lost = acknowledged and never delivered; allowed = what the "
+                   "promise lets go (a page-cache acknowledgement under a power loss, within its unflushed window "
+                   "or sync interval); a RocketMQ-protocol cell's verdict does not split its loss, so a failed one "
+                   "shows its first violation. Recovery = from the fault until a send is acknowledged again.")
+    page.table(FAULT_HEADER, [[f.fault, f.broker, f.durability, f.cycles, fixed(f.acknowledged), f.lost, f.allowed,
+                               f.beyond, fixed(f.recovery_s_max, 2), f.verdict, f.run_id] for f in faults],
+               text_columns=3)
+    return write_csv(report_dir / "faults.csv", FAULT_HEADER,
+                     [[f.fault, f.broker, f.durability, f.cycles, f.acknowledged, f.lost, f.allowed, f.beyond,
+                       f.recovery_s_max, f.verdict, f.run_id] for f in faults])

@@ -59,7 +59,8 @@ def _common(result: ReplicationResult, fault: ReplicationFault, cycles: int,
     slave_conf = recorded["slave"]["conf"]
     assert (slave_conf["brokerRole"], slave_conf["brokerId"], slave_conf["slaveReadEnable"]) == ("SLAVE", "1", "true")
     if store_clean:
-        assert recorded["slave"]["store_check"]["outcome"] == "clean"
+        chk = recorded["slave"]["store_check"]
+        assert chk["outcome"] == "clean", (chk.get("problem_totals"), chk.get("problems"), chk.get("warnings"))
     check = json.loads((result.run_dir / "check.json").read_text())
     assert check["lost_promised"] == result.summary()["lost_promised"]
     return recorded

@@ -128,6 +128,12 @@ def test_page_out_covers_mappings_past_one_calls_limit(tmp_path: Path) -> None:
             res = page_out(child.pid, [tmp_path / "store" / "commitlog"])
             assert res.done, res.reason
             assert res.bytes_advised == size
+            # A page the kernel could not take off an LRU list at that moment stays resident (a busy machine,
+            # once); asking again takes it. A page-out that never reached the end page fails every pass.
+            for _ in range(3):
+                if fincore_bytes([data])[str(data)] == 0:
+                    break
+                page_out(child.pid, [tmp_path / "store" / "commitlog"])
             assert fincore_bytes([data])[str(data)] == 0
         finally:
             child.kill()

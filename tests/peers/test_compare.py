@@ -168,3 +168,35 @@ def test_compare_in_two_load_processes(tmp_path: Path) -> None:
     page = (tmp_path / "report" / "compare" / "index.html").read_text()
     assert "broker CPU µs/msg" in page and "load in 2 process(es)" in page
     assert "--rocketmq-client): reference-async: lean" in page  # the RocketMQ side's send path
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_compare_with_faults_reports_the_loss_under_each(tmp_path: Path) -> None:
+    """``--faults kill9``: after the workloads, a kill -9 cell per broker into the same session; the report's
+    "Loss under each fault" table and the claim's details say where each stands."""
+    if unavailable_reason("nats") is not None:
+        pytest.skip(unavailable_reason("nats"))
+    pytest.importorskip("nats")
+    done = subprocess.run([sys.executable, "-m", "harness", "compare", "--out", str(tmp_path / "runs"),
+                           "--brokers", "reference-async,nats", "--workloads", "rate,max", "--seconds", "1",
+                           "--rate", "300", "--load-processes", "1", "--faults", "kill9", "--fault-cycles", "1",
+                           "--report", str(tmp_path / "report")], capture_output=True, text=True, timeout=900,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (session,) = (tmp_path / "runs").iterdir()
+    summary = json.loads((session / "compare.json").read_text())
+    assert summary["spec"]["faults"] == ["kill9"]
+    faults = {r["label"]: r for r in summary["faults"]}
+    assert set(faults) == {"reference-async", "nats"}
+    for label, row in faults.items():
+        assert row["fault"] == "kill9" and row["acknowledged"] > 0 and row["lost"] == 0, (label, row)
+        assert (session / Path(row["run_dir"]).name / "meta.json").is_file()  # the cell's record, in the session
+    csv = (tmp_path / "report" / "compare" / "faults.csv").read_text().splitlines()
+    assert csv[0].startswith("fault,broker,durability") and len(csv) == 3
+    assert {line.split(",")[1] for line in csv[1:]} == {"reference-async", "nats"}
+    assert all(line.split(",")[5] == "0" and "kept its promise" in line for line in csv[1:]), csv
+    page = (tmp_path / "report" / "compare" / "index.html").read_text()
+    assert "Loss under each fault" in page
+    (finding,) = json.loads((tmp_path / "report" / "compare" / "findings.json").read_text())
+    assert "Under faults (one sitting): kill9: reference-async 0 lost, promise kept, nats 0 lost" in json.dumps(finding)

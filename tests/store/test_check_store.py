@@ -18,15 +18,17 @@ def stores() -> Iterator[Stores]:
     yield from stores_fixture()
 
 
-def _write(stores: Stores, root: Path, n: int = 30) -> None:
-    """``n`` keyed messages over two queues in 1 KiB commit-log files, then a clean shutdown."""
+def _write(stores: Stores, root: Path, n: int = 30) -> int:
+    """``n`` keyed messages over two queues in 1 KiB commit-log files, then a clean shutdown; the log's end."""
     cfg = make_config(root)
     s = stores.open(cfg)
     for i in range(n):
         put_ok(s, make_msg(f"body-{i}", queue_id=i % 2, keys=f"key{i} other{i}", uniq_key=f"U{i:04d}"))
     wait_dispatched(s)
+    end = s.get_max_phy_offset()
     s.shutdown()
     stores.opened.remove(s)
+    return end
 
 
 def test_clean_small_store(stores: Stores, tmp_path: Path) -> None:
@@ -101,3 +103,65 @@ def test_empty_store_directory_is_clean_and_no_commitlog_is_not_a_store(tmp_path
     assert check_store(tmp_path).outcome is Outcome.CLEAN
     assert check_store(tmp_path / "commitlog").outcome is Outcome.NOT_A_STORE
 
+
+
+def _tear_tail(root: Path, end: int, written: int) -> int:
+    """Write the first ``written`` bytes of the log's first record again at its end, as a slave's log holds a
+    record its master had sent only part of, and point the checkpoint's physicMsgOffset (flushed) past them;
+    returns the record's length."""
+    first = (root / "commitlog" / f"{0:020d}").read_bytes()
+    total = int.from_bytes(first[:4], "big")
+    last = root / "commitlog" / f"{end - end % 1024:020d}"
+    data = bytearray(last.read_bytes())
+    pos = end % 1024
+    assert pos + total <= len(data), "the torn record must fit in the last file"
+    data[pos:pos + written] = first[:written]
+    last.write_bytes(bytes(data))
+    ckpt = bytearray((root / "checkpoint").read_bytes())
+    ckpt[40:48] = (end + written).to_bytes(8, "big")
+    (root / "checkpoint").write_bytes(bytes(ckpt))
+    return total
+
+
+@pytest.mark.parametrize("written", [6, 100])
+def test_a_torn_tail_is_expected_of_a_slave_and_a_problem_on_a_cleanly_stopped_master(
+        stores: Stores, tmp_path: Path, written: int) -> None:
+    end = _write(stores, tmp_path, n=28)
+    clean = check_store(tmp_path)
+    assert clean.outcome is Outcome.CLEAN, render_text(clean)
+    total = _tear_tail(tmp_path, end, written)
+    assert written < total
+    as_slave = check_store(tmp_path, CheckOptions(slave=True))
+    assert as_slave.outcome is Outcome.CLEAN, render_text(as_slave)
+    assert any(f"the log ends inside its last record at {end % 1024}: {written} of its {total} bytes" in w
+               and "master stopped in the middle of a transfer" in w for w in as_slave.warnings), as_slave.warnings
+    assert as_slave.counts["commitlog_records"] == clean.counts["commitlog_records"]
+    as_master = check_store(tmp_path)
+    assert as_master.outcome is Outcome.PROBLEMS
+    assert [p.kind for p in as_master.problems] == [ProblemKind.LOG_TAIL], render_text(as_master)
+    assert "after a clean stop" in as_master.problems[0].reason
+    (tmp_path / "abort").touch()  # not cleanly stopped: recovery will cut it
+    assert check_store(tmp_path).outcome is Outcome.CLEAN
+
+
+def test_damage_at_the_end_is_no_torn_tail(stores: Stores, tmp_path: Path) -> None:
+    end = _write(stores, tmp_path, n=28)
+    total = _tear_tail(tmp_path, end, 100)
+    last = tmp_path / "commitlog" / f"{end - end % 1024:020d}"
+    data = bytearray(last.read_bytes())
+    data[end % 1024 + total + 5] = 7  # a byte past where the record would end: data after the "tail"
+    last.write_bytes(bytes(data))
+    r = check_store(tmp_path, CheckOptions(slave=True))
+    assert r.outcome is Outcome.PROBLEMS
+    assert ProblemKind.LOG_RECORD in r.totals and not any("ends inside" in w for w in r.warnings)
+
+
+def test_a_tail_of_zero_bytes_is_no_record_but_a_slave_may_have_flushed_it(stores: Stores, tmp_path: Path) -> None:
+    # The first three bytes of a record shorter than 256 bytes: zeros, like unwritten space. A slave's checkpoint
+    # may count them; a cleanly stopped master's may not.
+    end = _write(stores, tmp_path, n=28)
+    _tear_tail(tmp_path, end, 3)
+    assert check_store(tmp_path, CheckOptions(slave=True)).outcome is Outcome.CLEAN
+    r = check_store(tmp_path)
+    assert [p.kind for p in r.problems] == [ProblemKind.CHECKPOINT]
+    assert f"physicMsgOffset {end + 3} is past the end of the log's data {end}" in r.problems[0].reason

@@ -213,6 +213,24 @@ def test_non_zero_bytes_after_the_data(store: Path) -> None:
         (f"commitlog/{last.name}", LOG_FILE_SIZE - 100)]
 
 
+def test_a_torn_tail_is_a_warning_with_slave_and_a_problem_without(store: Path) -> None:
+    # The log's end inside a record (the first 100 bytes of its first record again): what a slave keeps when its
+    # master stopped mid-transfer.
+    files = damage.commit_log_files(store)
+    last = next(f for f in reversed(files) if f.read_bytes().strip(b"\0"))
+    data = bytearray(last.read_bytes())
+    pos = len(bytes(data).rstrip(b"\0"))
+    data[pos:pos + 100] = files[0].read_bytes()[:100]
+    last.write_bytes(bytes(data))
+    code, out = check(store, "--slave")
+    assert code == 0, out["problems"]
+    assert any("ends inside its last record" in w for w in out["warnings"]), out["warnings"]
+    code, out = check(store)
+    assert code == 1
+    assert [(p["file"], p["offset"]) for p in out["problems"] if p["kind"] == "commitlog-tail"] == [
+        (f"commitlog/{last.name}", pos)]
+
+
 def test_abort_file_is_a_warning_and_quarantine_is_ignored(store: Path) -> None:
     (store / "abort").touch()
     (store / "quarantine").mkdir()
