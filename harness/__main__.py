@@ -405,7 +405,8 @@ def fuzz(seconds: float, seed: int | None, cases: tuple[int, ...], skip_known: b
               "this process (the behaviour before the option). Default: 2 (harness.compare).")
 @click.option("--peer-client", "peer_client", type=click.Choice(["lean", "library"]), default="lean",
               show_default=True, help="The peers' send path: lean (the wire protocol spoken directly: "
-              "harness.nats_lean, harness.amqp_lean) or library (nats-py, pika). Consumers use the library.")
+              "harness.nats_lean, harness.amqp_lean) or library (nats-py, pika). NATS's consumer follows it "
+              "(harness.nats_lean_consumer); RabbitMQ's uses pika.")
 @click.option("--rocketmq-client", "rocketmq_client", type=click.Choice(["lean", "library"]), default="lean",
               show_default=True, help="The RocketMQ brokers' send path: lean (SEND_MESSAGE_V2 frames written "
               "directly: harness.rocketmq_lean) or library (this project's client). Consumers use the library.")

@@ -16,7 +16,9 @@ For the RocketMQ drivers the address is a name-server list; for a peer it is the
 A peer's send path is ``peer_client`` (``PEER_CLIENTS``): ``lean`` (the default) speaks the wire protocol
 itself (``harness.nats_lean``, ``harness.amqp_lean``: tens of µs of client CPU per message, as this project's
 RocketMQ client), ``library`` goes through nats-py / pika (~150-190 µs per message, which bounded the compare
-figures: BENCHMARKS.md). Consumers, topic creation and backlog queries use the library either way.
+figures: BENCHMARKS.md). For NATS the consumer follows it (``lean``: ``harness.nats_lean_consumer``, a JetStream
+pull consumer written directly; ``library``: nats-py's); RabbitMQ's consumer, and topic creation and backlog
+queries everywhere, use the library either way.
 
 The ``rocketmq`` driver's send path is ``rocketmq_client`` (``ROCKETMQ_CLIENTS``), a separate choice because its
 default differs by caller: ``library`` (this project's client, ``reference_broker.client``: ~40 µs per message,

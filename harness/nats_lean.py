@@ -1,6 +1,7 @@
 """This module owns the lean JetStream publisher: the NATS protocol (``harness.nats_wire``) over one plain TCP
-socket, no client library on the send path, and ``LeanNatsDriver``, the ``NatsDriver`` whose sends take it
-(stream creation, the consumer and the backlog stay on nats-py).
+socket, no client library on the send path, and ``LeanNatsDriver``, the ``NatsDriver`` whose sends take it and
+whose consumers are the lean pull consumer (``harness.nats_lean_consumer``; stream creation and the backlog stay
+on nats-py).
 
 Why: nats-py costs ~150 µs of client CPU per publish on this machine (an asyncio task, a future and an inbox
 subscription per message), so an unbounded run measured the client, not the server (BENCHMARKS.md, "Brokers
@@ -37,8 +38,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from harness import nats_wire as wire
-from harness.driver import DriverError, SendCallback, SendOutcome
+from harness.driver import Consumer, DeliveryCallback, DriverError, SendCallback, SendOutcome
 from harness.lean_link import pop_expired, shut, write_failed
+from harness.nats_lean_consumer import LeanNatsConsumer
 from harness.peer_drivers import BORN_HEADER, KEY_HEADER, Gather, NatsDriver
 from harness.records.schema import Outcome
 
@@ -256,7 +258,9 @@ class LeanNatsPublisher:
 
 
 class LeanNatsDriver(NatsDriver):
-    """``NatsDriver`` with its sends on ``LeanNatsPublisher``; topics, consumers and backlog through nats-py."""
+    """``NatsDriver`` with its sends on ``LeanNatsPublisher`` and its consumers ``LeanNatsConsumer``
+    (harness.nats_lean_consumer: a JetStream pull consumer on a connection of its own, the same durable and
+    the same explicit acks as the library path); topic creation and backlog queries stay on nats-py."""
 
     peer_client = "lean"
 
@@ -266,6 +270,7 @@ class LeanNatsDriver(NatsDriver):
         host, _, port = host_port.rpartition(":")
         self._host, self._port = host, int(port)
         self._lean: LeanNatsPublisher | None = None
+        self._lean_consumers: list[LeanNatsConsumer] = []
 
     def start(self) -> None:
         super().start()
@@ -275,10 +280,22 @@ class LeanNatsDriver(NatsDriver):
             self._lean = lean
 
     def stop(self) -> None:
+        for c in self._lean_consumers:
+            c.stop()
+        self._lean_consumers.clear()
         if self._lean is not None:
             self._lean.close()
             self._lean = None
         super().stop()
+
+    def consumer(self, group: str, topics: Sequence[str], on_delivery: DeliveryCallback, *, name: str,
+                 from_timestamp_ms: int | None = None, threads: int = 4, batch: int = 32) -> Consumer:
+        """``threads`` has no meaning here (one thread reads, delivers and acknowledges), as in the library
+        path."""
+        c = LeanNatsConsumer(self._host, self._port, group, topics, on_delivery, from_timestamp_ms=from_timestamp_ms,
+                             batch=batch, queue_count=self.queue_count, name=f"lab-lean-{name}")
+        self._lean_consumers.append(c)
+        return c
 
     def _publisher(self) -> LeanNatsPublisher:
         if self._lean is None:

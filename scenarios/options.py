@@ -154,7 +154,8 @@ _OPTIONS: Final[list[tuple[str, str, Callable[[Any], Any], str, bool]]] = [
                                 "client as producer), or a peer broker started embedded: nats, "
                                 "rabbitmq-classic, rabbitmq-quorum (docs/interop.md)", False),
     ("--peer-client", "peer_client", str, "A peer driver's send path: lean (the wire protocol spoken directly) or "
-                                          "library (nats-py, pika); consumers use the library", False),
+                                          "library (nats-py, pika); NATS's consumer follows it, RabbitMQ's uses pika",
+     False),
     ("--rocketmq-client", "rocketmq_client", str, "The rocketmq driver's send path: library (this project's "
                                                   "client, the default) or lean (SEND_MESSAGE_V2 frames written "
                                                   "directly, harness.rocketmq_lean); consumers use the library",

@@ -278,7 +278,8 @@ def run(spark: SparkSession, runs_dir: Path, out_dir: Path, accuracy: int = DEFA
     if clients:
         page.paragraph("The peers' send path (python -m harness compare --peer-client): " + ", ".join(clients)
                        + " (lean = the wire protocol written directly, harness.nats_lean / harness.amqp_lean; "
-                       "library = nats-py / pika). Their consumers use the library either way.")
+                       "library = nats-py / pika). NATS's consumer goes with it (lean = harness.nats_lean_consumer, "
+                       "a JetStream pull consumer written directly); RabbitMQ's consumer uses pika either way.")
     rmq_clients = sorted({f"{p.broker}: {p.rocketmq_client}" for p in perfs if p.rocketmq_client})
     if rmq_clients:
         page.paragraph("The RocketMQ brokers' send path (python -m harness compare --rocketmq-client): "
