@@ -136,7 +136,9 @@ class LeanNatsConsumer(_AckingConsumer):
 
     def subscribe(self, topics: Sequence[str]) -> None:
         with self._tlock:
-            self._topics.extend(t for t in topics if t not in self._topics)
+            for t in topics:
+                if t not in self._topics:
+                    self._topics.append(t)  # the thread SUBs and binds it on its next turn
 
     def owned_queues(self) -> int:
         with self._tlock:

@@ -223,3 +223,23 @@ def test_stop_is_prompt_and_leaves_no_thread(driver: LeanNatsDriver, nats_server
     time.sleep(0.5)
     assert _stop_time(dangling.stop) < 1.0
     assert not any(t.name == THREAD for t in threading.enumerate())
+
+
+def test_a_topic_subscribed_after_start_is_consumed_too(driver: LeanNatsDriver) -> None:
+    driver.create_topic("A", 2)
+    driver.create_topic("B", 3)
+    _send(driver, "A", ["a0"])
+    _send(driver, "B", ["b0", "b1"])
+    got = Got()
+    c = driver.consumer("ab_g", ["A"], got, name="ab")
+    c.start()
+    try:
+        got.wait_keys({"a0"})
+        assert c.owned_queues() == 2
+        c.subscribe(["B", "A"])
+        got.wait_keys({"a0", "b0", "b1"})
+        assert c.owned_queues() == 5
+        c.commit()  # every delivery is acknowledged as it is handled: nothing to do, nothing raised
+    finally:
+        c.stop()
+    assert sorted((d.topic, d.key) for d in got.items) == [("A", "a0"), ("B", "b0"), ("B", "b1")]
