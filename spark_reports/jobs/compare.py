@@ -185,6 +185,8 @@ def judge(perfs: list[Perf], faults: list[FaultRow] | None = None) -> list[Findi
             verdict = Verdict.INCONCLUSIVE
             measured = ("not measured fairly: generator bound (" + "; ".join(
                 f"{p.broker}: {generator_bound_why(p)}" for p in generator_bound) + f") — {measured}")
+            if (bound := broker_cost_words(ours_max, peer_max)):
+                why.append(bound)
         elif generator_bound:
             why.append(_survives_words(t_ours, t_peer, ours_max, peer_max, generator_bound))
         procs = sorted({p.processes for p in (ours_max, peer_max, ours_rate, peer_rate) if p.processes})
@@ -213,6 +215,19 @@ def _order_survives_the_clients(t_ours: float, t_peer: float, ours: Perf, peer: 
     if c_ours is None or c_peer is None:
         return False
     return c_ours < c_peer if t_ours < t_peer else c_ours > c_peer  # strictly: equal loads leave it open
+
+
+def broker_cost_words(ours: Perf, peer: Perf) -> str:
+    """What bounds the pair once the load generator is taken away: each broker's CPU per acknowledged message in
+    its unbounded run, and the ceiling that puts on one core's worth of it; "" when either was not measured."""
+    a, b = ours.broker_us_per_msg, peer.broker_us_per_msg
+    if not a or not b:
+        return ""
+    order = "less" if a < b else "more" if a > b else "as much"
+    return (f"the brokers' own cost, which a free load generator would leave as the bound: {ours.broker} "
+            f"{a:,.0f} µs of CPU per acknowledged message ({1e6 / a:,.0f} msg/s per core), {peer.broker} "
+            f"{b:,.0f} µs ({1e6 / b:,.0f} msg/s per core): ours costs {order}"
+            + ("" if a == b else f", {max(a, b) / min(a, b):.2f}x"))
 
 
 def _names(bound: list[Perf]) -> str:

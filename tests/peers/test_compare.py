@@ -70,7 +70,19 @@ def test_judge_says_when_the_generator_was_the_bound(ours_bound: str | None, pee
     if verdict is Verdict.INCONCLUSIVE:
         assert finding.measured.startswith("not measured fairly: generator bound")
         assert "9,000 msg/s" in finding.measured  # the figures are still shown
+        # ... and the bound a free load generator would leave: both brokers cost 30 µs per message here.
+        assert "reference-async 30 µs of CPU per acknowledged message (33,333 msg/s per core)" in finding.detail
+        assert "nats 30 µs (33,333 msg/s per core): ours costs as much" in finding.detail
     assert "load in 2 process(es)" in finding.detail
+
+
+def test_an_inconclusive_pair_names_the_brokers_cost() -> None:
+    perfs = [_perf("reference-async", "max", 9000, 1.0, "generator", broker_us=50.0),
+             _perf("nats", "max", 5000, 1.0, "generator", broker_us=40.0),
+             _perf("reference-async", "rate", 2000, 5.0), _perf("nats", "rate", 2000, 10.0)]
+    (finding,) = judge(perfs)
+    assert finding.verdict is Verdict.INCONCLUSIVE
+    assert "ours costs more, 1.25x" in finding.detail and "(20,000 msg/s per core)" in finding.detail
 
 
 @pytest.mark.parametrize(("ours_acked", "ours_client", "peer_client", "ours_p99", "verdict"), [
