@@ -11,9 +11,10 @@ not clients.
 
 What the broker receives is what the library sends (``frame_parts``: the library's own request, encoded by the
 project's codec, split at its varying fields): properties ``KEYS`` (the checker's identity; the broker indexes
-it), ``WAIT=true`` and a ``UNIQ_KEY`` (MessageClientIDSetter's 32 hex), in the library's order; the born time
-in epoch ms (``bornTimestamp``, what the consumer reads back as ``born_ns``). Per message only the born time,
-the properties and the opaque are filled in.
+it), ``WAIT=true``, the send time in epoch ns (``LAB_BORN_NS``, harness.driver.BORN_NS_PROPERTY: what the
+consumer reads back as ``born_ns``) and a ``UNIQ_KEY`` (MessageClientIDSetter's 32 hex), in the library's
+order; the born time in epoch ms (``bornTimestamp``). Per message only the born times, the properties and the
+opaque are filled in.
 
 The route: the name server's topic route (write queues of writable masters, sorted by broker name and queue id
 as the library driver sorts its queues), asked at the first send of a topic and again after a connection was
@@ -49,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from harness.driver import DriverError, RocketMQDriver, SendCallback, SendOutcome
+from harness.driver import BORN_NS_PROPERTY, DriverError, RocketMQDriver, SendCallback, SendOutcome
 from harness.lean_link import pop_expired, shut, write_failed
 from harness.records.schema import Outcome
 from reference_broker.client import protocol
@@ -112,15 +113,17 @@ def frame_parts(group: str, topic: str, queue_id: int) -> FrameParts:
 
 
 _KEYS_PREFIX: Final = _json_text(f"{mc.PROPERTY_KEYS}\x01")
-_UNIQ_PREFIX: Final = _json_text(f"\x02{mc.PROPERTY_WAIT_STORE_MSG_OK}\x01true\x02"
-                                 f"{mc.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01")
+_BORN_NS_PREFIX: Final = _json_text(f"\x02{mc.PROPERTY_WAIT_STORE_MSG_OK}\x01true\x02{BORN_NS_PROPERTY}\x01")
+_UNIQ_PREFIX: Final = _json_text(f"\x02{mc.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01")
 
 
-def build_frame(parts: FrameParts, opaque: int, born_ms: int, key: str, uniq: str, body: bytes) -> bytes:
-    """A whole SEND_MESSAGE_V2 frame: properties KEYS, WAIT=true, UNIQ_KEY in the library's order."""
+def build_frame(parts: FrameParts, opaque: int, born_ns: int, key: str, uniq: str, body: bytes) -> bytes:
+    """A whole SEND_MESSAGE_V2 frame: properties KEYS, WAIT=true, the send time in ns (``BORN_NS_PROPERTY``,
+    the library driver's user property) and UNIQ_KEY, in the library's order; bornTimestamp in ms."""
     key_json = key.encode() if key.isalnum() else _json_text(key)  # harness keys need no escaping: the fast path
-    header = b"".join((parts.head, b"%d" % born_ms, parts.after_born, _KEYS_PREFIX, key_json, _UNIQ_PREFIX,
-                       uniq.encode(), parts.after_props, b"%d" % opaque, parts.tail))
+    header = b"".join((parts.head, b"%d" % (born_ns // 1_000_000), parts.after_born, _KEYS_PREFIX, key_json,
+                       _BORN_NS_PREFIX, b"%d" % born_ns, _UNIQ_PREFIX, uniq.encode(), parts.after_props,
+                       b"%d" % opaque, parts.tail))
     return b"".join((FRAME_PREFIX.pack(4 + len(header) + len(body), len(header)), header, body))
 
 
@@ -181,7 +184,7 @@ class _Link:
                 callback(SendOutcome(Outcome.FAIL, -1, queue, error=f"not connected to {self.addr}"))
                 return
             opaque = next(self._opaques) % _OPAQUE_WRAP  # positive int32; a wrap repeats no pending opaque
-            frame = build_frame(parts, opaque, time.time_ns() // 1_000_000, key, uniq, body)
+            frame = build_frame(parts, opaque, time.time_ns(), key, uniq, body)
             with self.plock:
                 self.pending[opaque] = _Pending(callback, queue, time.monotonic() + self.send_timeout_s)
             try:

@@ -9,7 +9,8 @@ acknowledgement matches (page cache = ASYNC_FLUSH, fsync = SYNC_FLUSH; docs/inte
 - send latency = ack − start of acknowledged sends: p50 / p99 / p99.9 / max and the CDF, by percentile_approx
   over the run's raw events;
 - send-to-consume latency = the consumer's receive time − the producer's send time carried in the message
-  (``born_ns``; RocketMQ's bornTimestamp has millisecond resolution);
+  (``born_ns``: a header on the peers, the ``LAB_BORN_NS`` user property on the RocketMQ brokers, both in ns;
+  runs made before that property read RocketMQ's bornTimestamp, in ms, which adds 0.5 ms on average);
 - loss = acknowledged, never received (check.json; every broker here judged against its own promise).
 
 - cost = meta.json ``load`` (harness.load_cost): each load process's and the broker's CPU busy share over the

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.driver import Delivery, Driver, RocketMQDriver, SendOutcome
+from harness.driver import BORN_NS_PROPERTY, Delivery, Driver, RocketMQDriver, SendOutcome
 from harness.drivers import make_driver
 from harness.launcher import Topology
 from harness.records.schema import Outcome
@@ -37,16 +37,18 @@ def _decode(frame: bytes) -> RemotingCommand:
 @pytest.mark.parametrize("key", ["k-17", 'a "quoted" key\\with\tblanks', "ключ-ü"])
 def test_a_lean_frame_decodes_to_the_librarys_request(key: str) -> None:
     """The library's request for the same message (Message(keys=...) + its UNIQ_KEY), field for field."""
-    uniq, born, body = "7F0000010ABC1234AB00000100000007", 1_700_000_000_123, b"\x00payload\xff" * 30
-    lean = _decode(build_frame(frame_parts("grp", "TopicA", 3), 4242, born, key, uniq, body))
-    msg = Message("TopicA", body, keys=key)
+    uniq, born_ns, body = "7F0000010ABC1234AB00000100000007", 1_700_000_000_123_456_789, b"\x00payload\xff" * 30
+    lean = _decode(build_frame(frame_parts("grp", "TopicA", 3), 4242, born_ns, key, uniq, body))
+    msg = Message("TopicA", body, keys=key)  # as harness.driver.born_message makes it
+    msg.put_user_property(BORN_NS_PROPERTY, str(born_ns))
     msg.properties["UNIQ_KEY"] = uniq  # the library stamps it last (Producer._prepare)
     lib = protocol.send_request("grp", "TopicA", 3, body, protocol.encode_properties(msg.properties),
-                                born_timestamp=born)
+                                born_timestamp=born_ns // 1_000_000)
     lib.opaque = 4242
     want = _decode(encode(lib))
     assert lean == want  # code, language, version, opaque, flag, every ext field, the body
-    assert lean.ext_fields["i"] == f"KEYS\x01{key}\x02WAIT\x01true\x02UNIQ_KEY\x01{uniq}"
+    assert lean.ext_fields["i"] == f"KEYS\x01{key}\x02WAIT\x01true\x02LAB_BORN_NS\x01{born_ns}\x02UNIQ_KEY\x01{uniq}"
+    assert lean.ext_fields["g"] == "1700000000123"  # bornTimestamp, ms
 
 
 def test_response_codes_are_classified_as_the_library_driver_does() -> None:
@@ -118,7 +120,7 @@ def _same_deliveries(answers: Answers, got: list[Delivery], prefix: str, n: int,
         o = answers.outs[key][0]
         assert (d.queue_id, d.queue_offset) == (o.queue_id, o.queue_offset)  # acked where it was stored
         assert d.nbytes == 100 + int(key[len(prefix):])
-        assert t0 // 1_000_000 * 1_000_000 <= d.born_ns <= t1 and d.born_ns % 1_000_000 == 0  # born ms, sent
+        assert t0 <= d.born_ns <= t1  # the send time in ns (LAB_BORN_NS), on either path
     per_queue = collections.Counter(d.queue_id for d in got)
     assert set(per_queue) == {0, 1} and abs(per_queue[0] - per_queue[1]) <= 1  # round-robin
 
