@@ -23,11 +23,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.driver import Delivery, Driver, SendOutcome
+from harness.driver import Delivery, Driver
 from harness.drivers import PEER_CLIENTS, PeerClient, make_driver
 from harness.load_cost import cpu_seconds
+from harness.peer_send_cost import one_round
 from harness.peers import PeerServer, unavailable_reason
-from harness.records.schema import Outcome
 
 TOPIC = "ConsumeCost"
 
@@ -42,24 +42,9 @@ class Round:
 
 
 def fill(drv: Driver, messages: int, size: int, in_flight: int = 256) -> int:
-    """The backlog: ``messages`` sends with ``in_flight`` outstanding; returns how many were acknowledged."""
-    slots = threading.Semaphore(in_flight)
-    done = threading.Semaphore(0)
-    acked = [0]
-    body = os.urandom(size)
-
-    def cb(o: SendOutcome) -> None:
-        if o.outcome == Outcome.OK:
-            acked[0] += 1  # one reader thread calls back: no lock needed for the count
-        slots.release()
-        done.release()
-
-    for i in range(messages):
-        slots.acquire()
-        drv.send_async(TOPIC, f"k{i}", body, cb)
-    for _ in range(messages):
-        done.acquire()
-    return acked[0]
+    """The backlog: ``messages`` sends with ``in_flight`` outstanding (peer_send_cost's round); returns how many
+    were acknowledged."""
+    return one_round(drv, TOPIC, messages, size, in_flight)[0]
 
 
 def consume_round(drv: Driver, group: str, messages: int, batch: int,
