@@ -132,6 +132,12 @@ def _skip_reason(driver: str, fault: str) -> str | None:
     return reason
 
 
+# How long the final drain waits for every acknowledged message (it ends as soon as all are in). A RabbitMQ quorum
+# queue on a busy machine was not serving again for over 60 s after a kill -9 (its consumer refused with
+# INTERNAL_ERROR meanwhile): a shorter wait would call messages the broker still holds lost.
+DRAIN_TIMEOUT_S: Final = 180.0
+
+
 def run_peer_fault(driver: str, fault: str = "kill9", *, cycles: int = 3, runs_dir: Path = Path("runs"),
                    gap_s: tuple[float, float] = (0.5, 2.0), seed: int | None = None, shape: LoadShape | None = None,
                    work_dir: Path | None = None, log: Callable[[str], None] | None = None,
@@ -146,7 +152,7 @@ def run_peer_fault(driver: str, fault: str = "kill9", *, cycles: int = 3, runs_d
     if result.skipped is not None:
         return result
     rng = random.Random(seed)
-    shape = shape or LoadShape(name=fault, in_flight=32, queues=4, drain_timeout_s=60.0)
+    shape = shape or LoadShape(name=fault, in_flight=32, queues=4, drain_timeout_s=DRAIN_TIMEOUT_S)
     if fault in IMAGE_FAULTS and shape.rate <= 0:
         shape = replace(shape, rate=IMAGE_FAULT_RATE)
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.peer_faults import run_peer_fault
+from chaos.peer_faults import DRAIN_TIMEOUT_S, run_peer_fault
 from harness.driver_load import DriverLoad, LoadShape
 from harness.peer_drivers import AckPromise, NatsDriver, RabbitMQDriver, loss_allowed, stream_name
 from harness.peers import PeerServer, unavailable_reason
@@ -114,11 +114,18 @@ def _mine(root: Path, epmd_port: int) -> set[int]:
     return out
 
 
-@pytest.mark.parametrize("driver", ["nats", pytest.param("rabbitmq-quorum", marks=pytest.mark.slow)])
+# RabbitMQ quorum's cell runs in the "machine" group (tests/conftest.py), never beside a sysctl profile test:
+# with low-latency-async applied by tests/sysctl_profiles at the same time, its quorum queue refused the consumer
+# (INTERNAL_ERROR) and 655 acknowledged messages went undelivered for the whole drain (CI, and again here run
+# beside it; alone and beside two busy cores it passed).
+@pytest.mark.timeout(600)  # the drain may wait up to DRAIN_TIMEOUT_S for a quorum queue to serve again
+@pytest.mark.parametrize("driver", ["nats", pytest.param("rabbitmq-quorum",
+                                                         marks=[pytest.mark.slow, pytest.mark.machine])])
 def test_kill9_on_the_peer_loses_nothing_acknowledged(driver: str, tmp_path: Path) -> None:
     _skip_unless(driver)
     result = run_peer_fault(driver, "kill9", cycles=1, runs_dir=tmp_path / "runs", gap_s=(0.8, 1.0), seed=1,
-                            shape=LoadShape(in_flight=16, queues=2, drain_timeout_s=60.0), work_dir=tmp_path)
+                            shape=LoadShape(in_flight=16, queues=2, drain_timeout_s=DRAIN_TIMEOUT_S),
+                            work_dir=tmp_path)
     assert result.skipped is None
     assert result.load is not None and result.load.check is not None
     check = result.load.check

@@ -39,11 +39,11 @@ def foreign_profile() -> str | None:
     if state.pid == os.getpid():
         return None
     try:
-        os.kill(state.pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{state.pid}/stat").read_text()
+    except OSError:
         return None  # a dead applier's leftover: restore_state_file's business, not a live one's
-    except PermissionError:
-        pass
+    if stat[stat.rindex(")") + 2] == "Z":
+        return None  # killed, not yet reaped: as dead (os.kill(pid, 0) would still find it)
     return f"profile {state.profile} applied by live pid {state.pid}"
 
 
