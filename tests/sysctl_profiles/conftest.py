@@ -10,6 +10,7 @@ import pytest
 
 from sysctl_profiles.session import restore_values
 from sysctl_profiles.state_file import DEFAULT_STATE_FILE, StateFileError, load_state
+from tests.sysctl_profiles.helpers import pid_running
 
 # Keys outside vm.* that tests touch (read-only ones, to be sure they stay as they are).
 EXTRA_KEYS = ("kernel.cap_last_cap",)
@@ -38,12 +39,8 @@ def foreign_profile() -> str | None:
         return None  # no state file (or one the tests themselves judge)
     if state.pid == os.getpid():
         return None
-    try:
-        stat = Path(f"/proc/{state.pid}/stat").read_text()
-    except OSError:
-        return None  # a dead applier's leftover: restore_state_file's business, not a live one's
-    if stat[stat.rindex(")") + 2] == "Z":
-        return None  # killed, not yet reaped: as dead (os.kill(pid, 0) would still find it)
+    if not pid_running(state.pid):
+        return None  # a dead (or killed, unreaped) applier's leftover: restore_state_file's business
     return f"profile {state.profile} applied by live pid {state.pid}"
 
 

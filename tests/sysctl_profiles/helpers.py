@@ -17,6 +17,15 @@ REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "sysctl_profiles"]
 GiB = 1 << 30
 
+def pid_running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped (``os.kill(pid, 0)`` still finds a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 needs_root = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="writing /proc/sys needs root"),

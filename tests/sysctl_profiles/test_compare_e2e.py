@@ -22,7 +22,7 @@ from sysctl_profiles.compare import META_KEY, watched_keys
 from sysctl_profiles.procsys import read_values
 from sysctl_profiles.session import restore_state_file
 from sysctl_profiles.state_file import DEFAULT_STATE_FILE
-from tests.sysctl_profiles.helpers import REPO, needs_root
+from tests.sysctl_profiles.helpers import REPO, needs_root, pid_running
 
 pytestmark = [*needs_root, pytest.mark.e2e, pytest.mark.machine]
 
@@ -67,7 +67,7 @@ def _running(runs: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
             # Killed, neither restored the profile it had applied: put the machine back from the state file once
             # the appliers are gone (their lock with them), or the next tests run under that profile.
             deadline = time.monotonic() + 15
-            while any(_pid_running(c) for c in children) and time.monotonic() < deadline:
+            while any(pid_running(c) for c in children) and time.monotonic() < deadline:
                 time.sleep(0.1)
             restore_state_file(DEFAULT_STATE_FILE, force=True)
 
@@ -92,15 +92,6 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
     return out
-
-
-def _pid_running(pid: int) -> bool:
-    """Alive and not a zombie waiting for its (new) parent to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def _group_alive(pgid: int) -> bool:
