@@ -20,6 +20,9 @@ from reference_broker.common import java_hash as jh
 from reference_broker.common import message as mc
 from reference_broker.common import message_batch as mb
 from reference_broker.common import record as rec
+from reference_broker.remoting import codec
+from reference_broker.remoting.codes import SerializeType
+from reference_broker.remoting.command import RemotingCommand, json_loads
 from reference_broker.store import check, commit_log, index_file, index_service
 
 # (module that binds the name, name, owner, compiled module): every binding the put path calls through.
@@ -51,6 +54,8 @@ def compiled_module(name: str) -> ModuleType:
                       mc.SCHEDULE_TOPIC)
     elif name == "_index_c":
         mod.bind(jh.pure_hash_codes, jh.string_hash_code)
+    elif name == "_frame_c":
+        mod.bind(RemotingCommand, json_loads, SerializeType.JSON)
     elif name == "_message_c":
         mod.bind(mc.pure_string_to_properties, mc.pure_bytes_to_properties)
     else:
@@ -66,6 +71,11 @@ def put_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     # IndexFile.put_keys's twin has no pure function of the same shape: None selects its numpy reference path.
     monkeypatch.setattr(index_file, "_link_write",
                         None if request.param == "pure" else compiled_module("_index_c").link_write)
+    # The frame decoder asks its twin first when there is one (remoting/codec.py): None is the pure path.
+    frame_c = None if request.param == "pure" else compiled_module("_frame_c")
+    monkeypatch.setattr(codec, "_compiled", frame_c)
+    if frame_c is not None:
+        monkeypatch.setattr(codec, "_FALLBACK", frame_c.FALLBACK)
     yield request.param
 
 

@@ -2,7 +2,8 @@
 
 The pure-Python functions in ``record``, ``message`` and ``message_batch`` are the reference. Beside some of
 them sits an optional Cython module (``_record_c``, ``_message_c``, ``_message_batch_c``, ``_index_c`` (the
-index's key hashes and entry linking; java_hash and store/index_file use it); the ``.pyx`` next to
+index's key hashes and entry linking; java_hash and store/index_file use it), ``_frame_c`` (the remoting
+decoder's common case: a whole frame with a JSON header; remoting/codec uses it); the ``.pyx`` next to
 this file), built by ``scripts/setup.sh`` (``scripts/build_compiled.py``) when a C compiler is present. The
 owning module asks ``load`` for its compiled twin at import time and rebinds its names to it when there is
 one; every bad input the compiled function does not handle itself is handed to the pure one, so both raise
@@ -20,7 +21,7 @@ from types import ModuleType
 from typing import Final
 
 ENV_PURE: Final = "RMQ_PURE_PYTHON"
-MODULES: Final = ("_record_c", "_message_c", "_message_batch_c", "_index_c")
+MODULES: Final = ("_record_c", "_message_c", "_message_batch_c", "_index_c", "_frame_c")
 
 FORCED_PURE: Final = os.environ.get(ENV_PURE, "") not in ("", "0")
 _loaded: dict[str, str] = {}  # module name -> "compiled" or why it is pure

@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Final
 
+from reference_broker.common import compiled
 from reference_broker.remoting.codes import LanguageCode, SerializeType
 from reference_broker.remoting.command import (
     BIN_FIXED,
@@ -61,6 +62,10 @@ class FrameDecoder:
         if self._error is not None:
             raise ProtocolError(*self._error.args) from self._error
         try:
+            if _compiled is not None:  # the common case in C; anything else is the pure path's
+                cmd = _compiled.next_frame(self, self._max)
+                if cmd is not _FALLBACK:
+                    return cmd  # type: ignore[no-any-return]
             return self._next_frame()
         except ProtocolError as exc:
             self._error = exc
@@ -214,3 +219,12 @@ def _decode_binary_header(h: bytes) -> RemotingCommand:
     return RemotingCommand(
         code=code, language=language, version=version, opaque=opaque, flag=flag, remark=remark, ext_fields=ext
     )
+
+
+# The compiled twin of the common case (common/_frame_c.pyx): a complete frame with a JSON header of the
+# expected types. It hands everything else back (FALLBACK) untouched, so every error above stays the pure path's.
+_compiled = compiled.load("_frame_c")
+_FALLBACK: object = None
+if _compiled is not None:
+    _compiled.bind(RemotingCommand, json_loads, SerializeType.JSON)
+    _FALLBACK = _compiled.FALLBACK

@@ -4,6 +4,7 @@ same exception type for the same input, random and hostile input included (hypot
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -21,9 +22,11 @@ from reference_broker.common import java_hash as jh
 from reference_broker.common import message as mc
 from reference_broker.common import message_batch as mb
 from reference_broker.common import record as rec
+from reference_broker.remoting import codec
 from reference_broker.remoting.client import RemotingClient
-from reference_broker.remoting.codes import RequestCode, ResponseCode
-from reference_broker.remoting.command import create_request
+from reference_broker.remoting.codec import ProtocolError
+from reference_broker.remoting.codes import RequestCode, ResponseCode, SerializeType
+from reference_broker.remoting.command import RemotingCommand, create_request, encode
 from reference_broker.remoting.headers import send_v1_to_v2
 from reference_broker.store.index_format import HEADER_SIZE, INT_MIN, link_run, run_slots
 from reference_broker.tools import admin
@@ -365,3 +368,108 @@ def test_a_broker_on_each_path_stores_the_same_and_survives_bad_batches(tmp_path
     assert [(m.body, m.tags, m.queue_offset) for m in msgs] == [(b"b0", "t0", 0), (b"b1", "t1", 1),
                                                                   (b"b2", "t2", 2), (b"single", "s", 3)]
     assert all(m.keys == "k é" for m in msgs[:3])
+
+
+# ---- frame decoder (remoting/codec.py's common case) ----------------------------------------------------
+
+JSON_SCALARS = st.one_of(st.none(), st.booleans(), I32, st.integers(-(2**40), 2**40), st.floats(allow_nan=False),
+                         st.text(ANY_CHAR.filter(lambda c: not 0xD800 <= ord(c) <= 0xDFFF), max_size=8))
+HEADER_FIELDS = {
+    "code": st.one_of(I32, JSON_SCALARS), "version": st.one_of(I32, JSON_SCALARS),
+    "opaque": st.one_of(I32, JSON_SCALARS), "flag": st.one_of(I32, JSON_SCALARS),
+    "language": st.one_of(st.sampled_from(["JAVA", "CPP", "PYTHON"]), JSON_SCALARS),
+    "remark": st.one_of(st.text(max_size=10), JSON_SCALARS),
+    "extFields": st.one_of(st.dictionaries(st.text(max_size=4), st.text(max_size=6), max_size=4),
+                           st.dictionaries(st.text(max_size=4), JSON_SCALARS, max_size=3), JSON_SCALARS,
+                           st.lists(JSON_SCALARS, max_size=2)),
+}
+
+
+@st.composite
+def frame_streams(draw):
+    """Frames whose JSON header has each field present or not, of the expected type or another; some
+    whole-stream damage (a changed byte, a cut) and a binary or unknown serialize type now and then."""
+    out = bytearray()
+    for _ in range(draw(st.integers(1, 4))):
+        fields = {k: draw(v) for k, v in HEADER_FIELDS.items() if draw(st.booleans()) or k == "code"}
+        header = json.dumps(fields).encode() if draw(st.integers(0, 9)) else draw(st.binary(max_size=30))
+        body = draw(st.binary(max_size=40))
+        st_byte = draw(st.sampled_from([0, 0, 0, 1, 7]))
+        out += struct.pack(">ii", 4 + len(header) + len(body), st_byte << 24 | len(header)) + header + body
+    if draw(st.integers(0, 3)) == 0:
+        out[draw(st.integers(0, len(out) - 1))] = draw(st.integers(0, 255))
+    if draw(st.integers(0, 3)) == 0:
+        del out[draw(st.integers(0, len(out))):]
+    return bytes(out)
+
+
+def _decoded(decoder_cls, data: bytes, cuts: list[int]) -> list[object]:
+    """Each command's fields (every slot, the derived ones included), or the error's type and text, in the
+    order the decoder gives them while ``data`` arrives in pieces; then what it still buffers."""
+    dec = decoder_cls()
+    got: list[object] = []
+    prev = 0
+    for cut in [*sorted({min(c, len(data)) for c in cuts}), len(data)]:
+        dec.feed(data[prev:cut])
+        prev = cut
+        while True:
+            try:
+                cmd = dec.next_frame()
+            except ProtocolError as exc:
+                got.append(("raised", str(exc)))
+                break
+            if cmd is None:
+                break
+            got.append(tuple((name, getattr(cmd, name)) for name in RemotingCommand.__slots__))
+    return [*got, dec.buffered]
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frame_streams(), st.lists(st.integers(0, 400), max_size=4))
+def test_frame_decoder_twin_equals_the_pure_path(monkeypatch_frames, data, cuts):
+    """The same commands (every field, its type included: an int stays an int, the JSON serialize type is the
+    enum) and the same errors, word for word, from the twin as from the pure decoder, on frames with every
+    header shape and some damage, fed in pieces."""
+    with_twin, pure = monkeypatch_frames
+    assert _decoded(with_twin, data, cuts) == _decoded(pure, data, cuts)
+
+
+@pytest.fixture
+def monkeypatch_frames(monkeypatch):
+    """(decoder class with the twin bound, decoder class on the pure path)."""
+    c = compiled_module("_frame_c")
+
+    class Pure(codec.FrameDecoder):
+        def next_frame(self):
+            monkeypatch.setattr(codec, "_compiled", None)
+            try:
+                return super().next_frame()
+            finally:
+                monkeypatch.setattr(codec, "_compiled", c)
+
+    monkeypatch.setattr(codec, "_compiled", c)
+    monkeypatch.setattr(codec, "_FALLBACK", c.FALLBACK)
+    return codec.FrameDecoder, Pure
+
+
+def test_frame_decoder_twin_takes_the_common_frame_and_declines_the_rest():
+    """The twin itself (not through the decoder): a send request becomes its command with ints as ints and
+    the decoder's position past it; a binary header, a too-long length and a non-string ext value are
+    handed back untouched, and so is a frame not all there (the pure path's length checks come first); a
+    short length prefix is "not yet"."""
+    c = compiled_module("_frame_c")
+    req = encode(create_request(RequestCode.SEND_MESSAGE_V2, {"a": "g", "b": "T"}, b"body"))
+    dec = codec.FrameDecoder()
+    dec.feed(req + req[:3])
+    cmd = c.next_frame(dec, codec.MAX_FRAME_LENGTH)
+    assert (cmd.code, cmd.ext_fields, cmd.body, cmd.serialize_type) == (
+        RequestCode.SEND_MESSAGE_V2, {"a": "g", "b": "T"}, b"body", SerializeType.JSON)
+    assert type(cmd.code) is int and dec.buffered == 3
+    assert c.next_frame(dec, codec.MAX_FRAME_LENGTH) is None  # 3 of the next length's 4 bytes
+    ext_int = b'{"code":1,"extFields":{"a":1}}'
+    for bad in (encode(create_request(RequestCode.SEND_MESSAGE_V2, {"a": "g"}), SerializeType.ROCKETMQ),
+                struct.pack(">ii", 1 << 30, 0), req[:-1],
+                struct.pack(">ii", 4 + len(ext_int), len(ext_int)) + ext_int):
+        dec = codec.FrameDecoder()
+        dec.feed(bad)
+        assert c.next_frame(dec, codec.MAX_FRAME_LENGTH) is c.FALLBACK and dec.buffered == len(bad)

@@ -18,6 +18,9 @@ from reference_broker.remoting.codes import (
     SerializeType,
 )
 from reference_broker.remoting.command import RemotingCommand, create_request, create_response, encode
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
+
+pytestmark = pytest.mark.usefixtures("put_path")  # the decoder's pure path and its compiled twin
 
 BOTH = pytest.mark.parametrize("st", [SerializeType.JSON, SerializeType.ROCKETMQ])
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference_broker.remoting.codec import FrameDecoder, ProtocolError
 from reference_broker.remoting.codes import LanguageCode, SerializeType
 from reference_broker.remoting.command import RemotingCommand, encode
+from tests.compiled_paths import put_path  # noqa: F401 - the fixture, used by pytestmark
+
+pytestmark = pytest.mark.usefixtures("put_path")  # the decoder's pure path and its compiled twin
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT16 = st.integers(-(2**15), 2**15 - 1)
