@@ -74,7 +74,37 @@ def functions() -> list[dict[str, Any]]:
         us = {k: per_call(make(impls[k][name]), number) / per for k in ("pure", "compiled")}
         rows.append({"function": label, "pure_us": round(us["pure"], 3), "compiled_us": round(us["compiled"], 3),
                      "ratio": round(us["compiled"] / us["pure"], 2)})
-    return rows + index_rows()
+    return rows + index_rows() + frame_rows()
+
+
+def frame_rows() -> list[dict[str, Any]]:
+    """The frame decoder's twin (common/_frame_c.pyx): ``FrameDecoder.next_frame`` per frame, on a stream of 64
+    lean single sends (1 KiB; the frame ``bench producer --lean`` writes), pure and compiled."""
+    from reference_broker.bench.lean_producer import build_template, fill_frame
+    from reference_broker.remoting import codec
+
+    twin = codec._compiled
+    if twin is None:
+        return []
+    tpl = build_template("BenchmarkGroup", "BenchmarkTest", 1, b"x" * 1024, 1, None)
+    stream = b"".join(fill_frame(tpl, 1_000_000_000 + i, 1_700_000_000_000, [f"7F0000010A2B18B4AAC27E8B5F3C{i:04X}"],
+                                 1_700_000_000_000_000_000) for i in range(64))
+
+    def drain() -> None:
+        dec = codec.FrameDecoder()
+        dec.feed(stream)
+        while dec.next_frame() is not None:
+            pass
+
+    us = {}
+    for path in ("pure", "compiled"):
+        codec._compiled = twin if path == "compiled" else None
+        try:
+            us[path] = per_call(drain, 300) / 64
+        finally:
+            codec._compiled = twin
+    return [{"function": "FrameDecoder.next_frame, per frame of 64 (1 KiB sends)", "pure_us": round(us["pure"], 3),
+             "compiled_us": round(us["compiled"], 3), "ratio": round(us["compiled"] / us["pure"], 2)}]
 
 
 def index_rows() -> list[dict[str, Any]]:

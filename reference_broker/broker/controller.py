@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import enum
+import gc
 import logging
 import threading
 import time
@@ -455,11 +456,21 @@ class BrokerController:
             "brokerRole": self.message_store_config.broker_role.name,
             # This lab's: whether the put path's hot functions run compiled or pure (common/compiled.py).
             "putPathImpl": " ".join(f"{k}={v}" for k, v in compiled.runtime_info().items()),
+            # This lab's: the interpreter's cyclic garbage collector since boot, every generation summed — how
+            # often it ran and how many unreachable objects it found. Reference counting frees everything the
+            # put path makes; a count that grows with the sends is a reference cycle per message (BENCHMARKS.md).
+            **_gc_counts(),
         })
         info.update(self.broker_stats.runtime_info())
         if self.ha is not None:
             info.update(self.ha.runtime_info())
         return info
+
+
+def _gc_counts() -> dict[str, str]:
+    stats = gc.get_stats()
+    return {"gcCollections": str(sum(g["collections"] for g in stats)),
+            "gcCollected": str(sum(g["collected"] for g in stats))}
 
 
 def _is_live(channel: object) -> bool:
