@@ -176,16 +176,22 @@ def dispatch_cost(rounds: int, seconds: float, size: int, broker_conf: tuple[str
 @click.option("--seconds", type=click.FloatRange(1, 60), default=4.0, show_default=True, help="Per run.")
 @click.option("--generator", type=click.Choice(["here", "own"]), default="here", show_default=True,
               help="The load generator: this checkout's for both sides, or each revision's own.")
+@click.option("--old-python", type=click.Path(exists=True, dir_okay=False), default=sys.executable,
+              help="The interpreter OLD's name server and broker run on (with the project's dependencies).  "
+                   "[default: this one]")
+@click.option("--new-python", type=click.Path(exists=True, dir_okay=False), default=sys.executable,
+              help="The same for NEW.  [default: this one]")
 @click.option("--json", "as_json", is_flag=True, help="Print every run as JSON.")
 def ab_bench(old: str, new: str, rounds: int, load: str, mode: str, seconds: float, generator: str,
-             as_json: bool) -> None:
+             old_python: str, new_python: str, as_json: bool) -> None:
     """Two revisions of the reference broker running at once, the same lean load to each in turn: is NEW
     within noise of OLD? (git revisions; each is checked out into a temporary worktree.)"""
     from harness.ab_bench import AbError, compare, format_result
 
     try:
         result = compare(old, new, rounds, load, mode, seconds,
-                         progress=lambda line: click.echo(f"[ab-bench] {line}", err=True), generator=generator)
+                         progress=lambda line: click.echo(f"[ab-bench] {line}", err=True), generator=generator,
+                         pythons=(old_python, new_python))
     except AbError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(result, indent=2) if as_json else format_result(result))

@@ -12,6 +12,10 @@ The load generator is the one in this checkout for both sides (``generator="here
 with the broker, so a generator that changed between the revisions would move both figures by itself. With
 ``generator="own"`` each side is driven by its own revision's generator (a change to the generator is then
 part of what is compared).
+
+Each side's name server and broker run on this interpreter unless ``pythons`` names one per side (a Python with
+the project's dependencies, e.g. another virtualenv's): the same revision on two interpreters is then what is
+compared (``ab-bench HEAD HEAD --old-python ... --new-python ...``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class Side:
     label: str
     rev: str
     tree: Path
+    python: str = sys.executable  # runs this side's topology (name server and broker)
     namesrv: str = ""
     pid: int = 0
     runs: list[dict[str, float]] = field(default_factory=list)
@@ -101,7 +106,7 @@ def worktree(rev: str, where: Path) -> Iterator[Path]:
 @contextmanager
 def running(side: Side, root: Path, mode: str) -> Iterator[Side]:
     env = {**os.environ, "PYTHONPATH": str(side.tree)}
-    proc = subprocess.Popen([sys.executable, "-c", _TOPOLOGY_CHILD, str(root), mode], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([side.python, "-c", _TOPOLOGY_CHILD, str(root), mode], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env=env, text=True, cwd=side.tree)
     try:
         assert proc.stdout is not None
@@ -141,7 +146,8 @@ def _produce(side: Side, args: list[str], generator: Path | None = None) -> dict
 
 
 def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: str = "ASYNC_FLUSH",
-            seconds: float = 4.0, progress: Progress = print, generator: str = "here") -> dict[str, Any]:
+            seconds: float = 4.0, progress: Progress = print, generator: str = "here",
+            pythons: tuple[str, str] | None = None) -> dict[str, Any]:
     """Paired runs of revisions ``old`` and ``new`` (see the module's docstring)."""
     if rounds < 2:
         raise ValueError("at least 2 rounds: one spread needs two runs")
@@ -152,7 +158,8 @@ def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: 
     with tempfile.TemporaryDirectory(prefix="rmq-lab-ab-") as tmp:
         base = Path(tmp)
         with worktree(old, base / "old") as t_old, worktree(new, base / "new") as t_new:
-            sides = [Side("old", old, t_old), Side("new", new, t_new)]
+            py_old, py_new = pythons or (sys.executable, sys.executable)
+            sides = [Side("old", old, t_old, py_old), Side("new", new, t_new, py_new)]
             with running(sides[0], base / "topo-old", mode), running(sides[1], base / "topo-new", mode):
                 for s in sides:
                     _produce(s, ["-t", "Warm", "-q", "200", "-w", "4", "-s", "1024"], gen)
@@ -163,7 +170,8 @@ def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: 
                         progress(f"round {n + 1}/{rounds} {s.label}: {s.runs[-1]['send_tps']:,.0f} msg/s, "
                                  f"{s.runs[-1]['broker_cpu_us_per_msg']:.1f} us/msg")
     return summarize(sides, {"old": old, "new": new, "rounds": rounds, "load": load, "mode": mode,
-                             "seconds": seconds, "generator": generator})
+                             "seconds": seconds, "generator": generator,
+                             "pythons": [s.python for s in sides]})
 
 
 def summarize(sides: list[Side], plan: dict[str, Any]) -> dict[str, Any]:
@@ -186,9 +194,11 @@ def format_result(r: dict[str, Any]) -> str:
     p = r["plan"]
     gen = "each side's own generator" if p.get("generator") == "own" else "this checkout's generator"
     lines = [f"{p['load']} under {p['mode']}, {p['rounds']} paired rounds of {p['seconds']:g} s, {gen}"]
-    for label in ("old", "new"):
+    pythons = p.get("pythons") or []
+    for i, label in enumerate(("old", "new")):
         s = r[label]
+        on = f" on {pythons[i]}" if len(set(pythons)) > 1 else ""
         lines.append(f"  {label} {s['rev']:>12}: {s['tps_mean']:9,.0f} msg/s (sd {s['tps_sd']:,.0f}), "
-                     f"broker {s['cpu_mean']:.1f} us/msg (sd {s['cpu_sd']:.1f})")
+                     f"broker {s['cpu_mean']:.1f} us/msg (sd {s['cpu_sd']:.1f}){on}")
     lines.append(f"  new / old, paired by round: {r['tps_ratio_mean']:.3f} (sd {r['tps_ratio_sd']:.3f})")
     return "\n".join(lines)

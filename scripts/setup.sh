@@ -24,10 +24,33 @@ command -v ip >/dev/null 2>&1 || { missing+=(ip); packages+=(iproute2); }
 command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 \
     || { missing+=(javac); packages+=(openjdk-17-jdk-headless); }
 ldconfig -p 2>/dev/null | grep -q 'libstdc++\.so\.6 ' || { missing+=(libstdc++); packages+=(libstdc++6); }
-PY=python3
-command -v python3.11 >/dev/null 2>&1 && PY=python3.11
+# The interpreter the .venv is made from: $LAB_PYTHON when set; else the first Python >= 3.11 among
+# /usr/bin/python3.11, python3.11 and python3 whose executable is not linked against a shared libpython, else
+# the first Python >= 3.11 among them. A shared libpython (pyenv's default build) calls its own functions
+# through the PLT and cannot inline across them (semantic interposition): the broker spent ~15 % more CPU per
+# message on pyenv's 3.11.7 than on Debian's statically linked 3.11.2 (BENCHMARKS.md, "The interpreter").
+py_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' >/dev/null 2>&1; }
+py_static() {  # asks the interpreter for its executable: a pyenv shim is a script
+    local exe
+    exe="$("$1" -c 'import sys; print(sys.executable)' 2>/dev/null)" || return 1
+    ldd "$exe" >/dev/null 2>&1 && ! ldd "$exe" 2>/dev/null | grep -q 'libpython'
+}
+PY=""
+if [[ -n "${LAB_PYTHON:-}" ]]; then
+    PY="$LAB_PYTHON"
+else
+    for cand in /usr/bin/python3.11 python3.11 python3; do
+        command -v "$cand" >/dev/null 2>&1 && py_ok "$cand" && py_static "$cand" && { PY="$cand"; break; }
+    done
+    if [[ -z "$PY" ]]; then
+        for cand in python3.11 python3 /usr/bin/python3.11; do
+            command -v "$cand" >/dev/null 2>&1 && py_ok "$cand" && { PY="$cand"; break; }
+        done
+    fi
+    PY="${PY:-python3}"
+fi
 # `python3 -m venv` needs ensurepip, which Debian ships separately (python3-venv / python3.11-venv).
-"$PY" -c 'import ensurepip' >/dev/null 2>&1 || { missing+=(ensurepip); packages+=("${PY}-venv"); }
+"$PY" -c 'import ensurepip' >/dev/null 2>&1 || { missing+=(ensurepip); packages+=("$(basename "$PY")-venv"); }
 if ((${#missing[@]})); then
     if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
         log "missing: ${missing[*]}; running: apt-get update -qq"
@@ -79,8 +102,14 @@ if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>
     exit 1
 fi
 
+want="$("$PY" -c 'import os, sys; print(os.path.realpath(sys.executable))')"
+have="$(sed -n 's/^executable = //p' .venv/pyvenv.cfg 2>/dev/null || true)"
+if [[ -x .venv/bin/python && -n "$have" && "$(realpath "$have" 2>/dev/null || echo "$have")" != "$want" ]]; then
+    log ".venv was made from $have; remaking it from $want"
+    rm -rf .venv
+fi
 if [[ ! -x .venv/bin/python ]]; then
-    log "creating .venv with $PY ($("$PY" --version 2>&1))"
+    log "creating .venv with $PY ($want, $("$PY" --version 2>&1))"
     rm -rf .venv
     "$PY" -m venv .venv
 fi

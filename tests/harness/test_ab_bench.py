@@ -91,3 +91,40 @@ def test_a_checked_out_revision_gets_its_compiled_twins(tmp_path: Path) -> None:
         built = {p.name.split(".")[0] for p in (tree / "reference_broker" / "common").glob("_*_c.*.so")}
         assert built == set(compiled.MODULES)
     assert not (tmp_path / "tree").exists()
+
+
+def test_each_side_runs_its_topology_on_its_own_interpreter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``--old-python``/``--new-python``: the same revision on two interpreters is what is compared, so each
+    side's name server and broker start from that side's interpreter, and the report names both."""
+    started: list[str] = []
+
+    class FakeProc:
+        def __init__(self, cmd: list[str], **kw: object) -> None:
+            started.append(cmd[0])
+            self.stdin = None
+            self.stdout = iter_lines('{"namesrv": "127.0.0.1:1", "pid": 1}\n')
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    class iter_lines:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        def readline(self) -> str:
+            line, self.text = self.text, ""
+            return line
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(ab_bench.subprocess, "Popen", FakeProc)
+    with ab_bench.running(Side("old", "x", tmp_path, "/opt/py-a/bin/python"), tmp_path / "a", "ASYNC_FLUSH") as side:
+        assert side.namesrv == "127.0.0.1:1"
+    with ab_bench.running(Side("new", "x", tmp_path), tmp_path / "b", "ASYNC_FLUSH"):
+        pass
+    assert started == ["/opt/py-a/bin/python", ab_bench.sys.executable]
+    r = summarize([_side("old", [100.0, 50.0]), _side("new", [90.0, 45.0])], {})
+    text = ab_bench.format_result({**r, "plan": {"load": "single_64", "mode": "ASYNC_FLUSH", "rounds": 2,
+                                                 "seconds": 1.0, "pythons": ["/opt/py-a/bin/python", "/usr/bin/py"]}})
+    assert "on /opt/py-a/bin/python" in text and "on /usr/bin/py" in text
