@@ -158,7 +158,9 @@ def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: 
     with tempfile.TemporaryDirectory(prefix="rmq-lab-ab-") as tmp:
         base = Path(tmp)
         with worktree(old, base / "old") as t_old, worktree(new, base / "new") as t_new:
-            py_old, py_new = pythons or (sys.executable, sys.executable)
+            # Absolute, not resolved: each side's topology starts in its own tree, and a virtualenv's python is a
+            # symlink whose target would not see the virtualenv's packages.
+            py_old, py_new = (os.path.abspath(p) for p in pythons or (sys.executable, sys.executable))
             sides = [Side("old", old, t_old, py_old), Side("new", new, t_new, py_new)]
             with running(sides[0], base / "topo-old", mode), running(sides[1], base / "topo-new", mode):
                 for s in sides:
