@@ -28,7 +28,7 @@ ldconfig -p 2>/dev/null | grep -q 'libstdc++\.so\.6 ' || { missing+=(libstdc++);
 # /usr/bin/python3.11, python3.11 and python3 whose executable is not linked against a shared libpython, else
 # the first Python >= 3.11 among them. A shared libpython (pyenv's default build) calls its own functions
 # through the PLT and cannot inline across them (semantic interposition): the broker spent ~15 % more CPU per
-# message on pyenv's 3.11.7 than on Debian's statically linked 3.11.2 (BENCHMARKS.md, "The interpreter").
+# message on pyenv's 3.11.7 than on Debian's statically linked 3.11.2 (BENCHMARKS.md, issue 23, session 35).
 py_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' >/dev/null 2>&1; }
 py_static() {  # asks the interpreter for its executable: a pyenv shim is a script
     local exe
