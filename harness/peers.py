@@ -262,6 +262,10 @@ class PeerServer:
                 proc.kill()
                 raise PeerLaunchError(f"{proc.name} exited while starting:\n{_tail(proc.log)}")
             if ready():
+                if not proc.alive:  # what answered was another process on the port, not ours
+                    proc.kill()
+                    raise PeerLaunchError(f"{proc.name} exited while starting (something else answered on "
+                                          f"its port):\n{_tail(proc.log)}")
                 return
             time.sleep(0.1)
         self.stop()

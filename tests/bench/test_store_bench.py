@@ -76,8 +76,11 @@ def test_quick_json_run_reports_every_figure_and_cleans_up(tmp_path: Path) -> No
 def test_interrupt_removes_the_stores(tmp_path: Path) -> None:
     # Long enough (SYNC_FLUSH phases of 10 s each) that the signal lands mid-run even when this process lags
     # behind the bench's output on a loaded machine; it is interrupted within a second or two.
+    # SIGINT as a terminal's Ctrl-C finds it: a parent started in the background without job control hands its
+    # children SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
     proc = subprocess.Popen(_bench_cmd(tmp_path, scale=5.0), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     try:
         for line in proc.stderr:
@@ -90,6 +93,7 @@ def test_interrupt_removes_the_stores(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stderr.close()  # also after a timeout: an open pipe is a ResourceWarning in a later test
     assert proc.returncode != 0
     assert list(tmp_path.iterdir()) == []
 

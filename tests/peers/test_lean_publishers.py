@@ -198,12 +198,30 @@ def test_rabbitmq_return_and_nack_are_fail(rabbit_server: PeerServer) -> None:
     assert second.outcome == Outcome.FAIL and second.error == "basic.nack"
 
 
+def _stopped(server: PeerServer) -> None:
+    """Every process of the server is stopped (state T) within 2 s of SIGSTOP: else the test says what ran."""
+    pid = server.pid
+    deadline = time.monotonic() + 2.0
+    state = "?"
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            state = "gone"
+        if state == "T":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the server ({pid}) is not stopped after SIGSTOP: state {state}; alive={server.alive}; "
+                         f"log:\n{server.log_path.read_text()[-2000:]}")
+
+
 def _killed_under_pending(server: PeerServer, publish: Callable[[str, Callable[[SendOutcome], None]], None],
                           n: int) -> Answers:
     """Stop the server (SIGSTOP: the sends pile up unanswered), send ``n``, then kill it: all ``n`` pending."""
     answers = Answers()
     server.pause()
     try:
+        _stopped(server)
         for i in range(n):
             publish(f"p{i}", answers.cb(f"p{i}"))
         time.sleep(0.3)
