@@ -39,15 +39,13 @@ PY=""
 if [[ -n "${LAB_PYTHON:-}" ]]; then
     PY="$LAB_PYTHON"
 else
+    first_ok=""
     for cand in /usr/bin/python3.11 python3.11 python3; do
-        command -v "$cand" >/dev/null 2>&1 && py_ok "$cand" && py_static "$cand" && { PY="$cand"; break; }
+        command -v "$cand" >/dev/null 2>&1 && py_ok "$cand" || continue
+        first_ok="${first_ok:-$cand}"
+        py_static "$cand" && { PY="$cand"; break; }
     done
-    if [[ -z "$PY" ]]; then
-        for cand in python3.11 python3 /usr/bin/python3.11; do
-            command -v "$cand" >/dev/null 2>&1 && py_ok "$cand" && { PY="$cand"; break; }
-        done
-    fi
-    PY="${PY:-python3}"
+    PY="${PY:-${first_ok:-python3}}"
 fi
 # `python3 -m venv` needs ensurepip, which Debian ships separately (python3-venv / python3.11-venv).
 "$PY" -c 'import ensurepip' >/dev/null 2>&1 || { missing+=(ensurepip); packages+=("$(basename "$PY")-venv"); }
@@ -97,7 +95,7 @@ for tool in fio fincore java javac nft ip nats-server rabbitmq-server; do
 done
 
 # ---------------------------------------------------------------- python
-if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+if ! py_ok "$PY"; then
     echo "[setup] ERROR: Python >= 3.11 is required; '$PY' is $("$PY" --version 2>&1 || echo 'not found')" >&2
     exit 1
 fi

@@ -17,7 +17,6 @@ from cpython.dict cimport PyDict_CheckExact, PyDict_GetItem, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_CheckExact
-from libc.string cimport memcpy
 
 FALLBACK = object()  # "the pure path decides": never a frame, never None
 
@@ -28,8 +27,8 @@ cdef object _default_language = "JAVA"
 
 
 def bind(command_class, json_loads, json_serialize_type):
-    """The command class (a dataclass with slots), the JSON parser
-    the pure path uses, and ``SerializeType.JSON``."""
+    """The command class (a dataclass with slots), the JSON parser the pure path uses, and
+    ``SerializeType.JSON``."""
     global _cls, _loads, _json_type
     _cls, _loads, _json_type = command_class, json_loads, json_serialize_type
 
@@ -38,24 +37,22 @@ cdef inline unsigned int _be32(const unsigned char* p):
     return (<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3]
 
 
-cdef int _int32(dict obj, str key, long long default, long long* out) except -1:
-    """1 with ``*out`` set when ``obj[key]`` is absent (``default``) or an exact int in int32's range, else 0.
-    A default of -2**40 means "required"."""
+cdef bint _int32(dict obj, str key, bint required, long long* out):
+    """True with ``*out`` set when ``obj[key]`` is an exact int in int32's range, or absent (0) and not
+    ``required``; else False (the pure path decides)."""
     cdef PyObject* v = PyDict_GetItem(obj, key)
     cdef int overflow = 0
     cdef long long x
     if v == NULL or <object>v is None:
-        if default == -(1 << 40):
-            return 0
-        out[0] = default
-        return 1
+        out[0] = 0
+        return not required
     if not PyLong_CheckExact(<object>v):
-        return 0
+        return False
     x = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
     if overflow or x < -2147483648 or x > 2147483647:
-        return 0
+        return False
     out[0] = x
-    return 1
+    return True
 
 
 def next_frame(decoder, Py_ssize_t max_frame):
@@ -93,8 +90,8 @@ def next_frame(decoder, Py_ssize_t max_frame):
     if not PyDict_CheckExact(obj):
         return FALLBACK
     d = <dict>obj
-    if not _int32(d, "code", -(1 << 40), &code) or not _int32(d, "version", 0, &version) \
-            or not _int32(d, "opaque", 0, &opaque) or not _int32(d, "flag", 0, &flag):
+    if not _int32(d, "code", True, &code) or not _int32(d, "version", False, &version) \
+            or not _int32(d, "opaque", False, &opaque) or not _int32(d, "flag", False, &flag):
         return FALLBACK
     language = d.get("language")
     if language is None:

@@ -403,53 +403,41 @@ def frame_streams(draw):
     return bytes(out)
 
 
-def _decoded(decoder_cls, data: bytes, cuts: list[int]) -> list[object]:
+def _decoded(twin, data: bytes, cuts: list[int]) -> list[object]:
     """Each command's fields (every slot, the derived ones included), or the error's type and text, in the
-    order the decoder gives them while ``data`` arrives in pieces; then what it still buffers."""
-    dec = decoder_cls()
-    got: list[object] = []
-    prev = 0
-    for cut in [*sorted({min(c, len(data)) for c in cuts}), len(data)]:
-        dec.feed(data[prev:cut])
-        prev = cut
-        while True:
-            try:
-                cmd = dec.next_frame()
-            except ProtocolError as exc:
-                got.append(("raised", str(exc)))
-                break
-            if cmd is None:
-                break
-            got.append(tuple((name, getattr(cmd, name)) for name in RemotingCommand.__slots__))
-    return [*got, dec.buffered]
+    order the decoder gives them while ``data`` arrives in pieces, with ``twin`` bound (None: the pure path);
+    then what it still buffers."""
+    saved = codec._compiled, codec._FALLBACK
+    codec._compiled = twin
+    codec._FALLBACK = twin.FALLBACK if twin is not None else None
+    try:
+        dec = codec.FrameDecoder()
+        got: list[object] = []
+        prev = 0
+        for cut in [*sorted({min(c, len(data)) for c in cuts}), len(data)]:
+            dec.feed(data[prev:cut])
+            prev = cut
+            while True:
+                try:
+                    cmd = dec.next_frame()
+                except ProtocolError as exc:
+                    got.append(("raised", str(exc)))
+                    break
+                if cmd is None:
+                    break
+                got.append(tuple((name, getattr(cmd, name)) for name in RemotingCommand.__slots__))
+        return [*got, dec.buffered]
+    finally:
+        codec._compiled, codec._FALLBACK = saved
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=600, deadline=None)
 @given(frame_streams(), st.lists(st.integers(0, 400), max_size=4))
-def test_frame_decoder_twin_equals_the_pure_path(monkeypatch_frames, data, cuts):
+def test_frame_decoder_twin_equals_the_pure_path(data, cuts):
     """The same commands (every field, its type included: an int stays an int, the JSON serialize type is the
     enum) and the same errors, word for word, from the twin as from the pure decoder, on frames with every
     header shape and some damage, fed in pieces."""
-    with_twin, pure = monkeypatch_frames
-    assert _decoded(with_twin, data, cuts) == _decoded(pure, data, cuts)
-
-
-@pytest.fixture
-def monkeypatch_frames(monkeypatch):
-    """(decoder class with the twin bound, decoder class on the pure path)."""
-    c = compiled_module("_frame_c")
-
-    class Pure(codec.FrameDecoder):
-        def next_frame(self):
-            monkeypatch.setattr(codec, "_compiled", None)
-            try:
-                return super().next_frame()
-            finally:
-                monkeypatch.setattr(codec, "_compiled", c)
-
-    monkeypatch.setattr(codec, "_compiled", c)
-    monkeypatch.setattr(codec, "_FALLBACK", c.FALLBACK)
-    return codec.FrameDecoder, Pure
+    assert _decoded(compiled_module("_frame_c"), data, cuts) == _decoded(None, data, cuts)
 
 
 def test_frame_decoder_twin_takes_the_common_frame_and_declines_the_rest():
