@@ -16,8 +16,8 @@ from chaos.leftovers import Ledger
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.machine]
 
 
-def _cell(tmp_path, ledger: Ledger, conf: dict[str, str]):
-    spec = ExperimentSpec(fault=FaultName.POWER_LOSS, flush=FlushMode.ASYNC, cycles=3, profile="default",
+def _cell(tmp_path, ledger: Ledger, conf: dict[str, str], cycles: int = 3):
+    spec = ExperimentSpec(fault=FaultName.POWER_LOSS, flush=FlushMode.ASYNC, cycles=cycles, profile="default",
                           runs_dir=tmp_path / "runs", work_dir=tmp_path / "work", seed=4321, gap_s=(1.0, 2.0),
                           load=LoadSpec(in_flight=16), broker_conf=conf)
     result = run_experiment(spec, make_fault(FaultName.POWER_LOSS), ledger=ledger)
@@ -30,7 +30,10 @@ def _cell(tmp_path, ledger: Ledger, conf: dict[str, str]):
 
 def test_a_group_ahead_of_the_flush_passes_over_messages_and_dispatch_flushed_only_prevents_it(tmp_path) -> None:
     ledger = Ledger(tmp_path / "chaos-state.json")
-    faithful = _cell(tmp_path / "off", ledger, {})
+    # A cut passes messages over only when it lands after the group read past the flushed offset and before
+    # the group's position was committed: three cuts missed it once in CI (session 35), so the faithful cell
+    # gets six chances.
+    faithful = _cell(tmp_path / "off", ledger, {}, cycles=6)
     assert faithful.passed_over[0] > 0, "no message passed over: the group never read past the flushed offset"
     assert faithful.summary()["passed_over"] == faithful.passed_over[0]
     guarded = _cell(tmp_path / "on", ledger, {"dispatchFlushedOnly": "true"})
