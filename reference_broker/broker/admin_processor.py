@@ -197,9 +197,8 @@ class AdminProcessor:
             max_num = store.config.default_query_max_num
         max_num = min(max_num, store.config.max_msgs_num_batch)
         msgs = store.query_message(topic, key, max_num, begin, end)
-        last = store.index_service.get_last_file()
-        ext = {"indexLastUpdateTimestamp": str(last.end_timestamp if last is not None else 0),
-               "indexLastUpdatePhyoffset": str(last.end_phy_offset if last is not None else 0)}
+        ts, phy = store.index_last_update()
+        ext = {"indexLastUpdateTimestamp": str(ts), "indexLastUpdatePhyoffset": str(phy)}
         if not msgs:
             return create_response(cmd, ResponseCode.QUERY_NOT_FOUND,
                                    "can not find message, maybe time range not correct", ext)

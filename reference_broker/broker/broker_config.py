@@ -446,6 +446,9 @@ def _contradiction(broker: BrokerConfig, store: MessageStoreConfig, lines: dict[
                           "a slave sets brokerRole=SLAVE")
     if "haListenPort" not in lines and store.ha_listen_port > 65535:
         return "listenPort", "65535 leaves no port for HA (listenPort + 1): set haListenPort"
+    refused = store.separate_dispatch_refusal()
+    if refused is not None:
+        return refused[0], f"cannot be used with dispatchInSeparateProcess=true: {refused[1]}"
     if store.ha_listen_port == broker.listen_port:
         return "haListenPort", (f"equals listenPort {broker.listen_port} "
                                 "(the HA port needs its own; the default is listenPort + 1)")

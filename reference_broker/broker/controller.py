@@ -192,6 +192,7 @@ class BrokerController:
             on_first_held=self.store.nudge_dispatch)
         # messageArrivingListener: live records only (the hold service starts after recovery).
         self.store.add_dispatch_hook(self._arriving, during_recovery=False)
+        self.store.add_arrival_hook(self._queues_grew)
         self.store.add_dispatch_waiter(self.hold_service.any_held)
         self.hold_service.start()
         server = self.server
@@ -286,6 +287,12 @@ class BrokerController:
         hold = self.hold_service
         if hold is not None:
             hold.arriving_run(reqs)
+
+    def _queues_grew(self, grown: Sequence[tuple[str, int, int]]) -> None:
+        """Queues grew (the dispatch process's link thread): held pulls on them may now be answered."""
+        hold = self.hold_service
+        if hold is not None:
+            hold.arriving_queues(grown)
 
     def _stop_accepting(self) -> None:
         """The first step of shutdown: close the listener, and leave every request that arrives from now on

@@ -106,6 +106,21 @@ class PullRequestHoldService:
             except RuntimeError:  # loop closed during shutdown
                 pass
 
+    def arriving_queues(self, grown: Sequence[tuple[str, int, int]]) -> None:
+        """Queues that grew, as ``(topic, queue id, max offset)`` (the store's arrival hook, with the dispatch
+        process): no tags code, so a held pull with a tag filter wakes and reads (4.9.8 checks the arriving
+        record's tags code first)."""
+        keys = self._keys
+        if not keys:
+            return
+        hits = [((topic, queue_id), max_offset, None) for topic, queue_id, max_offset in grown
+                if (topic, queue_id) in keys]
+        if hits:
+            try:
+                self.loop.call_soon_threadsafe(self._notify_all, hits)
+            except RuntimeError:  # loop closed during shutdown
+                pass
+
     def arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int, _store_ts: int = 0) -> None:
         key = (topic, queue_id)
         if key not in self._keys:
@@ -116,7 +131,7 @@ class PullRequestHoldService:
             pass
 
     # ---- on the loop ----------------------------------------------------------------------------
-    def _notify_all(self, hits: list[tuple[tuple[str, int], int, int]]) -> None:
+    def _notify_all(self, hits: Sequence[tuple[tuple[str, int], int, int | None]]) -> None:
         for key, max_offset, tags_code in hits:
             self._notify(key, max_offset, tags_code)
 

@@ -205,6 +205,7 @@ class ScheduleMessageService:
                 self._schedule(level, now + self.first_delay_ms / 1000)
             self._schedule(PERSIST_TASK, now + self.persist_interval_ms / 1000)
         self.store.add_dispatch_hook(self._on_dispatch, during_recovery=False)
+        self.store.add_arrival_hook(self._on_queues_grew)
         self._thread = threading.Thread(target=self._timer_loop, name="ScheduleMessageTimerThread", daemon=True)
         self._thread.start()
 
@@ -248,10 +249,15 @@ class ScheduleMessageService:
 
     def _on_dispatch(self, reqs: Sequence[DispatchRequest]) -> None:
         """Dispatch hook (reput thread): wake an idle level when its queue grows."""
-        for req in reqs:
-            if req.topic != mc.SCHEDULE_TOPIC:
+        self._on_queues_grew([(req.topic, req.queue_id, 0) for req in reqs if req.topic == mc.SCHEDULE_TOPIC])
+
+    def _on_queues_grew(self, grown: Sequence[tuple[str, int, int]]) -> None:
+        """Arrival hook (the dispatch process's link thread), and the dispatch hook's work: wake an idle level
+        when its queue grows."""
+        for topic, queue_id, _max_offset in grown:
+            if topic != mc.SCHEDULE_TOPIC:
                 continue
-            level = dl.queue_id_to_delay_level(req.queue_id)
+            level = dl.queue_id_to_delay_level(queue_id)
             with self._cond:
                 if level == self._running:
                     self._kicked.add(level)

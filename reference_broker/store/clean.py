@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from reference_broker.store.commit_log import CommitLog
+from reference_broker.store.commit_log_follower import CommitLogFollower
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
 
@@ -205,7 +206,7 @@ class CleanCommitLogService:
 class CleanConsumeQueueService:
     """Delete consume-queue and index files below the commit log's minimum offset."""
 
-    def __init__(self, commit_log: CommitLog, queues: Callable[[], Iterable[ConsumeQueue]],
+    def __init__(self, commit_log: CommitLog | CommitLogFollower, queues: Callable[[], Iterable[ConsumeQueue]],
                  delete_index: Callable[[int], None]) -> None:
         self.commit_log = commit_log
         self.queues = queues

@@ -103,6 +103,10 @@ class MessageStoreConfig:
     # nothing waits for it (no pull held). 4.9.8's ReputMessageService waits 1 ms always: 1 = 4.9.8. A pull that
     # finds nothing has it dispatch at once, and while a pull is held it waits 1 ms (store/reput.py, docs/dispatch.md).
     dispatch_idle_interval_ms: int = 10
+    # Not a RocketMQ key (a lab extension, README; docs/dispatch.md): dispatch — the consume queues, the index and
+    # their flushes — runs in a child process of its own (store/dispatchd.py) instead of a thread of the broker's
+    # interpreter. False = 4.9.8's ReputMessageService thread.
+    dispatch_in_separate_process: bool = False
     # Not a RocketMQ key: start abnormal recovery at the checkpoint's recover offset (checkpoint.py)
     # rather than at the start of the newest file older than the checkpoint's time. False = 4.9.8.
     recover_from_checkpoint_offset: bool = True
@@ -135,6 +139,21 @@ class MessageStoreConfig:
         """MessageStoreConfig.isTransientStorePoolEnable: ASYNC_FLUSH on a master only."""
         return (self.transient_store_pool_enable and self.flush_disk_type is FlushDiskType.ASYNC_FLUSH
                 and self.broker_role is not BrokerRole.SLAVE)
+
+    def separate_dispatch_refusal(self) -> tuple[str, str] | None:
+        """Why ``dispatch_in_separate_process`` cannot run with the rest of this configuration: (the other key,
+        the reason), or None. The dispatch process reads whole records the broker has written to the file."""
+        if not self.dispatch_in_separate_process:
+            return None
+        if self.broker_role is BrokerRole.SLAVE:
+            return "brokerRole", "a slave dispatches replicated chunks that may end inside a record"
+        if self.enable_consume_queue_ext:
+            return "enableConsumeQueueExt", "the extension's filter bit maps need the broker's consumer filters"
+        if self.transient_store_pool_enable:
+            return "transientStorePoolEnable", "staged records are not in the file the dispatch process reads"
+        if self.dispatch_flushed_only:
+            return "dispatchFlushedOnly", "the dispatch process follows the written position"
+        return None
 
     @property
     def store_path_commit_log(self) -> Path:
@@ -224,6 +243,7 @@ ROCKETMQ_KEYS: dict[str, str] = {
     "duplicationEnable": "duplication_enable",
     "dispatchFlushedOnly": "dispatch_flushed_only",
     "dispatchIdleIntervalMillis": "dispatch_idle_interval_ms",
+    "dispatchInSeparateProcess": "dispatch_in_separate_process",
     "recoverFromCheckpointOffset": "recover_from_checkpoint_offset",
     "osPageCacheBusyTimeOutMills": "os_page_cache_busy_timeout_ms",
     "putMsgIndexHightWater": "put_msg_index_high_water",

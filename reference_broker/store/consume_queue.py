@@ -301,6 +301,31 @@ class ConsumeQueue:
             result = self.ext.flush(least_pages) and result
         return result
 
+    # ---- a view of a queue the dispatch process writes (dispatchInSeparateProcess) ------------------
+    def follow(self, max_offset: int) -> None:
+        """The writer (dispatchd.py) published that this queue ends at unit ``max_offset``: map the files it
+        created and move the end there. Units below it were written before it was published, so reads up
+        to it see whole units; nothing here writes the files."""
+        mfq = self.mapped_file_queue
+        end = max_offset * CQ_STORE_UNIT_SIZE
+        size = self.mapped_file_size
+        last = mfq.get_last_mapped_file()
+        if last is None or end > last.file_from_offset + size:
+            mfq.map_new_files()
+        files = mfq.mapped_files
+        for i in range(len(files) - 1, -1, -1):
+            mf = files[i]
+            pos = min(size, max(0, end - mf.file_from_offset))
+            if mf.wrote_position == pos:
+                break  # files before it are already where they should be
+            mf.set_positions(pos)
+            mf.flushed_position = pos  # the writer flushes: a view never does
+
+    def follow_min(self, min_logic_offset: int) -> None:
+        """The writer deleted this queue's files below ``min_logic_offset`` (bytes) and moved its min there."""
+        self.mapped_file_queue.forget_below(min_logic_offset)
+        self.min_logic_offset = min_logic_offset
+
     # ---- reads ----------------------------------------------------------------------------------
     def get_min_offset_in_queue(self) -> int:
         return self.min_logic_offset // CQ_STORE_UNIT_SIZE

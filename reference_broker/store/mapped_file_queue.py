@@ -68,6 +68,30 @@ class MappedFileQueue:
             self.mapped_files.append(mf)
         return True
 
+    # ---- following another process's writer (dispatchInSeparateProcess) ---------------------------
+    def map_new_files(self) -> None:
+        """Map the files another process created after the newest one mapped here (a reader's view: the dispatch
+        process writes consume queues, the broker reads them). A new file is mapped empty; ``follow`` sets ends."""
+        if not self.store_path.is_dir():
+            return
+        last = self.get_last_mapped_file()
+        after = last.file_from_offset if last is not None else -1
+        offsets = sorted(int(p.name) for p in self.store_path.iterdir() if p.name.isdigit() and int(p.name) > after)
+        for off in offsets:
+            mf = MappedFile(self.store_path / offset_to_file_name(off), self.mapped_file_size, create=False,
+                            alloc_chunk=self.alloc_chunk, random_access=self.random_access)
+            with self._lock:
+                self.mapped_files.append(mf)
+
+    def forget_below(self, offset: int) -> int:
+        """Unmap (never delete) the files that end at or below ``offset``: the writer deleted them. Returns how many."""
+        size = self.mapped_file_size
+        gone = [mf for mf in self.mapped_files[:-1] if mf.file_from_offset + size <= offset]
+        self._remove(gone)
+        for mf in gone:
+            mf.shutdown(1000)
+        return len(gone)
+
     # ---- lookup --------------------------------------------------------------------------------
     def get_last_mapped_file(self) -> MappedFile | None:
         files = self.mapped_files

@@ -40,7 +40,8 @@ from reference_broker.store.clean import (
 from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE, CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
-from reference_broker.store.consume_queue_ext import ConsumeQueueExt
+from reference_broker.store.consume_queue_table import iter_queues, load_consume_queues, new_consume_queue
+from reference_broker.store.dispatch_link import ArrivalHook, DispatchLink
 from reference_broker.store.dispatcher import CommitLogDispatcher, DispatchHook
 from reference_broker.store.durability import DurabilityCondition, FlushCondition, PendingPut, submit_all
 from reference_broker.store.flush import (
@@ -130,8 +131,17 @@ class MessageStore:
         self.dispatcher = CommitLogDispatcher(config, self.consume_queue_table, self.find_consume_queue,
                                               self.index_service, self.checkpoint, self.running_flags)
         self.dispatcher.read_record = self.commit_log.read_bytes
-        self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch, self.delay_table_ms)
-        self.reads = StoreReader(config, self.commit_log, self.find_consume_queue, self.index_service,
+        refused = config.separate_dispatch_refusal()
+        if refused is not None:
+            raise ValueError(f"dispatchInSeparateProcess cannot be used with {refused[0]}: {refused[1]}")
+        self._arrival_hooks: tuple[ArrivalHook, ...] = ()
+        # dispatchInSeparateProcess: the link stands where the reput thread stands (dispatch_link.py)
+        self.link = DispatchLink(config, self.commit_log.get_max_offset, self.checkpoint, self.running_flags,
+                                 self.find_consume_queue, self.index_service.shutdown, self._queues_grew) \
+            if config.dispatch_in_separate_process else None
+        self.reput: ReputMessageService | DispatchLink = self.link or ReputMessageService(
+            self.commit_log, self.dispatcher.dispatch, self.delay_table_ms)
+        self.reads = StoreReader(config, self.commit_log, self.find_consume_queue, self.link or self.index_service,
                                  self.running_flags, lambda: self._shutdown)
         self.flush_service: FlushRealTimeService | GroupCommitService
         self._is_slave = config.broker_role is BrokerRole.SLAVE
@@ -216,27 +226,7 @@ class MessageStore:
         return True
 
     def _load_consume_queues(self) -> bool:
-        base = self.config.store_path_consume_queue
-        if not base.is_dir():
-            return True
-        for topic_dir in sorted(base.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for qdir in sorted(topic_dir.iterdir()):
-                if not (qdir.is_dir() and qdir.name.isdigit()):
-                    continue
-                cq = self._new_cq(topic_dir.name, int(qdir.name))
-                if not cq.load():
-                    return False
-                self.consume_queue_table.setdefault(topic_dir.name, {})[int(qdir.name)] = cq
-        return True
-
-    def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        c = self.config
-        ext = ConsumeQueueExt(topic, queue_id, c.store_path_consume_queue_ext, c.mapped_file_size_consume_queue_ext) \
-            if c.enable_consume_queue_ext else None
-        return ConsumeQueue(topic, queue_id, c.store_path_consume_queue, c.get_mapped_file_size_consume_queue(),
-                            c.consume_queue_alloc_chunk_bytes, ext)
+        return load_consume_queues(self.config, self.consume_queue_table)
 
     def recover(self, last_exit_ok: bool) -> None:
         ph = self.start_phases
@@ -306,7 +296,8 @@ class MessageStore:
             self.commit_service.start()
         if self.warm_service is not None:
             self.warm_service.start()
-        self.flush_cq_service.start()
+        if self.link is None:  # else the dispatch process flushes its queues and reports (dispatchd.py)
+            self.flush_cq_service.start()
         if self.replica is not None and self.config.broker_role is BrokerRole.SYNC_MASTER:
             self.replica.group_transfer.start()
         if self.ha is not None:
@@ -338,7 +329,10 @@ class MessageStore:
     def clean_files(self) -> None:
         """One cleaning pass (cleanFilesPeriodically): commit log first, then what points into it."""
         self.clean_commit_log.run()
-        self.clean_consume_queue.run()
+        if self.link is not None:
+            self.link.clean(self.commit_log.get_min_offset())
+        else:
+            self.clean_consume_queue.run()
 
     def execute_delete_files_manually(self) -> None:
         self.clean_commit_log.execute_delete_files_manually()
@@ -388,7 +382,8 @@ class MessageStore:
             self.reput.shutdown()
             if self.warm_service is not None:
                 self.warm_service.shutdown()
-            self.flush_cq_service.shutdown()
+            if self.link is None:
+                self.flush_cq_service.shutdown()
             self.flush_service.shutdown()
         self.index_service.shutdown()
         self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
@@ -447,8 +442,7 @@ class MessageStore:
 
     # ---- consume queues -------------------------------------------------------------------------
     def iter_consume_queues(self) -> Iterator[ConsumeQueue]:
-        for queues in list(self.consume_queue_table.values()):
-            yield from list(queues.values())
+        return iter_queues(self.consume_queue_table)
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
         queues = self.consume_queue_table.get(topic)
@@ -462,7 +456,7 @@ class MessageStore:
             queues = self.consume_queue_table.setdefault(topic, {})
             cq = queues.get(queue_id)
             if cq is None:
-                cq = self._new_cq(topic, queue_id)
+                cq = new_consume_queue(self.config, topic, queue_id)
                 queues[queue_id] = cq
             return cq
 
@@ -471,6 +465,26 @@ class MessageStore:
         """Run ``hook(request)`` for each record once dispatch wrote its consume-queue unit and index
         entries (on the dispatch thread); ``during_recovery``: also for what abnormal recovery re-dispatches."""
         self.dispatcher.add_hook(hook, during_recovery=during_recovery)
+
+    def add_arrival_hook(self, hook: ArrivalHook) -> None:
+        """With dispatchInSeparateProcess, run ``hook`` with ``(topic, queue id, max offset)`` of the queues that
+        grew, on the link's thread, after the views moved. Dispatch hooks see records where dispatch runs, so
+        with the process they run only for what recovery re-dispatches in the broker; these run instead."""
+        self._arrival_hooks = (*self._arrival_hooks, hook)
+
+    def _queues_grew(self, grown: Sequence[tuple[str, int, int]]) -> None:
+        for hook in self._arrival_hooks:
+            try:
+                hook(grown)
+            except Exception:  # boundary: one hook's bug must not stop the others
+                log.exception("arrival hook %r failed", hook)
+
+    def index_last_update(self) -> tuple[int, int]:
+        """(timestamp, commit-log offset) of the index's last entry, for QUERY_MESSAGE's answer."""
+        if self.link is not None:
+            return self.link.index_last_update
+        last = self.index_service.get_last_file()
+        return (last.end_timestamp, last.end_phy_offset) if last is not None else (0, 0)
 
     def remove_dispatch_hook(self, hook: DispatchHook) -> None:
         self.dispatcher.remove_hook(hook)
@@ -525,6 +539,8 @@ class MessageStore:
         result = cl.put_message(msg)
         if result.status is PutMessageStatus.PUT_OK:
             self._put_count += 1
+            if self.link is not None:
+                self.link.publish(cl.get_max_offset())
         return submit_all(self.durability, result, msg.properties.get(mc.PROPERTY_WAIT_STORE_MSG_OK) != "false")
 
     def put_batch(self, batch: MessageExtBatch | EncodedBatch) -> PendingPut:
@@ -538,6 +554,8 @@ class MessageStore:
         result = cl.put_messages(batch) if isinstance(batch, MessageExtBatch) else cl.put_encoded_batch(batch)
         if result.status is PutMessageStatus.PUT_OK and result.append is not None:
             self._put_count += result.append.msg_num
+            if self.link is not None:
+                self.link.publish(cl.get_max_offset())
         return submit_all(self.durability, result, True)
 
     def put_message(self, msg: rec.MessageExtBrokerInner) -> PutMessageResult:
@@ -619,7 +637,7 @@ class MessageStore:
             "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
             "putMessageCount": str(self._put_count),
             "dispatchedCount": str(self.reput.dispatched_count),
-            "dispatchErrorCount": str(self.dispatcher.error_count),
+            "dispatchErrorCount": str(self.dispatcher.error_count + (self.link.error_count if self.link else 0)),
             "diskFull": str(self.running_flags.is_disk_full()).lower(),
             "writeable": str(self.running_flags.is_writeable()).lower(),
             "pageCacheLockTimeMills": str(int(time.time() * 1000) - cl.begin_time_in_lock
@@ -633,6 +651,9 @@ class MessageStore:
             # Not a RocketMQ key: runs of records dispatched since boot (dispatchedCount / this = records a run;
             # docs/dispatch.md, "Waking less often").
             "dispatchRuns": str(self.reput.dispatch_runs),
+            # Not RocketMQ keys: the dispatch process (dispatchInSeparateProcess; 0 without it)
+            "dispatchProcessPid": str(self.link.pid if self.link else 0),
+            "dispatchProcessRestarts": str(self.link.restarts if self.link else 0),
             phases.RUNTIME_KEY: self.start_phases.runtime_value(),
         }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from reference_broker.common import message as mc
 from reference_broker.common import record as rec
@@ -20,7 +21,7 @@ from reference_broker.store.config import BrokerRole, MessageStoreConfig
 from reference_broker.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
 from reference_broker.store.consume_queue import UNIT as _UNIT
 from reference_broker.store.consume_queue_ext import MAX_ADDR, CqExtUnit
-from reference_broker.store.index_service import IndexService, QueryOffsetResult
+from reference_broker.store.index_service import QueryOffsetResult
 from reference_broker.store.record_check import record_intact
 from reference_broker.store.status import GetMessageResult, GetMessageStatus
 
@@ -36,10 +37,16 @@ _NEVER = 1 << 63  # no commit-log offset reaches it
 RECORD_FILTER_BUDGET_S = 0.01  # the most one pull spends filtering records (see get_message)
 
 
+class OffsetIndex(Protocol):
+    """Where lookups by key go: the store's IndexService, or the dispatch process that owns the index."""
+
+    def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult: ...
+
+
 class StoreReader:
     def __init__(self, config: MessageStoreConfig, commit_log: CommitLog,
                  find_consume_queue: Callable[[str, int, bool], ConsumeQueue | None],
-                 index_service: IndexService, running_flags: RunningFlags,
+                 index_service: OffsetIndex, running_flags: RunningFlags,
                  is_shut_down: Callable[[], bool]) -> None:
         self.config = config
         self.commit_log = commit_log

@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from reference_broker.common import record as rec
 from reference_broker.common.dispatch import DispatchRequest
-from reference_broker.store.commit_log import CommitLog
 from reference_broker.store.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -40,11 +40,39 @@ def _incomplete(data: memoryview, pos: int, size: int, file_pos: int, file_size:
     return avail < need and file_pos + pos + need <= file_size
 
 
+class _Data(Protocol):
+    @property
+    def data(self) -> memoryview: ...
+
+    @property
+    def start_offset(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def release(self) -> None: ...
+
+
+class DispatchSource(Protocol):
+    """What dispatch reads: the store's CommitLog, or the dispatch process's CommitLogFollower."""
+
+    @property
+    def file_size(self) -> int: ...
+
+    def get_min_offset(self) -> int: ...
+
+    def get_max_offset(self) -> int: ...
+
+    def get_data(self, offset: int) -> _Data | None: ...
+
+    def roll_next_file(self, offset: int) -> int: ...
+
+
 class ReputMessageService(ServiceThread):
     """``dispatch`` takes a run of records in log order: the store's CommitLogDispatcher, which also runs
     the dispatch hooks (the long-polling service's messageArrivingListener among them)."""
 
-    def __init__(self, commit_log: CommitLog, dispatch: Callable[[list[DispatchRequest]], None],
+    def __init__(self, commit_log: DispatchSource, dispatch: Callable[[list[DispatchRequest]], None],
                  delay_table_ms: dict[int, int]) -> None:
         super().__init__("ReputMessageService")
         self.commit_log = commit_log

@@ -33,9 +33,11 @@ def stores() -> Iterator[Stores]:
     yield from stores_fixture()
 
 
-@pytest.fixture
-def store(tmp_path: Path, stores: Stores) -> MessageStore:
-    return stores.open(make_config(tmp_path))
+@pytest.fixture(params=["thread", "process"])
+def store(request: pytest.FixtureRequest, tmp_path: Path, stores: Stores) -> MessageStore:
+    """Each test once with dispatch on the store's thread (4.9.8) and once in the dispatch process
+    (dispatchInSeparateProcess): the store's answers must be the same."""
+    return stores.open(make_config(tmp_path, dispatch_in_separate_process=request.param == "process"))
 
 
 def put_many(store: MessageStore, n: int, queue_id: int = 0, topic: str = TOPIC,
