@@ -253,17 +253,27 @@ def ha_bench(rounds: int | None, seconds: float | None, flush: str, catchup_mib:
               help="Alternating rounds (reference, then RocketMQ, in each).")
 @click.option("--quick", is_flag=True, help="3 s per figure instead of 10 s.")
 @click.option("--json", "as_json", is_flag=True, help="Print every measurement as JSON.")
+@click.option("--reference-conf", "reference_conf", multiple=True, metavar="KEY=VALUE",
+              help="A broker.conf key for the reference broker only (repeatable), e.g. "
+                   "dispatchInSeparateProcess=true.")
 @ROCKETMQ_HOME
-def vs_rocketmq(rounds: int, quick: bool, as_json: bool, rocketmq_home: Path | None) -> None:
+def vs_rocketmq(rounds: int, quick: bool, as_json: bool, reference_conf: tuple[str, ...],
+                rocketmq_home: Path | None) -> None:
     """The reference broker beside Apache RocketMQ 4.9.8: the same figures, alternating runs, the ratios."""
     from harness.broker_bench import Plan
     from harness.launcher import LaunchError
     from harness.vs_rocketmq import format_table, run
 
     plan = Plan.quick() if quick else Plan()
+    conf = {}
+    for item in reference_conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--reference-conf")
+        conf[key.strip()] = value.strip()
     try:
         result = run(plan, rounds, progress=lambda line: click.echo(f"[vs-rocketmq] {line}", err=True),
-                     rocketmq_home=rocketmq_home)
+                     rocketmq_home=rocketmq_home, reference_conf=conf)
     except LaunchError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(result, indent=2, default=str) if as_json else format_table(result))

@@ -41,13 +41,19 @@ FIGURES: Final = (
 )
 
 
+def broker_conf(impl: BrokerImpl, flush: str, reference_conf: dict[str, str] | None) -> dict[str, str]:
+    """The broker.conf keys of one topology: the flush mode, and ``reference_conf`` for the reference broker only
+    (its lab keys, e.g. ``dispatchInSeparateProcess``, which RocketMQ does not have)."""
+    return {"flushDiskType": flush, **((reference_conf or {}) if impl == "reference" else {})}
+
+
 def _one(impl: BrokerImpl, plan: Plan, root: Path, rocketmq_home: Path | None, progress: Progress,
-         warm_up_s: float) -> dict[str, dict[str, Any]]:
+         warm_up_s: float, reference_conf: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     d, size = str(plan.duration_s), str(plan.size)
     r: dict[str, dict[str, Any]] = {}
     heap = os.environ.get(HEAP_ENV, HEAP)
     warm = Plan(duration_s=warm_up_s, size=plan.size, processes=plan.processes, in_flight=plan.in_flight)
-    with Topology(root / "async", broker_conf={"flushDiskType": "ASYNC_FLUSH"}, impl=impl,
+    with Topology(root / "async", broker_conf=broker_conf(impl, "ASYNC_FLUSH", reference_conf), impl=impl,
                   rocketmq_home=rocketmq_home, rocketmq_heap=heap) as topo:
         run_producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", size], progress)
         run_producer(topo, lean_args(warm, "Lean", "--in-flight", str(plan.in_flight)), progress)
@@ -62,7 +68,7 @@ def _one(impl: BrokerImpl, plan: Plan, root: Path, rocketmq_home: Path | None, p
         r["consume"] = run_consumer(
             topo, ["-t", "LeanBatch", "-g", "vs_drain", "--from-first", "-p", str(plan.processes), "-d", d], progress)
         topo.kill()  # the store is thrown away: no graceful stop (about 10 s for RocketMQ, Topology.kill)
-    with Topology(root / "sync", broker_conf={"flushDiskType": "SYNC_FLUSH"}, impl=impl,
+    with Topology(root / "sync", broker_conf=broker_conf(impl, "SYNC_FLUSH", reference_conf), impl=impl,
                   rocketmq_home=rocketmq_home, rocketmq_heap=heap) as topo:
         run_producer(topo, ["-t", "Warm", "-q", "200", "-w", "4", "-s", size], progress)
         run_producer(topo, lean_args(warm, "Lean", "--in-flight", str(plan.in_flight)), progress)
@@ -72,15 +78,17 @@ def _one(impl: BrokerImpl, plan: Plan, root: Path, rocketmq_home: Path | None, p
 
 
 def run(plan: Plan, rounds: int = 2, progress: Progress = print, rocketmq_home: Path | None = None,
-        root: Path | None = None, warm_up_s: float = WARM_UP_S) -> dict[str, Any]:
-    """``{"plan", "rounds": [{impl: {figure: measurement}}], "table": [...]}``."""
-    out: dict[str, Any] = {"plan": plan.__dict__, "rounds": []}
+        root: Path | None = None, warm_up_s: float = WARM_UP_S,
+        reference_conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """``{"plan", "reference_conf", "rounds": [{impl: {figure: measurement}}], "table": [...]}``."""
+    out: dict[str, Any] = {"plan": plan.__dict__, "reference_conf": dict(reference_conf or {}), "rounds": []}
     with tempfile.TemporaryDirectory(prefix="rmq-lab-vs-rocketmq-", dir=root) as tmp:
         for n in range(rounds):
             this: dict[str, Any] = {}
             for impl in IMPLS:
                 progress(f"round {n + 1}/{rounds}: {impl}")
-                this[impl] = _one(impl, plan, Path(tmp) / f"{n}-{impl}", rocketmq_home, progress, warm_up_s)
+                this[impl] = _one(impl, plan, Path(tmp) / f"{n}-{impl}", rocketmq_home, progress, warm_up_s,
+                                  reference_conf)
             out["rounds"].append(this)
     out["table"] = table(out["rounds"])
     return out

@@ -26,6 +26,13 @@ def test_the_table_has_each_impls_runs_cpu_and_the_ratio_of_means() -> None:
     assert "| single sends, 64 in flight (ASYNC) (msg/s) | 100, 300 | 20.0 µs | 200, 600 | 20.0 µs | 2.00 |" in text
 
 
+def test_reference_conf_keys_go_to_the_reference_broker_only() -> None:
+    lab = {"dispatchInSeparateProcess": "true"}
+    assert vs_rocketmq.broker_conf("reference", "SYNC_FLUSH", lab) == {"flushDiskType": "SYNC_FLUSH", **lab}
+    assert vs_rocketmq.broker_conf("rocketmq", "SYNC_FLUSH", lab) == {"flushDiskType": "SYNC_FLUSH"}
+    assert vs_rocketmq.broker_conf("reference", "ASYNC_FLUSH", None) == {"flushDiskType": "ASYNC_FLUSH"}
+
+
 def test_a_missing_measurement_gives_no_ratio() -> None:
     rounds = [{impl: {key: {**_m(1.0, 1.0), "p50_ms": None} for key, *_ in vs_rocketmq.FIGURES}
                for impl in ("reference", "rocketmq")}]
