@@ -166,6 +166,17 @@ def dispatch_cost(rounds: int, seconds: float, size: int, broker_conf: tuple[str
     click.echo(json.dumps(result, indent=2) if as_json else format_result(result))
 
 
+def conf_pairs(items: tuple[str, ...], hint: str) -> dict[str, str]:
+    """broker.conf keys given as KEY=VALUE options."""
+    conf = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=hint)
+        conf[key.strip()] = value.strip()
+    return conf
+
+
 @main.command("ab-bench")
 @click.argument("old")
 @click.argument("new", default="HEAD")
@@ -181,9 +192,14 @@ def dispatch_cost(rounds: int, seconds: float, size: int, broker_conf: tuple[str
                    "[default: this one]")
 @click.option("--new-python", type=click.Path(exists=True, dir_okay=False), default=sys.executable,
               help="The same for NEW.  [default: this one]")
+@click.option("--old-conf", multiple=True, metavar="KEY=VALUE",
+              help="A broker.conf key for OLD's broker (repeatable).")
+@click.option("--new-conf", multiple=True, metavar="KEY=VALUE",
+              help="The same for NEW, e.g. dispatchInSeparateProcess=true with OLD and NEW both HEAD.")
 @click.option("--json", "as_json", is_flag=True, help="Print every run as JSON.")
 def ab_bench(old: str, new: str, rounds: int, load: str, mode: str, seconds: float, generator: str,
-             old_python: str, new_python: str, as_json: bool) -> None:
+             old_python: str, new_python: str, old_conf: tuple[str, ...], new_conf: tuple[str, ...],
+             as_json: bool) -> None:
     """Two revisions of the reference broker running at once, the same lean load to each in turn: is NEW
     within noise of OLD? (git revisions; each is checked out into a temporary worktree.)"""
     from harness.ab_bench import AbError, compare, format_result
@@ -191,7 +207,8 @@ def ab_bench(old: str, new: str, rounds: int, load: str, mode: str, seconds: flo
     try:
         result = compare(old, new, rounds, load, mode, seconds,
                          progress=lambda line: click.echo(f"[ab-bench] {line}", err=True), generator=generator,
-                         pythons=(old_python, new_python))
+                         pythons=(old_python, new_python),
+                         confs=(conf_pairs(old_conf, "--old-conf"), conf_pairs(new_conf, "--new-conf")))
     except AbError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(result, indent=2) if as_json else format_result(result))
@@ -265,12 +282,7 @@ def vs_rocketmq(rounds: int, quick: bool, as_json: bool, reference_conf: tuple[s
     from harness.vs_rocketmq import format_table, run
 
     plan = Plan.quick() if quick else Plan()
-    conf = {}
-    for item in reference_conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--reference-conf")
-        conf[key.strip()] = value.strip()
+    conf = conf_pairs(reference_conf, "--reference-conf")
     try:
         result = run(plan, rounds, progress=lambda line: click.echo(f"[vs-rocketmq] {line}", err=True),
                      rocketmq_home=rocketmq_home, reference_conf=conf)

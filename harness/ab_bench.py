@@ -15,7 +15,10 @@ part of what is compared).
 
 Each side's name server and broker run on this interpreter unless ``pythons`` names one per side (a Python with
 the project's dependencies, e.g. another virtualenv's): the same revision on two interpreters is then what is
-compared (``ab-bench HEAD HEAD --old-python ... --new-python ...``).
+compared (``ab-bench HEAD HEAD --old-python ... --new-python ...``). Likewise ``confs`` gives each side's broker
+more broker.conf keys: the same revision with a key off and on (``ab-bench HEAD HEAD --new-conf
+dispatchInSeparateProcess=true``). The CPU of the broker's child processes (the dispatch process) is read too,
+beside the broker's own: it runs on the same two cores.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ _TOPOLOGY_CHILD: Final = """
 import json, sys
 from pathlib import Path
 from harness.launcher import Topology
-topo = Topology(Path(sys.argv[1]), broker_conf={"flushDiskType": sys.argv[2]}).start()
+topo = Topology(Path(sys.argv[1]), broker_conf={"flushDiskType": sys.argv[2], **json.loads(sys.argv[3])}).start()
 try:
     print(json.dumps({"namesrv": topo.namesrv_addr, "pid": topo.brokers[0].pid}), flush=True)
     sys.stdin.read()
@@ -68,6 +71,7 @@ class Side:
     rev: str
     tree: Path
     python: str = sys.executable  # runs this side's topology (name server and broker)
+    conf: dict[str, str] = field(default_factory=dict)  # more broker.conf keys for this side's broker
     namesrv: str = ""
     pid: int = 0
     runs: list[dict[str, float]] = field(default_factory=list)
@@ -106,7 +110,8 @@ def worktree(rev: str, where: Path) -> Iterator[Path]:
 @contextmanager
 def running(side: Side, root: Path, mode: str) -> Iterator[Side]:
     env = {**os.environ, "PYTHONPATH": str(side.tree)}
-    proc = subprocess.Popen([side.python, "-c", _TOPOLOGY_CHILD, str(root), mode], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([side.python, "-c", _TOPOLOGY_CHILD, str(root), mode, json.dumps(side.conf)],
+                            stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env=env, text=True, cwd=side.tree)
     try:
         assert proc.stdout is not None
@@ -128,6 +133,26 @@ def running(side: Side, root: Path, mode: str) -> Iterator[Side]:
             proc.stdout.close()
 
 
+def children_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid``'s child processes now (0 for one that is gone)."""
+    total = 0.0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                total += cpu_seconds(int(child))
+            except ProcessLookupError:
+                pass
+    return total
+
+
 def _produce(side: Side, args: list[str], generator: Path | None = None) -> dict[str, float]:
     """One ``bench producer`` run against ``side``'s broker, from ``generator`` (a tree; default the side's
     own), with the broker's CPU per message."""
@@ -135,19 +160,21 @@ def _produce(side: Side, args: list[str], generator: Path | None = None) -> dict
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-m", "reference_broker", "bench", "producer", "-n", side.namesrv, "--json", "-i", "1000",
            *args]
-    cpu0 = cpu_seconds(side.pid)
+    cpu0, child0 = cpu_seconds(side.pid), children_cpu_seconds(side.pid)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree, timeout=300)
     if p.returncode != 0:
         raise AbError(f"{side.label}: bench producer failed: {p.stderr[-1000:]}")
     r = json.loads(p.stdout)
     n = r.get("messages") or 0
     return {"send_tps": float(r["send_tps"]), "p50_ms": float(r.get("p50_ms") or 0.0),
-            "broker_cpu_us_per_msg": (cpu_seconds(side.pid) - cpu0) / n * 1e6 if n else 0.0}
+            "broker_cpu_us_per_msg": (cpu_seconds(side.pid) - cpu0) / n * 1e6 if n else 0.0,
+            "children_cpu_us_per_msg": (children_cpu_seconds(side.pid) - child0) / n * 1e6 if n else 0.0}
 
 
 def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: str = "ASYNC_FLUSH",
             seconds: float = 4.0, progress: Progress = print, generator: str = "here",
-            pythons: tuple[str, str] | None = None) -> dict[str, Any]:
+            pythons: tuple[str, str] | None = None,
+            confs: tuple[dict[str, str], dict[str, str]] | None = None) -> dict[str, Any]:
     """Paired runs of revisions ``old`` and ``new`` (see the module's docstring)."""
     if rounds < 2:
         raise ValueError("at least 2 rounds: one spread needs two runs")
@@ -161,7 +188,8 @@ def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: 
             # Absolute, not resolved: each side's topology starts in its own tree, and a virtualenv's python is a
             # symlink whose target would not see the virtualenv's packages.
             py_old, py_new = (os.path.abspath(p) for p in pythons or (sys.executable, sys.executable))
-            sides = [Side("old", old, t_old, py_old), Side("new", new, t_new, py_new)]
+            conf_old, conf_new = confs or ({}, {})
+            sides = [Side("old", old, t_old, py_old, dict(conf_old)), Side("new", new, t_new, py_new, dict(conf_new))]
             with running(sides[0], base / "topo-old", mode), running(sides[1], base / "topo-new", mode):
                 for s in sides:
                     _produce(s, ["-t", "Warm", "-q", "200", "-w", "4", "-s", "1024"], gen)
@@ -173,7 +201,7 @@ def compare(old: str, new: str, rounds: int = 8, load: str = "single_64", mode: 
                                  f"{s.runs[-1]['broker_cpu_us_per_msg']:.1f} us/msg")
     return summarize(sides, {"old": old, "new": new, "rounds": rounds, "load": load, "mode": mode,
                              "seconds": seconds, "generator": generator,
-                             "pythons": [s.python for s in sides]})
+                             "pythons": [s.python for s in sides], "confs": [s.conf for s in sides]})
 
 
 def summarize(sides: list[Side], plan: dict[str, Any]) -> dict[str, Any]:
@@ -181,9 +209,10 @@ def summarize(sides: list[Side], plan: dict[str, Any]) -> dict[str, Any]:
     for s in sides:
         tps = [r["send_tps"] for r in s.runs]
         cpu = [r["broker_cpu_us_per_msg"] for r in s.runs]
+        children = [r.get("children_cpu_us_per_msg", 0.0) for r in s.runs]
         out[s.label] = {"rev": s.rev, "runs": s.runs, "tps_mean": statistics.fmean(tps),
                         "tps_sd": statistics.stdev(tps), "cpu_mean": statistics.fmean(cpu),
-                        "cpu_sd": statistics.stdev(cpu)}
+                        "cpu_sd": statistics.stdev(cpu), "children_cpu_mean": statistics.fmean(children)}
     o, n = sides[0].runs, sides[1].runs
     # Paired by round: the runs of one round met the same machine.
     ratios = [b["send_tps"] / a["send_tps"] for a, b in zip(o, n, strict=True) if a["send_tps"]]
@@ -197,10 +226,13 @@ def format_result(r: dict[str, Any]) -> str:
     gen = "each side's own generator" if p.get("generator") == "own" else "this checkout's generator"
     lines = [f"{p['load']} under {p['mode']}, {p['rounds']} paired rounds of {p['seconds']:g} s, {gen}"]
     pythons = p.get("pythons") or []
+    confs = p.get("confs") or [{}, {}]
     for i, label in enumerate(("old", "new")):
         s = r[label]
         on = f" on {pythons[i]}" if len(set(pythons)) > 1 else ""
+        with_conf = "".join(f", {k}={v}" for k, v in confs[i].items())
+        kids = f" + its children {s['children_cpu_mean']:.1f}" if s.get("children_cpu_mean") else ""
         lines.append(f"  {label} {s['rev']:>12}: {s['tps_mean']:9,.0f} msg/s (sd {s['tps_sd']:,.0f}), "
-                     f"broker {s['cpu_mean']:.1f} us/msg (sd {s['cpu_sd']:.1f}){on}")
+                     f"broker {s['cpu_mean']:.1f} us/msg (sd {s['cpu_sd']:.1f}){kids}{on}{with_conf}")
     lines.append(f"  new / old, paired by round: {r['tps_ratio_mean']:.3f} (sd {r['tps_ratio_sd']:.3f})")
     return "\n".join(lines)

@@ -150,6 +150,10 @@ def format_table(r: dict[str, Any]) -> str:
         _row("TAGS only: until dispatched", _num(r.get("append_async_nokey_dispatched_msgs_per_s"), " msg/s")),
         _row("TAGS + UNIQ_KEY, no whole-record CRC: put", _num(r.get("append_async_no_prop_crc_msgs_per_s"), " msg/s"),
              f"with CRC / without: {r['prop_crc_vs_none_ratio']:.2f}" if r.get("prop_crc_vs_none_ratio") else ""),
+        _row("TAGS + UNIQ_KEY, dispatch in its own process: put",
+             _num(r.get("append_async_process_msgs_per_s"), " msg/s")),
+        _row("TAGS + UNIQ_KEY, dispatch in its own process: until dispatched",
+             _num(r.get("append_async_process_dispatched_msgs_per_s"), " msg/s")),
         "",
         "Append, SYNC_FLUSH (group commit), TAGS + UNIQ_KEY",
     ]

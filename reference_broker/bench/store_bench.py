@@ -208,6 +208,8 @@ def run_store_bench(plan: Plan, base: Path, progress: Progress | None = None) ->
         ("keyed", True, "TAGS + UNIQ_KEY", {}),
         ("nokey", False, "TAGS only", {}),
         ("no_prop_crc", True, "TAGS + UNIQ_KEY, no whole-record CRC", {"enabled_append_prop_crc": False}),
+        # dispatchInSeparateProcess: the writer no longer shares the interpreter lock with dispatch
+        ("process", True, "TAGS + UNIQ_KEY, dispatch in its own process", {"dispatch_in_separate_process": True}),
     )
     say(f"append, ASYNC_FLUSH, one writer: {n:,} messages, {plan.rounds} rounds of "
         + ", ".join(f"{name} ({what})" for name, _k, what, _c in variants) + " on fresh stores")
@@ -224,13 +226,16 @@ def run_store_bench(plan: Plan, base: Path, progress: Progress | None = None) ->
         appends[name]["dispatched_msgs_per_s"] = statistics.median(x["dispatched_msgs_per_s"] for x in runs)
         appends[name]["rounds"] = runs
     keyed, nokey, no_crc = appends["keyed"], appends["nokey"], appends["no_prop_crc"]
+    process = appends["process"]
+    r.update(append_async_process_msgs_per_s=process["msgs_per_s"],
+             append_async_process_dispatched_msgs_per_s=process["dispatched_msgs_per_s"])
     r.update(append_async_msgs_per_s=keyed["msgs_per_s"],
              append_async_dispatched_msgs_per_s=keyed["dispatched_msgs_per_s"],
              append_async_nokey_msgs_per_s=nokey["msgs_per_s"],
              append_async_nokey_dispatched_msgs_per_s=nokey["dispatched_msgs_per_s"],
              append_async_no_prop_crc_msgs_per_s=no_crc["msgs_per_s"],
              prop_crc_vs_none_ratio=ratio(keyed["msgs_per_s"], no_crc["msgs_per_s"]),
-             append_async={"keyed": keyed, "nokey": nokey, "no_prop_crc": no_crc})
+             append_async={"keyed": keyed, "nokey": nokey, "no_prop_crc": no_crc, "process": process})
 
     sync: dict[str, Any] = {}
     for threads in plan.sync_threads:

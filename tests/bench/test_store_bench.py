@@ -27,6 +27,8 @@ TOP_LEVEL_NUMBERS = [
     "append_async_dispatched_msgs_per_s",
     "append_async_nokey_msgs_per_s",
     "append_async_no_prop_crc_msgs_per_s",
+    "append_async_process_msgs_per_s",
+    "append_async_process_dispatched_msgs_per_s",
     "prop_crc_vs_none_ratio",
     "append_sync_1_msgs_per_s",
     "append_sync_16_msgs_per_s",

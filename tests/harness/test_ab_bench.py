@@ -3,7 +3,12 @@ once, the same lean load to each in turn, paired by round; the worktrees are gon
 
 from __future__ import annotations
 
+import io
+import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +133,39 @@ def test_each_side_runs_its_topology_on_its_own_interpreter(monkeypatch: pytest.
     text = ab_bench.format_result({**r, "plan": {"load": "single_64", "mode": "ASYNC_FLUSH", "rounds": 2,
                                                  "seconds": 1.0, "pythons": ["/opt/py-a/bin/python", "/usr/bin/py"]}})
     assert "on /opt/py-a/bin/python" in text and "on /usr/bin/py" in text
+
+
+def test_each_sides_broker_conf_reaches_its_topology(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``--old-conf``/``--new-conf``: the same revision with a key off and on is what is compared."""
+    cmds: list[list[str]] = []
+
+    class FakeProc:
+        def __init__(self, cmd: list[str], **kw: object) -> None:
+            cmds.append(cmd)
+            self.stdin = None
+            self.stdout = io.StringIO('{"namesrv": "127.0.0.1:1", "pid": 1}\n')
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(ab_bench.subprocess, "Popen", FakeProc)
+    with ab_bench.running(Side("new", "x", tmp_path, conf={"dispatchInSeparateProcess": "true"}), tmp_path / "b",
+                          "ASYNC_FLUSH"):
+        pass
+    with ab_bench.running(Side("old", "x", tmp_path), tmp_path / "a", "SYNC_FLUSH"):
+        pass
+    assert [json.loads(c[-1]) for c in cmds] == [{"dispatchInSeparateProcess": "true"}, {}]
+    assert [c[-2] for c in cmds] == ["ASYNC_FLUSH", "SYNC_FLUSH"]
+
+
+def test_the_cpu_of_a_brokers_children_is_read() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                             "while time.process_time() - t < 0.3: pass\ntime.sleep(5)"])
+    try:
+        deadline = time.monotonic() + 10
+        while ab_bench.children_cpu_seconds(os.getpid()) < 0.25:
+            assert time.monotonic() < deadline, "the child's CPU was not seen"
+            time.sleep(0.05)
+    finally:
+        busy.kill()
+        busy.wait()
