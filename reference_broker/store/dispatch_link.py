@@ -290,7 +290,11 @@ class DispatchLink:
             log.error("dispatch process %d exited (%s): restarting it at commit-log offset %d",
                       proc.pid, rc, self.reput_from_offset)
             time.sleep(min(5.0, RESTART_DELAY_S * failures))
+            if self._stopping:  # the store began to stop meanwhile: nothing to restart for
+                return
             self._spawn()
+            if self._stopping:  # it began to stop during the spawn: its "stop" went to the dead child
+                self._send({"k": "stop"})
             self.restarts += 1
 
     def _on(self, msg: dict[str, Any]) -> None:

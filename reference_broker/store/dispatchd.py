@@ -246,7 +246,7 @@ class Dispatchd:
             for mf in cq.mapped_file_queue.iter_files():
                 mf.force()
         for f in self.index.files():
-            f.flush()
+            f.force()  # not flush(): that forces only what this process writes (found by a power-loss cell)
         return True
 
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:

@@ -359,6 +359,19 @@ class IndexFile:
         log.info("flush index file %s elapsed time(ms) %d", self.path.name,
                  int((time.monotonic() - start) * 1000))
 
+    def force(self) -> None:
+        """Write the header and fdatasync the whole file, whatever the positions say: ``flush`` forces only what
+        this mapping wrote since it loaded the file, and a file another process wrote before (the broker's
+        recovery, before the dispatch process maps it) may still have dirty pages."""
+        if not self._mf.hold():
+            return
+        try:
+            with self._lock:
+                self._write_header()
+            self._mf.force()
+        finally:
+            self._mf.release()
+
     def shutdown(self, interval_forcibly_ms: int = 0) -> None:
         """Unmap without deleting (the mapping closes when the last reader releases it)."""
         self._mf.shutdown(interval_forcibly_ms)

@@ -43,13 +43,28 @@ def ledger(tmp_path):
     return Ledger(tmp_path / "chaos-state.json")
 
 
+# The same cells with dispatch in its own process (dispatchInSeparateProcess): the crash semantics must not change.
+DISPATCHD_CELLS = [pytest.param(f, m, id=f"dispatchd-{f.value}-{m.short}",
+                                marks=[pytest.mark.machine] if f in MACHINE_FAULTS else [])
+                   for f in (FaultName.KILL9, FaultName.POWER_LOSS) for m in (FlushMode.SYNC, FlushMode.ASYNC)]
+
+
 @pytest.mark.parametrize(("fault", "flush"), CELLS)
 def test_short_matrix_cell(tmp_path, ledger, fault, flush):
+    _cell(tmp_path, ledger, fault, flush, {})
+
+
+@pytest.mark.parametrize(("fault", "flush"), DISPATCHD_CELLS)
+def test_short_matrix_cell_with_the_dispatch_process(tmp_path, ledger, fault, flush):
+    _cell(tmp_path, ledger, fault, flush, {"dispatchInSeparateProcess": "true"})
+
+
+def _cell(tmp_path, ledger, fault, flush, broker_conf):
     crash = fault in (FaultName.KILL9, FaultName.POWER_LOSS, FaultName.POWER_LOSS_TORN)
     profile = "default" if fault in MACHINE_FAULTS else None
     spec = ExperimentSpec(fault=fault, flush=flush, cycles=2, profile=profile, runs_dir=tmp_path / "runs",
                           work_dir=tmp_path / "work", seed=1234, gap_s=(0.3, 1.0), load=LoadSpec(in_flight=16),
-                          check_each_recovery=crash)
+                          check_each_recovery=crash, broker_conf=broker_conf)
     result = run_experiment(spec, make_fault(fault, quick=True), ledger=ledger)
     if result.skipped is not None:
         pytest.skip(f"{fault.value}: {result.skipped}")
