@@ -32,6 +32,7 @@ from reference_broker.store.clean import RunningFlags
 from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
 from reference_broker.store.dispatchd import (
+    CHILD_CODE,
     SHM_WAITING,
     SHM_WRITTEN,
     FrameReader,
@@ -209,7 +210,7 @@ class DispatchLink:
         control_r, control_w = os.pipe()
         events_r, events_w = os.pipe()
         setup = Setup(self.config, self.reput_from_offset, os.getpid(), control_r, events_w)
-        proc = subprocess.Popen([sys.executable, "-m", "reference_broker.store.dispatchd"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-c", CHILD_CODE], stdin=subprocess.PIPE,
                                 pass_fds=(control_r, events_w), close_fds=True)
         os.close(control_r)  # the child's ends: an end of file on either side means the other is gone
         os.close(events_w)

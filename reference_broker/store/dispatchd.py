@@ -6,8 +6,8 @@ off by default (docs/dispatch.md). The child writes exactly what the thread writ
 (``ReputMessageService.do_reput``, ``CommitLogDispatcher``, ``ConsumeQueue``, ``IndexService``,
 ``FlushConsumeQueueService``, ``CleanConsumeQueueService``); the broker keeps the commit log and everything
 else, and reads the consume queues through views (``ConsumeQueue.follow``). Recovery stays in the broker, before
-the child exists. Started by the broker's ``DispatchLink`` (dispatch_link.py) as
-``python -m reference_broker.store.dispatchd``; it dies with the broker (PR_SET_PDEATHSIG, and an end of file on
+the child exists. Started by the broker's ``DispatchLink`` (dispatch_link.py) as a child interpreter running ``main`` (``CHILD_CODE``);
+it dies with the broker (PR_SET_PDEATHSIG, and an end of file on
 its control pipe).
 
 The link (this module owns its format):
@@ -93,6 +93,9 @@ FRAME_HEAD: Final = struct.Struct(">I")
 MAX_FRAME: Final = 64 << 20  # a clean reply for 10,000 queues is well under 1 MiB
 ERROR_FLAGS: Final = RunningFlags.WRITE_LOGICS_QUEUE_ERROR | RunningFlags.WRITE_INDEX_FILE_ERROR
 PR_SET_PDEATHSIG: Final = 1
+# The child's command line: ``python -c CHILD_CODE``. Not ``-m`` this module: run as __main__, its Setup class
+# would not be the one the broker pickled.
+CHILD_CODE: Final = "import sys; from reference_broker.store.dispatchd import main; sys.exit(main())"
 
 
 @dataclass(frozen=True)
@@ -347,10 +350,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     _die_with_parent(setup.parent_pid)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s dispatchd %(levelname)s %(name)s: %(message)s")
     return Dispatchd(setup.config, setup.control_fd, setup.events_fd, setup.reput_from).run()
-
-
-if __name__ == "__main__":
-    # Run as the module itself, not as __main__: the pickled Setup names reference_broker.store.dispatchd.Setup.
-    from reference_broker.store.dispatchd import main as _main
-
-    sys.exit(_main())

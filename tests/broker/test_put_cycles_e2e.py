@@ -36,7 +36,10 @@ def test_sends_leave_nothing_for_the_cyclic_collector(tmp_path: Path, flush: str
             capture_output=True, text=True, timeout=180)
         assert out.returncode == 0, out.stderr[-2000:]
         collections_after, collected_after = _gc(addr)
-    # The collector ran while the messages went through (the put path allocates plenty), so a cycle per
-    # message would have been found: at least one per send.
-    assert collections_after > collections_before
-    assert collected_after - collected_before < SENDS // 10, (collected_before, collected_after)
+    # The counters are live: starting the broker (a net growth of objects) made the collector run. During the
+    # sends it runs only if objects pile up: its young generation counts allocations net of those freed, so a
+    # put path that frees everything by reference counting may not start it at all, while a cycle per message
+    # (~17 objects each) would start it every few dozen sends and have it find them.
+    assert collections_before > 0
+    assert collected_after - collected_before < SENDS // 10, (collected_before, collected_after,
+                                                              collections_before, collections_after)

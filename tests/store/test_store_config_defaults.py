@@ -99,6 +99,7 @@ DEFAULTS: list[tuple[str | None, str, Any]] = [
     ("recoverFromCheckpointOffset", "recover_from_checkpoint_offset", True),  # broker.conf key of our own
     ("dispatchFlushedOnly", "dispatch_flushed_only", False),  # broker.conf key of our own; off = 4.9.8
     ("dispatchIdleIntervalMillis", "dispatch_idle_interval_ms", 10),  # broker.conf key of our own; 1 = 4.9.8
+    ("dispatchInSeparateProcess", "dispatch_in_separate_process", False),  # ours; false = 4.9.8's thread
     (None, "consume_queue_alloc_chunk_bytes", 64 * KiB),
     (None, "commit_log_warm_ahead_bytes", 16 * MiB),
 ]
