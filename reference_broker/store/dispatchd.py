@@ -6,9 +6,8 @@ off by default (docs/dispatch.md). The child writes exactly what the thread writ
 (``ReputMessageService.do_reput``, ``CommitLogDispatcher``, ``ConsumeQueue``, ``IndexService``,
 ``FlushConsumeQueueService``, ``CleanConsumeQueueService``); the broker keeps the commit log and everything
 else, and reads the consume queues through views (``ConsumeQueue.follow``). Recovery stays in the broker, before
-the child exists. Started by the broker's ``DispatchLink`` (dispatch_link.py) as a child interpreter running ``main`` (``CHILD_CODE``);
-it dies with the broker (PR_SET_PDEATHSIG, and an end of file on
-its control pipe).
+the child exists. Started by the broker's ``DispatchLink`` (dispatch_link.py) as a child interpreter running
+``main`` (``CHILD_CODE``); it dies with the broker (PR_SET_PDEATHSIG, and an end of file on its control pipe).
 
 The link (this module owns its format):
 
