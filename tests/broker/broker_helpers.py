@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ from typing import Any
 from reference_broker.broker.broker_config import BrokerConfig
 from reference_broker.broker.controller import BrokerController
 from reference_broker.common.message import properties_to_bytes
-from reference_broker.remoting.codes import RequestCode
+from reference_broker.remoting.client import RemotingClient
+from reference_broker.remoting.codes import RequestCode, ResponseCode
 from reference_broker.remoting.command import RemotingCommand, create_request
 from reference_broker.remoting.headers import send_v1_to_v2
 from reference_broker.store.config import MessageStoreConfig
@@ -78,3 +80,21 @@ async def wait_dispatched(controller: BrokerController, timeout_s: float = 5.0) 
         if time.monotonic() > deadline:
             raise TimeoutError("dispatch did not catch up")
         await asyncio.sleep(0.005)
+
+
+def held_pull_answered(c: RemotingClient, topic: str, offset: int, body: bytes) -> tuple[RemotingCommand, float]:
+    """Hold a pull on ``topic``'s queue 0 at ``offset`` (nothing there yet), send ``body``: the pull's answer, and
+    the seconds from the send to it."""
+    got: dict[str, RemotingCommand] = {}
+
+    def held() -> None:
+        got["resp"] = c.invoke(pull_request(topic, 0, offset, suspend_ms=30_000), timeout_s=40)
+
+    th = threading.Thread(target=held)
+    th.start()
+    time.sleep(0.3)
+    assert th.is_alive()  # held: nothing to pull yet
+    t_send = time.monotonic()
+    assert c.invoke(send_request(topic, body)).code == ResponseCode.SUCCESS
+    th.join(40)
+    return got["resp"], time.monotonic() - t_send

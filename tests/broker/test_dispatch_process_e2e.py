@@ -23,7 +23,7 @@ from reference_broker.common.record import decode_messages
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import ResponseCode
 from reference_broker.tools import admin
-from tests.broker.broker_helpers import pull_request, send_request
+from tests.broker.broker_helpers import held_pull_answered, pull_request, send_request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -143,20 +143,8 @@ def test_a_held_pull_is_answered_when_its_message_arrives(tmp_path: Path) -> Non
             RemotingClient("127.0.0.1", topo.brokers[0].port, timeout_s=10) as c:
         assert c.invoke(send_request("DpHeld", b"first")).code == ResponseCode.SUCCESS
         assert _pull_all(c, "DpHeld", 1, timeout_s=10) == [b"first"]
-        got = {}
-
-        def held() -> None:
-            got["resp"] = c.invoke(pull_request("DpHeld", 0, 1, suspend_ms=30_000), timeout_s=40)
-
-        th = threading.Thread(target=held)
-        th.start()
-        time.sleep(0.3)
-        assert th.is_alive()  # held: nothing to pull yet
-        t_send = time.monotonic()
-        assert c.invoke(send_request("DpHeld", b"second")).code == ResponseCode.SUCCESS
-        th.join(40)
-        answered_after_send = time.monotonic() - t_send
-    assert got["resp"].code == ResponseCode.SUCCESS
-    assert [m.body for m in decode_messages(got["resp"].body)] == [b"second"]
+        resp, answered_after_send = held_pull_answered(c, "DpHeld", 1, b"second")
+    assert resp.code == ResponseCode.SUCCESS
+    assert [m.body for m in decode_messages(resp.body)] == [b"second"]
     # the hold service's own check (every 5 s with long polling) or the idle cadence would take seconds
     assert answered_after_send < idle_ms / 1000 / 2, answered_after_send

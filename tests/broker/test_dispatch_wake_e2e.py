@@ -4,7 +4,6 @@ latency figure (BENCHMARKS.md has those): the pull must be answered before the i
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -13,7 +12,7 @@ from harness.launcher import Topology
 from reference_broker.common.record import decode_messages
 from reference_broker.remoting.client import RemotingClient
 from reference_broker.remoting.codes import ResponseCode
-from tests.broker.broker_helpers import pull_request, send_request
+from tests.broker.broker_helpers import held_pull_answered, pull_request, send_request
 
 pytestmark = pytest.mark.e2e
 
@@ -31,21 +30,7 @@ def test_a_held_pull_is_answered_before_a_long_idle_interval_ends(tmp_path) -> N
             assert time.monotonic() < deadline, "the sent message is not pullable before the idle interval ends"
             time.sleep(0.05)
         assert [m.body for m in decode_messages(first.body)] == [b"first"]
-        got = {}
-
-        def held() -> None:
-            t0 = time.monotonic()
-            got["resp"] = c.invoke(pull_request("Idle", 0, 1, suspend_ms=30_000), timeout_s=40)
-            got["t"] = time.monotonic() - t0
-
-        th = threading.Thread(target=held)
-        th.start()
-        time.sleep(0.3)
-        assert th.is_alive()  # held: nothing to pull yet
-        t_send = time.monotonic()
-        assert c.invoke(send_request("Idle", b"second")).code == ResponseCode.SUCCESS
-        th.join(40)
-        answered_after_send = time.monotonic() - t_send
-        assert got["resp"].code == ResponseCode.SUCCESS
-        assert [m.body for m in decode_messages(got["resp"].body)] == [b"second"]
+        resp, answered_after_send = held_pull_answered(c, "Idle", 1, b"second")
+        assert resp.code == ResponseCode.SUCCESS
+        assert [m.body for m in decode_messages(resp.body)] == [b"second"]
         assert answered_after_send < IDLE_MS / 1000 / 2, answered_after_send
