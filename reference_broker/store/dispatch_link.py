@@ -103,6 +103,7 @@ class DispatchLink:
         self._written = memoryview(self._shm).cast("q")
         self._written[SHM_WRITTEN] = 0
         self._written[SHM_WAITING] = 0
+        self._closed = False  # the page is unmapped (after shutdown): a late nudge or put must not touch it
 
     @property
     def pid(self) -> int:
@@ -114,7 +115,7 @@ class DispatchLink:
         """The commit log is written (whole records) below ``offset``; never moves back (puts from other threads
         may publish out of order)."""
         with self._publish_lock:
-            if offset > self._written[SHM_WRITTEN]:
+            if not self._closed and offset > self._written[SHM_WRITTEN]:
                 self._written[SHM_WRITTEN] = offset
 
     def _tell_waiting(self) -> None:
@@ -124,8 +125,9 @@ class DispatchLink:
             if w():
                 waiting = 1
                 break
-        if self._written[SHM_WAITING] != waiting:
-            self._written[SHM_WAITING] = waiting
+        with self._publish_lock:
+            if not self._closed and self._written[SHM_WAITING] != waiting:
+                self._written[SHM_WAITING] = waiting
 
     # ---- ReputMessageService's calls ---------------------------------------------------------------
     def behind(self) -> int:
@@ -184,8 +186,10 @@ class DispatchLink:
         if t is not None:
             t.join(60)
         self._kill()
-        self._written.release()
-        self._shm.close()
+        with self._publish_lock:
+            self._closed = True
+            self._written.release()
+            self._shm.close()
 
     # ---- forwarded to the child --------------------------------------------------------------------
     def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:

@@ -169,3 +169,13 @@ def test_the_process_forces_every_file_it_takes_over(tmp_path: Path, stores: Sto
         str(p) for p in (tmp_path / "index").iterdir()]
     assert len(files) > 2 * QUEUES
     assert sorted(set(synced)) == sorted(files)
+
+
+def test_a_read_after_shutdown_does_not_touch_the_unmapped_page(tmp_path: Path, stores: Stores) -> None:
+    store = stores.open(make_config(tmp_path, dispatch_in_separate_process=True))
+    _fill(store, 5)
+    store.shutdown()
+    assert store.link is not None
+    store.link.nudge()  # a pull that arrives while the broker stops reads, finds nothing and nudges
+    store.link.publish(10**9)
+    assert store.get_message("G", TOPIC, 0, 99, 32).status is not None
