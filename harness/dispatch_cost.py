@@ -13,9 +13,10 @@ both alike. For the reference broker the CPU of each of its threads is read from
 - the fraction of wall-clock time the dispatch thread ran: while it runs Python it holds the interpreter lock,
   so this is the event loop's time it takes when the event loop is the bound (its GIL "steal");
 - the control's CPU per message and rate: the ceiling of the lever, with the dispatch thread's work *and* its
-  lock hand-offs gone. A dispatch process would land between the two: it still costs the broker the reading
-  of its published offset, the refresh of the consume-queue views and the long-poll wake-ups, and its own CPU
-  competes for this 2-core machine's cores with the broker and the load generator.
+  lock hand-offs gone. The dispatch process (``dispatchInSeparateProcess``, built since: docs/dispatch.md) lands
+  between the two: it still costs the broker the publication of the written offset, the refresh of the
+  consume-queue views and the arrival wake-ups, and its own CPU competes for this 2-core machine's cores with
+  the broker and the load generator (``ab-bench HEAD HEAD --new-conf dispatchInSeparateProcess=true`` measures it).
 """
 
 from __future__ import annotations
