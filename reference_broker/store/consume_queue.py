@@ -318,8 +318,7 @@ class ConsumeQueue:
             pos = min(size, max(0, end - mf.file_from_offset))
             if mf.wrote_position == pos:
                 break  # files before it are already where they should be
-            mf.set_positions(pos)
-            mf.flushed_position = pos  # the writer flushes: a view never does
+            mf.set_positions(pos)  # flushed there too: the writer flushes, a view never does
 
     def follow_min(self, min_logic_offset: int) -> None:
         """The writer deleted this queue's files below ``min_logic_offset`` (bytes) and moved its min there."""

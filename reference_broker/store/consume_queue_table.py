@@ -7,6 +7,7 @@ Shared by the store (message_store.py) and, with ``dispatchInSeparateProcess``, 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 from reference_broker.store.config import MessageStoreConfig
@@ -22,6 +23,18 @@ def new_consume_queue(config: MessageStoreConfig, topic: str, queue_id: int) -> 
         if c.enable_consume_queue_ext else None
     return ConsumeQueue(topic, queue_id, c.store_path_consume_queue, c.get_mapped_file_size_consume_queue(),
                         c.consume_queue_alloc_chunk_bytes, ext)
+
+
+def create_consume_queue(config: MessageStoreConfig, table: ConsumeQueueTable, lock: threading.Lock, topic: str,
+                         queue_id: int) -> ConsumeQueue:
+    """The queue of ``topic`` and ``queue_id``, made under ``lock`` unless another thread made it first (the
+    table is read without the lock on the hot path; only creation takes it)."""
+    with lock:
+        queues = table.setdefault(topic, {})
+        cq = queues.get(queue_id)
+        if cq is None:
+            cq = queues[queue_id] = new_consume_queue(config, topic, queue_id)
+        return cq
 
 
 def load_consume_queues(config: MessageStoreConfig, table: ConsumeQueueTable) -> bool:

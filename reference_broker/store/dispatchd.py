@@ -73,9 +73,9 @@ from reference_broker.store.config import MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
 from reference_broker.store.consume_queue_table import (
     ConsumeQueueTable,
+    create_consume_queue,
     iter_queues,
     load_consume_queues,
-    new_consume_queue,
 )
 from reference_broker.store.dispatcher import CommitLogDispatcher
 from reference_broker.store.flush import FlushConsumeQueueService
@@ -213,7 +213,6 @@ class Dispatchd:
         self.dispatcher = CommitLogDispatcher(config, self.table, self.find_consume_queue, self.index,
                                               self.checkpoint, self.flags)
         self.reput = ChildReput(self, self.log, config)
-        self.reput.upper = self.written
         self.reput.reput_from_offset = reput_from
         self.reput.waiters.append(self.waiting)
         self.reput.idle_interval_s = max(1, config.dispatch_idle_interval_ms) / 1000
@@ -254,10 +253,8 @@ class Dispatchd:
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queues = self.table.get(topic)
         cq = queues.get(queue_id) if queues is not None else None
-        if cq is None:
-            with self._table_lock:  # the flush and cleaning walk the table from other threads
-                cq = self.table.setdefault(topic, {}).setdefault(queue_id, new_consume_queue(self.config, topic,
-                                                                                             queue_id))
+        if cq is None:  # the flush and cleaning walk the table from other threads
+            cq = create_consume_queue(self.config, self.table, self._table_lock, topic, queue_id)
         return cq
 
     def dispatch(self, reqs: list[DispatchRequest]) -> None:

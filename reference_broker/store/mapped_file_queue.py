@@ -83,14 +83,13 @@ class MappedFileQueue:
             with self._lock:
                 self.mapped_files.append(mf)
 
-    def forget_below(self, offset: int) -> int:
-        """Unmap (never delete) the files that end at or below ``offset``: the writer deleted them. Returns how many."""
+    def forget_below(self, offset: int) -> None:
+        """Unmap (never delete) the files that end at or below ``offset``: the writer deleted them."""
         size = self.mapped_file_size
         gone = [mf for mf in self.mapped_files[:-1] if mf.file_from_offset + size <= offset]
         self._remove(gone)
         for mf in gone:
             mf.shutdown(1000)
-        return len(gone)
 
     # ---- lookup --------------------------------------------------------------------------------
     def get_last_mapped_file(self) -> MappedFile | None:

@@ -40,7 +40,7 @@ from reference_broker.store.clean import (
 from reference_broker.store.commit_log import PROP_CRC_SINCE_FILE, CommitLog, EncodedBatch, MessageExtBatch
 from reference_broker.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from reference_broker.store.consume_queue import ConsumeQueue
-from reference_broker.store.consume_queue_table import iter_queues, load_consume_queues, new_consume_queue
+from reference_broker.store.consume_queue_table import create_consume_queue, iter_queues, load_consume_queues
 from reference_broker.store.dispatch_link import ArrivalHook, DispatchLink
 from reference_broker.store.dispatcher import CommitLogDispatcher, DispatchHook
 from reference_broker.store.durability import DurabilityCondition, FlushCondition, PendingPut, submit_all
@@ -452,13 +452,7 @@ class MessageStore:
                 return cq
         elif not create:
             return None
-        with self._cq_lock:
-            queues = self.consume_queue_table.setdefault(topic, {})
-            cq = queues.get(queue_id)
-            if cq is None:
-                cq = new_consume_queue(self.config, topic, queue_id)
-                queues[queue_id] = cq
-            return cq
+        return create_consume_queue(self.config, self.consume_queue_table, self._cq_lock, topic, queue_id)
 
     # ---- dispatch hooks ---------------------------------------------------------------------------
     def add_dispatch_hook(self, hook: DispatchHook, *, during_recovery: bool) -> None:
